@@ -1,0 +1,311 @@
+// Command physd is the PhysMCP edge daemon: it serves a device manifest's
+// capabilities as proMCP tools over MCP (loopback HTTP and stdio).
+//
+//	physd run --manifest FILE [--policy FILE] [--http ADDR | --stdio] [--state DIR]
+//	physd validate FILE
+//	physd version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/drivers"
+	_ "github.com/physd/physd/drivers/sim" // the built-in simulator
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/store"
+)
+
+// version is set with -ldflags "-X main.version=…" by release builds.
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `physd — PhysMCP edge daemon
+
+Usage:
+  physd run --manifest FILE [--policy FILE] [--http ADDR | --stdio] [--state DIR]
+  physd validate FILE
+  physd version
+
+Run "physd run -h" for the flags of run.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stderr)
+	case "validate":
+		return cmdValidate(args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "physd", buildVersion())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "physd: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func cmdValidate(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: physd validate FILE")
+		return 2
+	}
+	m, err := manifest.Load(args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := checkBindings(m); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	reads, dos := 0, 0
+	for _, c := range m.Capabilities {
+		if c.Kind == manifest.KindRead {
+			reads++
+		} else {
+			dos++
+		}
+	}
+	fmt.Fprintf(stdout, "%s: ok (device %s, %d read and %d do capabilities, %d buses)\n", args[0], m.Device.ID, reads, dos, len(m.Buses))
+	return 0
+}
+
+// checkBindings opens each simulated bus and binds its capabilities, so
+// validate catches driver configuration errors too. Hardware buses are
+// checked when the daemon starts, not by validate, which must not touch
+// devices.
+func checkBindings(m *manifest.Manifest) error {
+	var errs []error
+	for _, c := range m.Capabilities {
+		if c.Binding.Bus == "" {
+			errs = append(errs, fmt.Errorf("%s: %s.bus: required; fix: name the bus this capability is wired to (one of buses:)", c.Binding.Pos, c.Binding.Field))
+		}
+	}
+	for name, b := range m.Buses {
+		if b.Type != "sim" {
+			if _, ok := drivers.Lookup(b.Type); !ok {
+				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: use one of %v", b.Pos, name, b.Type, drivers.Types()))
+			}
+			continue
+		}
+		bus, err := drivers.Open(context.Background(), b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, c := range m.Capabilities {
+			if c.Binding.Bus == name {
+				if _, err := bus.Point(c); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		bus.Close()
+	}
+	return errors.Join(errs...)
+}
+
+type runFlags struct {
+	manifest, policy, httpAddr, state, tokenFile, stdioRole, logLevel string
+	stdio, allowRemote, simControl                                       bool
+	grace                                                                time.Duration
+}
+
+func cmdRun(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("physd run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	fs.StringVar(&f.manifest, "manifest", "", "physmcp.manifest.yml to serve (required)")
+	fs.StringVar(&f.policy, "policy", "", "physmcp.policy.yml guarding every do_")
+	fs.StringVar(&f.httpAddr, "http", "", "serve MCP (POST /mcp) and /healthz, /readyz on ADDR (default 127.0.0.1:8080 unless --stdio)")
+	fs.BoolVar(&f.stdio, "stdio", false, "serve MCP on stdin/stdout")
+	fs.StringVar(&f.state, "state", "", "state directory for the ledger and audit (default $STATE_DIRECTORY, else ~/.local/state/physd/<device id>)")
+	fs.BoolVar(&f.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (requires an auth token)")
+	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the bearer token required on /mcp (or set PHYSD_AUTH_TOKEN)")
+	fs.StringVar(&f.stdioRole, "stdio-role", "none", "role of the stdio caller: none, operator, supervisor or admin")
+	fs.BoolVar(&f.simControl, "sim-control", false, "development: expose the simulator's fault controls at /sim/<bus>/ on the HTTP listener")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long in-flight calls may take to finish on SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "physd run: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "physd run: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+	if err := serve(f, log); err != nil {
+		log.Error("physd stopped", "err", err.Error())
+		return 1
+	}
+	return 0
+}
+
+func serve(f runFlags, log *slog.Logger) error {
+	start := time.Now()
+	if f.manifest == "" {
+		return errors.New("--manifest is required")
+	}
+	if f.policy != "" {
+		// Never run with a policy file silently ignored: the policy layer
+		// is not part of this build yet.
+		return fmt.Errorf("--policy %s: this build of physd cannot enforce physmcp.policy.yml yet; refusing to start rather than ignore it", f.policy)
+	}
+	switch f.stdioRole {
+	case "none", "operator", "supervisor", "admin":
+	default:
+		return fmt.Errorf("--stdio-role %q: use none, operator, supervisor or admin", f.stdioRole)
+	}
+	if f.httpAddr == "" && !f.stdio {
+		f.httpAddr = "127.0.0.1:8080"
+	}
+	token := os.Getenv("PHYSD_AUTH_TOKEN")
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--auth-token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if f.httpAddr != "" {
+		if err := mcpserver.CheckListen(f.httpAddr, f.allowRemote, token); err != nil {
+			return err
+		}
+	}
+	m, err := manifest.Load(f.manifest)
+	if err != nil {
+		return err
+	}
+	stateDir := f.state
+	if stateDir == "" {
+		stateDir = defaultStateDir(m.Device.ID)
+	}
+	st, err := store.Open(stateDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	al, err := audit.Open(filepath.Join(stateDir, "audit"))
+	if err != nil {
+		return err
+	}
+	defer al.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := node.Open(ctx, node.Config{Manifest: m, Store: st, Audit: al, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), f.grace)
+		defer cancel()
+		if err := n.Close(cctx); err != nil {
+			log.Error("shutdown", "err", err.Error())
+		}
+	}()
+
+	extra := map[string]http.Handler{}
+	if f.simControl {
+		for name, b := range n.Buses() {
+			if c, ok := b.(interface{ ControlHandler() http.Handler }); ok {
+				prefix := "/sim/" + name
+				extra[prefix+"/"] = http.StripPrefix(prefix, c.ControlHandler())
+			}
+		}
+	}
+	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, ExtraRoutes: extra})
+
+	errc := make(chan error, 2)
+	running := 0
+	if f.httpAddr != "" {
+		l, err := net.Listen("tcp", f.httpAddr)
+		if err != nil {
+			return fmt.Errorf("--http %s: %w", f.httpAddr, err)
+		}
+		running++
+		go func() { errc <- srv.Serve(ctx, l, f.grace) }()
+		log.Info("listening", "addr", l.Addr().String(), "mcp", "http://"+l.Addr().String()+"/mcp")
+	}
+	if f.stdio {
+		running++
+		go func() {
+			err := srv.RunStdio(ctx)
+			if err == nil || errors.Is(err, io.EOF) {
+				log.Info("stdin closed")
+				err = nil
+			}
+			stop() // the client went away: shut the whole daemon down
+			errc <- err
+		}()
+	}
+	ready, _ := n.Ready()
+	log.Info("ready", "device_id", m.Device.ID, "capabilities", len(m.Capabilities), "state", stateDir,
+		"ready", ready, "policy", "none", "startup_ms", time.Since(start).Milliseconds(), "version", buildVersion())
+
+	var firstErr error
+	for range running {
+		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) && firstErr == nil {
+			firstErr = err
+			stop()
+		}
+	}
+	log.Info("stopping: in-flight actuations finish, then the ledger and audit close")
+	return firstErr
+}
+
+func defaultStateDir(deviceID string) string {
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "physd", deviceID)
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "physd", deviceID)
+	}
+	return filepath.Join(home, ".local", "state", "physd", deviceID)
+}

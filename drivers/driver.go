@@ -1,0 +1,101 @@
+// Package drivers defines how physd talks to hardware: a Bus per named bus in
+// the manifest (a simulated plant, an I2C bus, a Modbus endpoint), and a Point
+// per capability binding on that bus. Drivers know nothing about policy,
+// caching or MCP; the node owns those.
+//
+// Values cross this boundary normalised to one of four Go types: float64
+// (data_type float), int64 (int), bool (bool) and string (string, enum).
+package drivers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/physd/physd/manifest"
+)
+
+// Reading is one value observed at a point.
+type Reading struct {
+	Value any
+	At    time.Time
+}
+
+// Point is one capability's binding, opened on its bus.
+type Point interface {
+	// Read observes the current value. It must honour ctx's deadline.
+	Read(ctx context.Context) (Reading, error)
+	// Write commands v (already checked against the capability's data type
+	// and range by the node). It must honour ctx's deadline. Points of read
+	// capabilities return ErrReadOnly.
+	Write(ctx context.Context, v any) error
+}
+
+// Bus is an open connection to one named bus.
+type Bus interface {
+	// Point opens the binding of one capability on this bus; errors are
+	// configuration errors and should name the binding key at fault.
+	Point(c *manifest.Capability) (Point, error)
+	// Health is nil while the bus is usable; otherwise it says why not.
+	Health() error
+	Close() error
+}
+
+// Factory opens a bus from its manifest entry. b.Config holds the bus's own
+// keys, which the factory decodes strictly.
+type Factory func(ctx context.Context, b *manifest.Bus) (Bus, error)
+
+// Errors a point returns; wrap them with detail (fmt.Errorf("...: %w", ErrX)).
+var (
+	ErrOffline  = errors.New("device offline")
+	ErrTimeout  = errors.New("device timeout")
+	ErrReadOnly = errors.New("point is read-only")
+	ErrBadValue = errors.New("value rejected by device")
+)
+
+var (
+	mu        sync.RWMutex
+	factories = map[string]Factory{}
+)
+
+// Register makes a bus type available; drivers call it from init.
+func Register(busType string, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := factories[busType]; dup {
+		panic("drivers: Register called twice for " + busType)
+	}
+	factories[busType] = f
+}
+
+// Lookup returns the factory for a bus type.
+func Lookup(busType string) (Factory, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	f, ok := factories[busType]
+	return f, ok
+}
+
+// Types lists the registered bus types, sorted.
+func Types() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(factories))
+	for t := range factories {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open opens a bus by its manifest entry.
+func Open(ctx context.Context, b *manifest.Bus) (Bus, error) {
+	f, ok := Lookup(b.Type)
+	if !ok {
+		return nil, fmt.Errorf("bus %q: no driver for type %q (have %v)", b.Name, b.Type, Types())
+	}
+	return f(ctx, b)
+}

@@ -1,0 +1,246 @@
+// Package manifest turns a physmcp.manifest.yml (PhysMCP v0.1 §5.1, plus the
+// physd extensions documented in the README) into a typed, validated model.
+//
+// Parsing is strict: unknown keys, wrong types, duplicate names, missing
+// required keys and inconsistent ranges are all reported at once, each with
+// file:line:col and a hint that says how to fix it. A Manifest returned
+// without error is safe to build a node from.
+package manifest
+
+import (
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Capability kinds.
+const (
+	KindRead = "read"
+	KindDo   = "do"
+)
+
+// Data types accepted in capabilities[].data_type.
+const (
+	TypeFloat  = "float"
+	TypeInt    = "int"
+	TypeBool   = "bool"
+	TypeString = "string" // read only
+	TypeEnum   = "enum"   // do (and read, as a physd extension)
+)
+
+// Roles, lowest to highest (PhysMCP requires_permission enum).
+var Roles = []string{"none", "operator", "supervisor", "admin"}
+
+// Pos is a position in the source file, 1-based.
+type Pos struct {
+	File string `json:"-"`
+	Line int    `json:"-"`
+	Col  int    `json:"-"`
+}
+
+// Manifest is a validated physmcp.manifest.yml.
+type Manifest struct {
+	Path           string  `json:"-"`
+	PhysMCPVersion string  `json:"physmcp_version"`
+	Device         Device  `json:"device"`
+	Network        Network `json:"network"`
+	// Buses is the physd extension that names shared hardware (a simulated
+	// plant, an I2C bus, a Modbus endpoint) so capabilities can refer to it.
+	Buses        map[string]*Bus `json:"buses,omitempty"`
+	Capabilities []*Capability   `json:"capabilities"`
+	Audit        Audit           `json:"audit"`
+}
+
+// Device is the device: block.
+type Device struct {
+	ID               string   `json:"id"`
+	Type             string   `json:"type"`
+	Vendor           string   `json:"vendor,omitempty"`
+	Model            string   `json:"model,omitempty"`
+	FirmwareVersion  string   `json:"firmware_version,omitempty"`
+	HardwareRevision string   `json:"hardware_revision,omitempty"`
+	Location         Location `json:"location"`
+	// Certification is device.certification (optional, informational).
+	Certification *Certification `json:"certification,omitempty"`
+}
+
+// Certification is device.certification.
+type Certification struct {
+	PhysMCPCertified bool   `json:"physmcp_certified"`
+	CertID           string `json:"cert_id,omitempty"`
+	CertExpiry       string `json:"cert_expiry,omitempty"` // ISO date as written
+}
+
+// Location is device.location.
+type Location struct {
+	Zone        string       `json:"zone"`
+	Area        string       `json:"area,omitempty"`
+	Description string       `json:"description,omitempty"`
+	Coordinates *Coordinates `json:"coordinates,omitempty"`
+}
+
+// Coordinates is device.location.coordinates.
+type Coordinates struct {
+	X float64 `json:"x"`
+	Y float64 `json:"y"`
+	Z float64 `json:"z"`
+}
+
+// Network is the network: block.
+type Network struct {
+	Protocols []Protocol `json:"protocols"`
+	Mesh      Mesh       `json:"mesh"`
+}
+
+// Protocol is one network.protocols[] entry.
+type Protocol struct {
+	Type    string `json:"type"`              // ip | serial | lora | ble
+	Address string `json:"address,omitempty"` // transport specific
+	MCPPort int    `json:"mcp_port,omitempty"`
+	Role    string `json:"role,omitempty"` // native | proxy | lite
+}
+
+// Mesh is network.mesh. The mesh issue adds the memberlist fields; the
+// foundation only parses what PhysMCP defines.
+type Mesh struct {
+	Enabled             bool     `json:"enabled"`
+	SeedPeers           []string `json:"seed_peers,omitempty"`
+	MaxPeers            int      `json:"max_peers"`
+	HeartbeatIntervalMS int      `json:"heartbeat_interval_ms"`
+}
+
+// Bus is one entry of the buses: extension. Type selects the driver
+// (sim, i2c, gpio, modbus_tcp, modbus_rtu); Config holds the remaining keys,
+// which the driver decodes strictly itself.
+type Bus struct {
+	Name   string     `json:"name"`
+	Type   string     `json:"type"`
+	Config *yaml.Node `json:"-"`
+	Pos    Pos        `json:"-"`
+	// Field is the path used in error messages, "buses.<name>".
+	Field string `json:"-"`
+}
+
+// DecodeConfig strictly decodes the bus's own keys (Config) into out, a
+// pointer to a struct with yaml tags; see DecodeNode.
+func (b *Bus) DecodeConfig(out any) Errors {
+	return DecodeNode(b.Pos.File, b.Config, b.Field, out)
+}
+
+// Binding is capabilities[].binding: the PhysMCP address string and/or the
+// structured keys (physd extension). Params holds the structured keys other
+// than type, address and bus, for the driver to decode strictly.
+type Binding struct {
+	Type    string     `json:"type"`
+	Address string     `json:"address,omitempty"`
+	Bus     string     `json:"bus,omitempty"`
+	Params  *yaml.Node `json:"-"`
+	Pos     Pos        `json:"-"`
+	// Field is the path used in error messages, "capabilities[i].binding".
+	Field string `json:"-"`
+}
+
+// DecodeParams strictly decodes the binding's structured keys (Params) into
+// out, a pointer to a struct with yaml tags; see DecodeNode.
+func (b *Binding) DecodeParams(out any) Errors {
+	return DecodeNode(b.Pos.File, b.Params, b.Field, out)
+}
+
+// Range is capabilities[].range.
+type Range struct {
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
+
+// Contains reports whether v is within the closed range.
+func (r *Range) Contains(v float64) bool { return r == nil || (v >= r.Min && v <= r.Max) }
+
+// RateLimit is a parsed rate_limit string such as "6/hour".
+type RateLimit struct {
+	Count  int           `json:"count"`
+	Per    time.Duration `json:"-"`
+	Source string        `json:"source"` // as written
+}
+
+// Capability is one capabilities[] entry with defaults applied.
+type Capability struct {
+	Name         string   `json:"name"`
+	Kind         string   `json:"kind"`
+	Description  string   `json:"description"`
+	Binding      Binding  `json:"binding"`
+	DataType     string   `json:"data_type"`
+	Unit         string   `json:"unit,omitempty"`
+	Range        *Range   `json:"range,omitempty"`
+	EnumValues   []string `json:"enum_values,omitempty"`
+	Precision    float64  `json:"precision,omitempty"`
+	SampleRateHz float64  `json:"sample_rate_hz,omitempty"`
+	SemanticTags []string `json:"semantic_tags"`
+	// Zone is a physd extension: the zone this capability acts on or
+	// observes; it defaults to device.location.zone. A gateway often serves
+	// several zones, and can_do matches intent.location against it.
+	Zone               string     `json:"zone"`
+	SideEffects        []string   `json:"side_effects,omitempty"`
+	RateLimit          *RateLimit `json:"rate_limit,omitempty"`
+	RequiresPermission string     `json:"requires_permission"`
+	RequiresQuorum     bool       `json:"requires_quorum"`
+	QuorumSize         int        `json:"quorum_size,omitempty"`
+	CooldownMS         int        `json:"cooldown_ms,omitempty"`
+	TimeoutMS          int        `json:"timeout_ms"`
+	Cacheable          bool       `json:"cacheable"`
+	CacheTTLMS         int        `json:"cache_ttl_ms"`
+	// Extensions (physd):
+	// Compensable says whether a do_ can be undone by writing the previous
+	// value back (default true for float/int/enum/bool setpoints).
+	Compensable bool `json:"compensable"`
+	// SettleMS waits this long after a write before the verifying read-back.
+	SettleMS int `json:"settle_ms,omitempty"`
+	// Tolerance is the largest |read-back - written| accepted as verified;
+	// defaults to precision, or 1e-9.
+	Tolerance float64 `json:"tolerance,omitempty"`
+	// AdoptedFrom is PhysMCP's proxy-mode origin of the capability.
+	AdoptedFrom *AdoptedFrom `json:"adopted_from,omitempty"`
+	Pos         Pos          `json:"-"`
+}
+
+// AdoptedFrom is capabilities[].adopted_from (PhysMCP proxy mode).
+type AdoptedFrom struct {
+	SourceAddress  string `json:"source_address"`
+	SourceProtocol string `json:"source_protocol,omitempty"`
+}
+
+// ToolName is read_<name> or do_<name>.
+func (c *Capability) ToolName() string { return c.Kind + "_" + c.Name }
+
+// Timeout returns timeout_ms as a duration.
+func (c *Capability) Timeout() time.Duration { return time.Duration(c.TimeoutMS) * time.Millisecond }
+
+// CacheTTL returns cache_ttl_ms as a duration (0 when not cacheable).
+func (c *Capability) CacheTTL() time.Duration {
+	if !c.Cacheable {
+		return 0
+	}
+	return time.Duration(c.CacheTTLMS) * time.Millisecond
+}
+
+// Audit is the audit: block.
+type Audit struct {
+	Enabled       bool        `json:"enabled"`
+	RetentionDays int         `json:"retention_days"`
+	RemoteSink    *RemoteSink `json:"remote_sink,omitempty"`
+}
+
+// RemoteSink is audit.remote_sink.
+type RemoteSink struct {
+	Type    string `json:"type"` // mqtt | http | syslog
+	Address string `json:"address"`
+}
+
+// Capability returns the capability with the given bare name, or nil.
+func (m *Manifest) Capability(name string) *Capability {
+	for _, c := range m.Capabilities {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}

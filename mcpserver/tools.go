@@ -1,0 +1,293 @@
+// Package mcpserver exposes a node as MCP: one read_<cap> tool per
+// observation, one do_<cap> per actuation and a single can_do, with proMCP
+// output schemas, the manifest as a resource, and the transports (stateless
+// Streamable HTTP with physd's own Origin, Host, auth and size guards, and
+// stdio). It is wiring only: every decision is the node's.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+// Version is set by the build (cmd/physd).
+var Version = "dev"
+
+// Instructions teach an agent the proMCP orchestration pattern.
+const Instructions = `physd serves physical capabilities of one site (sensors and actuators) as proMCP tools.
+Work in four steps:
+1. PLAN: call can_do with an intent {semantic_tags, action, target, value, location}. Pick an allowed candidate with confidence >= 0.7 and note its valid_until. Confidence below 0.7, an empty candidate list, or permission requires_human_approval: ask a human instead of acting.
+2. OBSERVE: call the read_* tools in context.related_reads (in parallel). quality error: stop. quality degraded: ask a human. quality stale: act with caution.
+3. EXECUTE: before valid_until, call the do_* tool with a fresh idempotency_key (a new UUID per operation; reuse it only to retry that same operation). status failed means nothing was applied; read reason and permission.
+4. VERIFY: call the read_* tools again to see the effect. Heating and ventilation act over minutes; valves take seconds to travel.
+To undo a successful do_*, apply its compensation_hint (for example "do_heater_zone_a value=0").`
+
+var (
+	yes = true
+	no  = false
+)
+
+// toolSet builds the MCP tool definitions and handlers for a node.
+type toolSet struct {
+	n        *node.Node
+	stdioRole string
+}
+
+func (ts *toolSet) register(s *mcp.Server) {
+	m := ts.n.Manifest()
+	caps := append([]*manifest.Capability(nil), m.Capabilities...)
+	sort.Slice(caps, func(i, j int) bool { return caps[i].ToolName() < caps[j].ToolName() })
+	for _, c := range caps {
+		if c.Kind == manifest.KindRead {
+			s.AddTool(readTool(c), ts.handleRead(c.ToolName()))
+		} else {
+			s.AddTool(doTool(c), ts.handleDo(c.ToolName()))
+		}
+	}
+	s.AddTool(canDoTool(), ts.handleCanDo)
+}
+
+func describeRange(c *manifest.Capability) string {
+	var b strings.Builder
+	if c.Range != nil {
+		fmt.Fprintf(&b, " Range %s to %s", promcp.FormatValue(c.Range.Min), promcp.FormatValue(c.Range.Max))
+		if c.Unit != "" {
+			b.WriteString(" " + c.Unit)
+		}
+		b.WriteString(".")
+	} else if c.Unit != "" {
+		b.WriteString(" Unit: " + c.Unit + ".")
+	}
+	if len(c.EnumValues) > 0 {
+		b.WriteString(" One of: " + strings.Join(c.EnumValues, ", ") + ".")
+	}
+	return b.String()
+}
+
+func readTool(c *manifest.Capability) *mcp.Tool {
+	// proMCP D003 flags mutation words in read_ descriptions; the manifest
+	// text is the author's, ours stays neutral.
+	desc := c.Description + describeRange(c) +
+		" Returns {value, unit, timestamp, quality}; act only on quality good. Zone: " + c.Zone + "."
+	return &mcp.Tool{
+		Name:        c.ToolName(),
+		Title:       "Observe " + strings.ReplaceAll(c.Name, "_", " "),
+		Description: desc,
+		InputSchema: promcp.Schema{
+			"type": "object",
+			"properties": promcp.Schema{
+				"max_age_ms": promcp.Schema{"type": "integer", "minimum": 0, "maximum": 86400000,
+					"description": "Oldest cached value you accept, in ms; 0 asks the device now. Default: the capability's cache_ttl_ms."},
+			},
+			"additionalProperties": false,
+		},
+		OutputSchema: promcp.ReadOutputSchema(c.DataType, c.EnumValues),
+		Annotations: &mcp.ToolAnnotations{
+			Title: c.Name, ReadOnlyHint: true, DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no,
+		},
+	}
+}
+
+func doTool(c *manifest.Capability) *mcp.Tool {
+	val := promcp.ValueSchema(c.DataType, c.EnumValues, false)
+	if c.Range != nil {
+		val["minimum"], val["maximum"] = c.Range.Min, c.Range.Max
+	}
+	val["description"] = "The value to apply" + unitSuffix(c) + "."
+	var b strings.Builder
+	b.WriteString(c.Description)
+	b.WriteString(describeRange(c))
+	if len(c.SideEffects) > 0 {
+		b.WriteString(" Side effects: " + strings.Join(c.SideEffects, ", ") + ".")
+	}
+	b.WriteString(" Call can_do first; pass a new idempotency_key per operation (repeats within 24 h return the recorded result without actuating again).")
+	b.WriteString(" The device is read before and after the write: the response carries previous_value, applied_value and a compensation_hint.")
+	destructive := true
+	return &mcp.Tool{
+		Name:        c.ToolName(),
+		Title:       "Actuate " + strings.ReplaceAll(c.Name, "_", " "),
+		Description: b.String(),
+		InputSchema: promcp.Schema{
+			"type": "object",
+			"properties": promcp.Schema{
+				"value": val,
+				"idempotency_key": promcp.Schema{"type": "string", "minLength": 1, "maxLength": node.MaxKeyLen,
+					"description": "A new UUID for each operation; reuse it only when retrying that same operation."},
+			},
+			"required":             []any{"value", "idempotency_key"},
+			"additionalProperties": false,
+		},
+		OutputSchema: promcp.DoOutputSchema(c.DataType, c.EnumValues),
+		Annotations: &mcp.ToolAnnotations{
+			Title: c.Name, ReadOnlyHint: false, DestructiveHint: &destructive, IdempotentHint: true, OpenWorldHint: &no,
+		},
+	}
+}
+
+func unitSuffix(c *manifest.Capability) string {
+	if c.Unit == "" {
+		return ""
+	}
+	return " in " + c.Unit
+}
+
+func canDoTool() *mcp.Tool {
+	return &mcp.Tool{
+		Name:  "can_do",
+		Title: "Can this be done?",
+		Description: "Check whether an intent is feasible before acting, without side effects. " +
+			"Send {\"intent\": {\"semantic_tags\": [...], \"action\": \"increase\", \"target\": \"temperature\", \"location\": \"zone_a\", \"value\": 40}} " +
+			"(PhysMCP clients may send \"query\" with \"direction\"). Returns candidates (allowed, or requires_human_approval) ranked by confidence " +
+			"with valid_until, blocked capabilities with the reason, unroutable when nothing can produce the outcome, the related read_ tools " +
+			"and current observations. feasible is true only when an allowed candidate exists. Do not use it to read values; use read_* tools.",
+		InputSchema:  promcp.CanDoInputSchema(),
+		OutputSchema: promcp.CanDoOutputSchema(),
+		Annotations: &mcp.ToolAnnotations{
+			Title: "can_do", ReadOnlyHint: true, DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no,
+		},
+	}
+}
+
+// decodeArgs strictly decodes tool arguments: a JSON object, no unknown keys.
+func decodeArgs(raw json.RawMessage, out any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		raw = []byte("{}")
+	}
+	if raw[0] != '{' {
+		return &node.InputError{Field: "arguments", Msg: "must be a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return &node.InputError{Field: "arguments", Msg: cleanJSONError(err)}
+	}
+	return nil
+}
+
+func cleanJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("%s must be %s, got JSON %s", te.Field, jsonTypeName(te.Type.String()), te.Value)
+	}
+	msg := err.Error()
+	if strings.HasPrefix(msg, "json: unknown field ") {
+		return "unknown argument " + strings.TrimPrefix(msg, "json: unknown field ") + "; see the tool's inputSchema"
+	}
+	return strings.TrimPrefix(msg, "json: ")
+}
+
+func jsonTypeName(goType string) string {
+	switch {
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.Contains(goType, "Intent"), strings.HasPrefix(goType, "map"), strings.HasPrefix(goType, "*"):
+		return "an object"
+	}
+	return goType
+}
+
+// caller establishes who is calling from the transport.
+func (ts *toolSet) caller(req *mcp.CallToolRequest) node.Caller {
+	if req.Extra != nil && req.Extra.Header != nil {
+		c := node.Caller{ID: "anonymous", Role: "none", Transport: "http"}
+		if id, ok := callerFromHeader(req.Extra.Header); ok {
+			c.ID = id
+		}
+		return c
+	}
+	return node.Caller{ID: "stdio", Role: ts.stdioRole, Transport: "stdio"}
+}
+
+func toolError(err error) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+}
+
+// jsonResult returns structured content plus the same JSON as text (the
+// MCP backward-compatibility rule for outputSchema).
+func jsonResult(body []byte) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(body)}},
+		StructuredContent: json.RawMessage(body),
+	}
+}
+
+func (ts *toolSet) handleRead(tool string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct {
+			MaxAgeMS *int64 `json:"max_age_ms"`
+		}
+		if err := decodeArgs(req.Params.Arguments, &in); err != nil {
+			return toolError(err), nil
+		}
+		maxAge := time.Duration(-1)
+		if in.MaxAgeMS != nil {
+			if *in.MaxAgeMS < 0 {
+				return toolError(&node.InputError{Field: "max_age_ms", Msg: "must be ≥ 0"}), nil
+			}
+			maxAge = time.Duration(min(*in.MaxAgeMS, 86400000)) * time.Millisecond
+		}
+		o, err := ts.n.Read(ctx, tool, maxAge)
+		if err != nil {
+			return toolError(err), nil
+		}
+		body, err := json.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		return jsonResult(body), nil
+	}
+}
+
+func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct {
+			Value          json.RawMessage `json:"value"`
+			IdempotencyKey *string         `json:"idempotency_key"`
+		}
+		if err := decodeArgs(req.Params.Arguments, &in); err != nil {
+			return toolError(err), nil
+		}
+		key := ""
+		if in.IdempotencyKey != nil {
+			key = *in.IdempotencyKey
+		}
+		body, err := ts.n.Do(ctx, node.DoRequest{Tool: tool, Value: in.Value, IdempotencyKey: key, Caller: ts.caller(req)})
+		if err != nil {
+			return toolError(err), nil
+		}
+		return jsonResult(body), nil
+	}
+}
+
+func (ts *toolSet) handleCanDo(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var in promcp.CanDoRequest
+	if err := decodeArgs(req.Params.Arguments, &in); err != nil {
+		return toolError(err), nil
+	}
+	rep, err := ts.n.CanDo(ctx, in, ts.caller(req))
+	if err != nil {
+		return toolError(err), nil
+	}
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return nil, err
+	}
+	return jsonResult(body), nil
+}

@@ -1,0 +1,287 @@
+// Package promcp holds the proMCP v0.4 response contracts (with the PhysMCP
+// v0.1 fields physd keeps beside them), their enums, and the JSON Schemas that
+// become each MCP tool's outputSchema. It has no behaviour beyond small
+// helpers, so every other package can share one vocabulary.
+package promcp
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Versions physd implements.
+const (
+	PromcpBase     = "0.4.0"
+	PhysMCPVersion = "0.1"
+)
+
+// Quality of an observation (proMCP §6.1).
+type Quality string
+
+const (
+	QualityGood     Quality = "good"     // safe to act on
+	QualityStale    Quality = "stale"    // beyond cache TTL and no fresher data
+	QualityDegraded Quality = "degraded" // source works but outside normal parameters
+	QualityError    Quality = "error"    // no usable value: must not act
+)
+
+// Qualities lists every quality value, in schema order.
+var Qualities = []Quality{QualityGood, QualityStale, QualityDegraded, QualityError}
+
+// Status of an actuation (proMCP §6.2).
+type Status string
+
+const (
+	StatusSuccess Status = "success"
+	StatusPartial Status = "partial"
+	StatusFailed  Status = "failed" // nothing was committed
+)
+
+// Statuses lists every status value, in schema order.
+var Statuses = []Status{StatusSuccess, StatusPartial, StatusFailed}
+
+// Permission is the proMCP §12.1 permission enum.
+type Permission string
+
+const (
+	PermAllowed                Permission = "allowed"
+	PermRequiresHumanApproval  Permission = "requires_human_approval"
+	PermPolicyDenied           Permission = "policy_denied"
+	PermRateLimited            Permission = "rate_limited"
+	PermCooldownActive         Permission = "cooldown_active"
+	PermOutOfRange             Permission = "out_of_range"
+	PermPermissionInsufficient Permission = "permission_insufficient"
+	PermSourceUnreachable      Permission = "source_unreachable"
+	PermPartitionNoQuorum      Permission = "partition_no_quorum"
+)
+
+// Permissions lists the nine permission values, in schema order.
+var Permissions = []Permission{
+	PermAllowed, PermRequiresHumanApproval, PermPolicyDenied, PermRateLimited,
+	PermCooldownActive, PermOutOfRange, PermPermissionInsufficient,
+	PermSourceUnreachable, PermPartitionNoQuorum,
+}
+
+// Unroutable reasons (proMCP §6.3, v0.4).
+const (
+	UnroutableNoProducer        = "no_producer"
+	UnroutableRequirementsUnmet = "requirements_unmet"
+	UnroutableMalformedRequest  = "malformed_request"
+)
+
+// Observation is the read_* response.
+type Observation struct {
+	Value     any       `json:"value"`
+	Unit      string    `json:"unit"`
+	Timestamp time.Time `json:"timestamp"` // when the value was observed
+	Quality   Quality   `json:"quality"`
+	// physd extensions
+	Capability string `json:"capability"` // the read_ tool name
+	Source     string `json:"source"`     // device id of the owner
+	AgeMS      int64  `json:"age_ms"`     // how old the value was when served
+	Cached     bool   `json:"cached"`     // served from the cache, no device access
+	Reason     string `json:"reason,omitempty"`
+}
+
+// DoResult is the do_* response.
+type DoResult struct {
+	Status           Status    `json:"status"`
+	IdempotencyKey   string    `json:"idempotency_key"`
+	Compensable      bool      `json:"compensable"`
+	CompensationHint *string   `json:"compensation_hint"`
+	Timestamp        time.Time `json:"timestamp"`
+	AppliedValue     any       `json:"applied_value"`
+	PreviousValue    any       `json:"previous_value"`
+	SideEffects      []string  `json:"side_effects"`
+	// physd extensions
+	Capability     string     `json:"capability"`
+	Source         string     `json:"source"`
+	RequestedValue any        `json:"requested_value"`
+	Verified       bool       `json:"verified"` // read-back matched the write
+	Permission     Permission `json:"permission"`
+	Reason         string     `json:"reason,omitempty"`
+	Details        string     `json:"details,omitempty"` // machine-parseable "k=v; k=v"
+	Policy         PolicyNote `json:"policy"`
+	Gate           *GateNote  `json:"gate,omitempty"`
+	Audit          *AuditNote `json:"audit,omitempty"`
+}
+
+// PolicyNote says which policy decided the call.
+type PolicyNote struct {
+	Configured bool   `json:"configured"`
+	Decision   string `json:"decision"` // allowed, denied, clamped, warned, not_evaluated
+	Note       string `json:"note,omitempty"`
+}
+
+// GateNote is the phocinae gate decision, filled by the safety layer.
+type GateNote struct {
+	Decision    string `json:"decision"` // allow | ask | deny
+	Layer       string `json:"layer"`
+	Reason      string `json:"reason"`
+	Engine      string `json:"engine,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// AuditNote tells the caller where the record went.
+type AuditNote struct {
+	Seq uint64 `json:"seq"`
+}
+
+// Intent is the proMCP can_do intent; PhysMCP's query maps onto it
+// (direction → action).
+type Intent struct {
+	SemanticTags []string `json:"semantic_tags"`
+	Action       string   `json:"action,omitempty"`
+	Direction    string   `json:"direction,omitempty"`
+	Target       string   `json:"target,omitempty"`
+	Value        any      `json:"value,omitempty"`
+	Location     string   `json:"location,omitempty"`
+}
+
+// Actions accepted in intent.action.
+var Actions = []string{"read", "create", "update", "delete", "toggle", "increase", "decrease", "set"}
+
+// CanDoRequest is the can_do input: proMCP intent, or PhysMCP query.
+type CanDoRequest struct {
+	Intent *Intent  `json:"intent,omitempty"`
+	Query  *Intent  `json:"query,omitempty"`
+	Scope  []string `json:"scope,omitempty"`
+	TTL    *int     `json:"ttl,omitempty"`
+}
+
+// CapabilityReport is the can_do response.
+type CapabilityReport struct {
+	QueryID    string         `json:"query_id"`
+	Feasible   bool           `json:"feasible"`
+	Candidates []Candidate    `json:"candidates"`
+	Blocked    []Blocked      `json:"blocked"`
+	Unroutable []Unroutable   `json:"unroutable"`
+	Context    ReportContext  `json:"context"`
+	Metadata   ReportMetadata `json:"metadata"`
+}
+
+// Candidate is a capability that can serve the intent.
+type Candidate struct {
+	Capability         string       `json:"capability"`
+	Source             string       `json:"source"`
+	DeviceID           string       `json:"device_id"`
+	Confidence         float64      `json:"confidence"`
+	Permission         Permission   `json:"permission"`
+	ValidUntil         time.Time    `json:"valid_until"`
+	MatchReasons       []string     `json:"match_reasons"`
+	Kind               string       `json:"kind"`
+	Zone               string       `json:"zone"`
+	CurrentState       *State       `json:"current_state,omitempty"`
+	Constraints        *Constraints `json:"constraints,omitempty"`
+	SideEffects        []string     `json:"side_effects,omitempty"`
+	EstimatedLatencyMS int          `json:"estimated_latency_ms"`
+	Reason             string       `json:"reason,omitempty"`
+}
+
+// Blocked is a matching capability that cannot be used now.
+type Blocked struct {
+	Capability   string     `json:"capability"`
+	Source       string     `json:"source"`
+	DeviceID     string     `json:"device_id"`
+	Permission   Permission `json:"permission"`
+	Reason       string     `json:"reason"`         // human readable
+	Code         string     `json:"code,omitempty"` // PhysMCP short code, e.g. device_offline
+	Details      *string    `json:"details"`        // machine-parseable "k=v; k=v" or null
+	Confidence   float64    `json:"confidence"`
+	MatchReasons []string   `json:"match_reasons"`
+}
+
+// Unroutable explains that nothing can produce the outcome.
+type Unroutable struct {
+	Outcome             string   `json:"outcome"`
+	Reason              string   `json:"reason"`
+	Detail              string   `json:"detail"`
+	ProducersFound      []string `json:"producers_found,omitempty"`
+	MissingRequirements []string `json:"missing_requirements,omitempty"`
+}
+
+// State is a candidate's current_state and a context observation.
+type State struct {
+	Value     any       `json:"value"`
+	Unit      string    `json:"unit"`
+	Timestamp time.Time `json:"timestamp"`
+	Quality   Quality   `json:"quality"`
+	Source    string    `json:"source,omitempty"`
+}
+
+// Constraints tell the caller what values a do_ accepts.
+type Constraints struct {
+	Min        *float64 `json:"min,omitempty"`
+	Max        *float64 `json:"max,omitempty"`
+	Unit       string   `json:"unit,omitempty"`
+	DataType   string   `json:"data_type"`
+	EnumValues []string `json:"enum_values,omitempty"`
+}
+
+// ReportContext is can_do context.
+type ReportContext struct {
+	Location            string           `json:"location,omitempty"`
+	ImpliedTarget       string           `json:"implied_target,omitempty"`
+	RelatedReads        []string         `json:"related_reads"`
+	CurrentObservations map[string]State `json:"current_observations"`
+}
+
+// ReportMetadata is can_do metadata (proMCP + PhysMCP §12).
+type ReportMetadata struct {
+	Timestamp            time.Time `json:"timestamp"`
+	TotalLatencyMS       float64   `json:"total_latency_ms"`
+	CoordinatorNode      string    `json:"coordinator_node"`
+	PeersConsulted       int       `json:"peers_consulted"`
+	ResponsesReceived    int       `json:"responses_received"`
+	ResponsesDroppedLate int       `json:"responses_dropped_late"`
+	MeshSizeEstimate     int       `json:"mesh_size_estimate"`
+	PartitionState       string    `json:"partition_state"`
+	CapabilitiesScanned  int       `json:"capabilities_scanned"`
+}
+
+// DeriveFeasible sets Feasible from the candidates (proMCP AP-10: derived,
+// never asserted) and clears Unroutable when feasible.
+func (r *CapabilityReport) DeriveFeasible() {
+	r.Feasible = false
+	for _, c := range r.Candidates {
+		if c.Permission == PermAllowed {
+			r.Feasible = true
+			break
+		}
+	}
+	if r.Feasible {
+		r.Unroutable = []Unroutable{}
+	}
+}
+
+// CompensationHint renders the proMCP §10.2 machine-parseable hint
+// "do_<cap> value=<previous>".
+func CompensationHint(tool string, previous any) string {
+	return tool + " value=" + FormatValue(previous)
+}
+
+// FormatValue renders a value compactly for hints, canonical strings and
+// details: shortest float form, no exponent for ordinary magnitudes.
+func FormatValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case float64:
+		if math.Trunc(x) == x && math.Abs(x) < 1e15 {
+			return strconv.FormatInt(int64(x), 10)
+		}
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case int:
+		return strconv.Itoa(x)
+	case bool:
+		return strconv.FormatBool(x)
+	case string:
+		return x
+	default:
+		return fmt.Sprint(x)
+	}
+}
