@@ -34,6 +34,14 @@ type Point interface {
 	Write(ctx context.Context, v any) error
 }
 
+// PointHealth is implemented by points whose device can be marked down
+// independently of the bus (a Modbus unit after N consecutive failures).
+// While Health returns an error, the node serves the last good value as
+// quality degraded, or error when there is none.
+type PointHealth interface {
+	Health() error
+}
+
 // Bus is an open connection to one named bus.
 type Bus interface {
 	// Point opens the binding of one capability on this bus; errors are

@@ -264,3 +264,24 @@ func checkOffline(t *testing.T, s session) {
 		t.Errorf("offline vent got %d writes", w)
 	}
 }
+
+func TestManifestResource(t *testing.T) {
+	d := startHTTP(t, daemonOpts{})
+	cs := connectHTTP(t, d, "2026-07-28")
+	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://manifest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		PromcpBase     string `json:"promcp_base"`
+		PhysMCPVersion string `json:"physmcp_version"`
+		Device         struct{ ID string }
+		Capabilities   []struct{ Name string }
+	}
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.PromcpBase != "0.4.0" || m.PhysMCPVersion != "0.1" || m.Device.ID != "gw_greenhouse_001" || len(m.Capabilities) != 13 {
+		t.Errorf("manifest resource: %+v", m)
+	}
+}

@@ -256,3 +256,13 @@ func (d *daemon) fault(t *testing.T, point, mode string) {
 		t.Fatalf("fault %s %s: %d %s", point, mode, resp.StatusCode, b)
 	}
 }
+
+func postJSON(t *testing.T, url, body string) int {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}

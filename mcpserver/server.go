@@ -16,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/node"
-	"github.com/physd/physd/promcp"
 )
 
 // Options configure the MCP surface.
@@ -85,10 +84,7 @@ func New(n *node.Node, opts Options) *Server {
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
 func (s *Server) readManifest(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	body, err := json.MarshalIndent(struct {
-		PromcpBase string `json:"promcp_base"`
-		*manifestView
-	}{promcp.PromcpBase, &manifestView{s.n.Manifest()}}, "", "  ")
+	body, err := manifestJSON(s.n.Manifest())
 	if err != nil {
 		return nil, err
 	}

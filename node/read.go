@@ -100,6 +100,15 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	return s, nil
 }
 
+// markedDown reports whether the driver has marked this capability's
+// device (or its whole bus) down.
+func (cs *capState) markedDown() bool {
+	if ph, ok := cs.point.(drivers.PointHealth); ok && ph.Health() != nil {
+		return true
+	}
+	return cs.bus != nil && cs.bus.Health() != nil
+}
+
 func (cs *capState) noteLatency(d time.Duration) {
 	us := d.Microseconds()
 	old := cs.latencyUS.Load()
@@ -132,7 +141,7 @@ func (n *Node) observation(cs *capState, s *sample, cached bool, readErr error) 
 		o.Value, o.Timestamp = s.value, s.at
 		o.Quality = promcp.QualityStale
 		o.Reason = "device read failed, serving the last good value: " + readErr.Error()
-		if cs.bus != nil && cs.bus.Health() != nil {
+		if cs.markedDown() {
 			o.Quality = promcp.QualityDegraded
 			o.Reason = "device is marked down, serving the last good value: " + readErr.Error()
 		}
