@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -542,25 +543,41 @@ func (p *parser) valueRange(n *yaml.Node, path string) *Range {
 	return &Range{Min: lo, Max: hi}
 }
 
-// rateLimit parses "N/unit".
+// rateLimit parses "N/unit" at a node.
 func (p *parser) rateLimit(n *yaml.Node, path, s string) *RateLimit {
+	r, err := ParseRate(s, "rate_limit")
+	if err != nil {
+		var re *rateError
+		if errors.As(err, &re) {
+			p.add(n, path, re.fix, "%s", re.msg)
+		}
+		return nil
+	}
+	return r
+}
+
+type rateError struct{ msg, fix string }
+
+func (e *rateError) Error() string { return e.msg + "; fix: " + e.fix }
+
+// ParseRate parses a PhysMCP rate string "N/unit" (unit sec, second, s,
+// min, minute, m, hour, h, day, d), as used by rate_limit in the manifest
+// and by rate rules in the policy; what names the field in messages.
+func ParseRate(s, what string) (*RateLimit, error) {
 	units := "sec, second, s, min, minute, m, hour, h, day, d"
 	mm := reRate.FindStringSubmatch(s)
 	if mm == nil {
-		p.add(n, path, `write count/unit, e.g. "6/hour"; units: `+units, "invalid rate_limit %s", quoteShort(s))
-		return nil
+		return nil, &rateError{fmt.Sprintf("invalid %s %s", what, quoteShort(s)), `write count/unit, e.g. "6/hour"; units: ` + units}
 	}
 	count, err := strconv.Atoi(mm[1])
 	if err != nil || count < 1 || count > math.MaxInt32 {
-		p.add(n, path, `use a count of at least 1, e.g. "1/min"`, "rate_limit count %s is out of range", quoteShort(mm[1]))
-		return nil
+		return nil, &rateError{fmt.Sprintf("%s count %s is out of range", what, quoteShort(mm[1])), `use a count of at least 1, e.g. "1/min"`}
 	}
 	per, ok := rateUnits[mm[2]]
 	if !ok {
-		p.add(n, path, oneOf(mm[2], strings.Split(units, ", ")), "invalid rate_limit unit %s", quoteShort(mm[2]))
-		return nil
+		return nil, &rateError{fmt.Sprintf("invalid %s unit %s", what, quoteShort(mm[2])), oneOf(mm[2], strings.Split(units, ", "))}
 	}
-	return &RateLimit{Count: count, Per: per, Source: s}
+	return &RateLimit{Count: count, Per: per, Source: s}, nil
 }
 
 func (p *parser) audit(o *obj) Audit {

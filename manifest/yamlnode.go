@@ -466,3 +466,17 @@ func (p *parser) scalarBool(n *yaml.Node, field string) (bool, bool) {
 	}
 	return v, true
 }
+
+// ParseDocument reads one YAML document with the same protections as the
+// manifest (size limit, alias-bomb and depth checks, anchors expanded,
+// positions kept) and returns its root node, for other physd files such as
+// physmcp.policy.yml that decode it with DecodeNode. (Its empty-file message
+// speaks of "the manifest"; callers may reword it.)
+func ParseDocument(file string, data []byte) (*yaml.Node, Errors) {
+	p := &parser{file: file}
+	root := p.document(data)
+	if len(p.errs) > 0 {
+		return nil, p.errs.sorted()
+	}
+	return root, nil
+}

@@ -15,7 +15,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/gate"
 	"github.com/physd/physd/node"
+	"github.com/physd/physd/safety"
 )
 
 // Options configure the MCP surface.
@@ -31,6 +34,12 @@ type Options struct {
 	// ExtraRoutes are mounted as given (pattern → handler), e.g. the
 	// simulator's development controls under /sim/.
 	ExtraRoutes map[string]http.Handler
+	// Safety is the policy and gate in force (nil: no policy). With it come
+	// approval rounds, bearer identities and the emergency override route.
+	Safety    *safety.Guard
+	Approvals *gate.Approvals
+	// Audit records emergency overrides.
+	Audit *audit.Log
 }
 
 // Server is the MCP face of one node.
@@ -69,9 +78,13 @@ func New(n *node.Node, opts Options) *Server {
 				c.TTLMs, c.CacheScope = 60_000, "public"
 			},
 		})
-	ts := &toolSet{n: n, stdioRole: opts.StdioRole}
-	ts.register(s)
 	srv := &Server{n: n, mcp: s, opts: opts, log: opts.Logger}
+	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate}
+	if opts.Safety != nil {
+		ts.approvals = opts.Approvals
+	}
+	ts.register(s)
+	srv.addPolicyResources()
 	s.AddResource(&mcp.Resource{
 		URI: ManifestURI, Name: "manifest", Title: "PhysMCP device manifest",
 		Description: "The physmcp.manifest.yml this node serves, as JSON, with promcp_base and physmcp_version.",
@@ -137,7 +150,10 @@ func (s *Server) Handler() http.Handler {
 		http.Error(w, "Forbidden: cross-origin request (Origin "+r.Header.Get("Origin")+")", http.StatusForbidden)
 	}))
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.requireOrigin(cop.Handler(s.requireToken(mcpHandler))))
+	mux.Handle("/mcp", s.requireOrigin(cop.Handler(s.requireAuth(mcpHandler))))
+	if s.opts.Safety != nil {
+		mux.Handle("/emergency/override", s.requireOrigin(cop.Handler(http.HandlerFunc(s.serveOverride))))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "device_id": s.n.DeviceID(), "version": Version})
 	})
@@ -172,32 +188,47 @@ func (s *Server) requireOrigin(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) requireToken(next http.Handler) http.Handler {
-	if s.opts.AuthToken == "" {
-		return next
+// authenticate maps an HTTP request's bearer credential to a caller: the
+// transport token (--auth-token-file) is an anonymous caller with role
+// none; a policy identity (hashed token or JWT) carries its role; no
+// credential is anonymous, allowed only when no transport token is set.
+func (s *Server) authenticate(h http.Header) (node.Caller, error) {
+	c := node.Caller{ID: "anonymous", Role: "none", Transport: "http"}
+	bearer, has := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !has || bearer == "" {
+		if s.opts.AuthToken != "" {
+			return c, errors.New("send Authorization: Bearer <token>")
+		}
+		return c, nil
 	}
-	want := sha256.Sum256([]byte(s.opts.AuthToken))
+	if s.opts.AuthToken != "" {
+		want := sha256.Sum256([]byte(s.opts.AuthToken))
+		got := sha256.Sum256([]byte(bearer))
+		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+			c.ID = "transport-token"
+			return c, nil
+		}
+	}
+	if s.opts.Safety != nil && s.opts.Safety.Policy().Identity.Configured() {
+		p, err := s.opts.Safety.Policy().Identity.Authenticate(bearer)
+		if err != nil {
+			return c, err
+		}
+		return node.Caller{ID: p.ID, Role: p.Role, Transport: "http"}, nil
+	}
+	return c, errors.New("the bearer token is not accepted here")
+}
+
+// requireAuth refuses a request whose credential does not authenticate.
+func (s *Server) requireAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		if _, err := s.authenticate(r.Header); err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="physd"`)
-			http.Error(w, "Unauthorized: send Authorization: Bearer <token>", http.StatusUnauthorized)
+			http.Error(w, "Unauthorized: "+err.Error(), http.StatusUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// callerFromHeader names an HTTP caller by a short, non-reversible digest of
-// its bearer token (never the token itself, which would land in the audit).
-func callerFromHeader(h http.Header) (string, bool) {
-	tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
-		return "", false
-	}
-	sum := sha256.Sum256([]byte(tok))
-	return fmt.Sprintf("token:%x", sum[:6]), true
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

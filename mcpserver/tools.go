@@ -11,12 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
@@ -41,8 +43,21 @@ var (
 
 // toolSet builds the MCP tool definitions and handlers for a node.
 type toolSet struct {
-	n        *node.Node
+	n         *node.Node
 	stdioRole string
+	approvals *gate.Approvals // nil: no approval rounds (no policy)
+	authn     func(h http.Header) (node.Caller, error)
+}
+
+// raw pre-serialises a schema. The SDK re-marshals every tool's input
+// schema on each HTTP request (to look for x-mcp-header annotations); a
+// json.RawMessage makes that a copy instead of a sorted map encoding.
+func raw(s promcp.Schema) json.RawMessage {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // the schemas are static Go values
+	}
+	return b
 }
 
 func (ts *toolSet) register(s *mcp.Server) {
@@ -85,15 +100,15 @@ func readTool(c *manifest.Capability) *mcp.Tool {
 		Name:        c.ToolName(),
 		Title:       "Observe " + strings.ReplaceAll(c.Name, "_", " "),
 		Description: desc,
-		InputSchema: promcp.Schema{
+		InputSchema: raw(promcp.Schema{
 			"type": "object",
 			"properties": promcp.Schema{
 				"max_age_ms": promcp.Schema{"type": "integer", "minimum": 0, "maximum": 86400000,
 					"description": "Oldest cached value you accept, in ms; 0 asks the device now. Default: the capability's cache_ttl_ms."},
 			},
 			"additionalProperties": false,
-		},
-		OutputSchema: promcp.ReadOutputSchema(c.DataType, c.EnumValues),
+		}),
+		OutputSchema: raw(promcp.ReadOutputSchema(c.DataType, c.EnumValues)),
 		Annotations: &mcp.ToolAnnotations{
 			Title: c.Name, ReadOnlyHint: true, DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no,
 		},
@@ -119,7 +134,7 @@ func doTool(c *manifest.Capability) *mcp.Tool {
 		Name:        c.ToolName(),
 		Title:       "Actuate " + strings.ReplaceAll(c.Name, "_", " "),
 		Description: b.String(),
-		InputSchema: promcp.Schema{
+		InputSchema: raw(promcp.Schema{
 			"type": "object",
 			"properties": promcp.Schema{
 				"value": val,
@@ -128,8 +143,8 @@ func doTool(c *manifest.Capability) *mcp.Tool {
 			},
 			"required":             []any{"value", "idempotency_key"},
 			"additionalProperties": false,
-		},
-		OutputSchema: promcp.DoOutputSchema(c.DataType, c.EnumValues),
+		}),
+		OutputSchema: raw(promcp.DoOutputSchema(c.DataType, c.EnumValues)),
 		Annotations: &mcp.ToolAnnotations{
 			Title: c.Name, ReadOnlyHint: false, DestructiveHint: &destructive, IdempotentHint: true, OpenWorldHint: &no,
 		},
@@ -152,8 +167,8 @@ func canDoTool() *mcp.Tool {
 			"(PhysMCP clients may send \"query\" with \"direction\"). Returns candidates (allowed, or requires_human_approval) ranked by confidence " +
 			"with valid_until, blocked capabilities with the reason, unroutable when nothing can produce the outcome, the related read_ tools " +
 			"and current observations. feasible is true only when an allowed candidate exists. Do not use it to read values; use read_* tools.",
-		InputSchema:  promcp.CanDoInputSchema(),
-		OutputSchema: promcp.CanDoOutputSchema(),
+		InputSchema:  raw(promcp.CanDoInputSchema()),
+		OutputSchema: raw(promcp.CanDoOutputSchema()),
 		Annotations: &mcp.ToolAnnotations{
 			Title: "can_do", ReadOnlyHint: true, DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no,
 		},
@@ -203,16 +218,14 @@ func jsonTypeName(goType string) string {
 	return goType
 }
 
-// caller establishes who is calling from the transport.
-func (ts *toolSet) caller(req *mcp.CallToolRequest) node.Caller {
+// caller establishes who is calling from the transport. HTTP requests
+// were authenticated by the middleware already; an error here can only be
+// a credential that changed in between, and is refused.
+func (ts *toolSet) caller(req *mcp.CallToolRequest) (node.Caller, error) {
 	if req.Extra != nil && req.Extra.Header != nil {
-		c := node.Caller{ID: "anonymous", Role: "none", Transport: "http"}
-		if id, ok := callerFromHeader(req.Extra.Header); ok {
-			c.ID = id
-		}
-		return c
+		return ts.authn(req.Extra.Header)
 	}
-	return node.Caller{ID: "stdio", Role: ts.stdioRole, Transport: "stdio"}
+	return node.Caller{ID: "stdio", Role: ts.stdioRole, Transport: "stdio"}, nil
 }
 
 func toolError(err error) *mcp.CallToolResult {
@@ -268,12 +281,36 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 		if in.IdempotencyKey != nil {
 			key = *in.IdempotencyKey
 		}
-		body, err := ts.n.Do(ctx, node.DoRequest{Tool: tool, Value: in.Value, IdempotencyKey: key, Caller: ts.caller(req)})
+		caller, err := ts.caller(req)
 		if err != nil {
 			return toolError(err), nil
 		}
-		return jsonResult(body), nil
+		dr := node.DoRequest{Tool: tool, Value: in.Value, IdempotencyKey: key, Caller: caller}
+		if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
+			if ts.approvals == nil {
+				return toolError(errors.New("requestState: this server started no approval round")), nil
+			}
+			return ts.handleApprovalRetry(ctx, req, dr)
+		}
+		return ts.runDo(ctx, req, dr, "")
 	}
+}
+
+// runDo runs the do pipeline; a call that needs approval becomes an
+// approval round when the client can elicit, else the proMCP refusal.
+func (ts *toolSet) runDo(ctx context.Context, req *mcp.CallToolRequest, dr node.DoRequest, note string) (*mcp.CallToolResult, error) {
+	body, err := ts.n.Do(ctx, dr)
+	var ar *node.ApprovalRequired
+	if errors.As(err, &ar) {
+		if ts.approvals != nil && canElicit(req) {
+			return ts.approvalRound(ar, dr.Caller, note)
+		}
+		return jsonResult(ar.Body), nil
+	}
+	if err != nil {
+		return toolError(err), nil
+	}
+	return jsonResult(body), nil
 }
 
 func (ts *toolSet) handleCanDo(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -281,7 +318,11 @@ func (ts *toolSet) handleCanDo(ctx context.Context, req *mcp.CallToolRequest) (*
 	if err := decodeArgs(req.Params.Arguments, &in); err != nil {
 		return toolError(err), nil
 	}
-	rep, err := ts.n.CanDo(ctx, in, ts.caller(req))
+	caller, err := ts.caller(req)
+	if err != nil {
+		return toolError(err), nil
+	}
+	rep, err := ts.n.CanDo(ctx, in, caller)
 	if err != nil {
 		return toolError(err), nil
 	}

@@ -241,7 +241,7 @@ func (n *Node) relatedReads(matched []match) []*capState {
 		if m.cs.cap.Kind != manifest.KindDo {
 			continue
 		}
-		vocab := vocabulary(m.cs.cap)
+		vocab := m.cs.vocab
 		for _, cs := range n.caps {
 			if cs.cap.Kind != manifest.KindRead || cs.cap.Zone != m.cs.cap.Zone || seen[cs] {
 				continue

@@ -27,7 +27,24 @@ type DoRequest struct {
 	Value          json.RawMessage // decoded per the capability's data_type
 	IdempotencyKey string
 	Caller         Caller
+	// Approved: a human confirmed this call (see Action.Approved).
+	Approved bool
 }
+
+// ApprovalRequired is returned by Do when the call needs a human's
+// approval. Nothing was actuated. The MCP layer either runs an approval
+// round with the client (elicitation) or, for a client that cannot elicit,
+// returns Body: the proMCP refusal with permission requires_human_approval.
+type ApprovalRequired struct {
+	Body        []byte
+	Tool        string
+	Value       any
+	Reason      string
+	SideEffects []string
+	Gate        *promcp.GateNote
+}
+
+func (e *ApprovalRequired) Error() string { return "human approval required: " + e.Reason }
 
 // ErrShuttingDown refuses new actuations once shutdown has begun.
 var ErrShuttingDown = errors.New("physd is shutting down: no new actuations are accepted")
@@ -87,10 +104,27 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 		RequestedValue: value,
 	}
 
+	// The manifest range is the device's physical limit: a value outside
+	// it is refused before any policy could clamp it into range.
+	if !inRange(cs.cap, value) {
+		return n.refuse(res, req.Caller, promcp.PermOutOfRange,
+			fmt.Sprintf("%s accepts %s %s; %s is outside it. Nothing was actuated: send a value within the range",
+				cs.tool, rangeText(cs.cap), cs.cap.Unit, promcp.FormatValue(value)),
+			rangeDetails(cs.cap, value))
+	}
+
 	// 3–4. policy and gate
 	v := n.guard.Evaluate(ctx, Action{Capability: cs.cap, Tool: cs.tool, Value: value,
-		IdempotencyKey: req.IdempotencyKey, Caller: req.Caller, Now: now}, false)
+		IdempotencyKey: req.IdempotencyKey, Caller: req.Caller, Now: now, Approved: req.Approved}, false)
 	res.Policy, res.Gate, res.Permission = v.Policy, v.Gate, v.Permission
+	if v.Permission == promcp.PermRequiresHumanApproval {
+		body, err := n.refuseAs("do_approval_required", res, req.Caller, v.Permission, v.Reason+
+			". Nothing was actuated. A client that supports elicitation is asked to confirm; otherwise a person with the required role must approve and run it", v.Details)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &ApprovalRequired{Body: body, Tool: cs.tool, Value: value, Reason: v.Reason, SideEffects: cs.cap.SideEffects, Gate: v.Gate}
+	}
 	if v.Permission != promcp.PermAllowed {
 		return n.refuse(res, req.Caller, v.Permission, v.Reason, v.Details)
 	}
@@ -98,16 +132,10 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 		res.Reason = v.Reason
 	}
 	value = v.Value
-	// The manifest range is the device's physical limit: it holds whatever
-	// the guard decided.
-	if err := checkValueType(cs.cap, value); err != nil {
-		return nil, fmt.Errorf("guard produced an invalid value: %w", err)
-	}
-	if !inRange(cs.cap, value) {
-		return n.refuse(res, req.Caller, promcp.PermOutOfRange,
-			fmt.Sprintf("%s accepts %s %s; %s is outside it. Nothing was actuated: send a value within the range",
-				cs.tool, rangeText(cs.cap), cs.cap.Unit, promcp.FormatValue(value)),
-			fmt.Sprintf("min=%s; max=%s; requested=%s", promcp.FormatValue(cs.cap.Range.Min), promcp.FormatValue(cs.cap.Range.Max), promcp.FormatValue(value)))
+	// Whatever the guard decided, the value stays a valid one for the
+	// device (a guard bug must not reach hardware).
+	if err := checkValueType(cs.cap, value); err != nil || !inRange(cs.cap, value) {
+		return nil, fmt.Errorf("guard produced an invalid value %v for %s", value, cs.tool)
 	}
 	if cs.point == nil {
 		return n.refuse(res, req.Caller, promcp.PermSourceUnreachable,
@@ -176,11 +204,15 @@ func (n *Node) commit(res promcp.DoResult, caller Caller) ([]byte, error) {
 // permission and reason. It is audited but not ledgered, so the same key
 // may be retried once the cause is gone.
 func (n *Node) refuse(res promcp.DoResult, caller Caller, perm promcp.Permission, reason, details string) ([]byte, error) {
+	return n.refuseAs("do_refused", res, caller, perm, reason, details)
+}
+
+func (n *Node) refuseAs(event string, res promcp.DoResult, caller Caller, perm promcp.Permission, reason, details string) ([]byte, error) {
 	res.Status, res.Permission = promcp.StatusFailed, perm
 	res.Reason, res.Details = reason, details
 	res.AppliedValue, res.Compensable, res.CompensationHint = nil, false, nil
 	seq, err := n.audit.Append(&audit.Record{
-		Event: "do_refused", Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID,
+		Event: event, Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID,
 		Status: string(res.Status), Permission: string(perm), Requested: res.RequestedValue, Reason: reason,
 	})
 	if err != nil {
@@ -337,6 +369,15 @@ func argsHash(tool string, v any) string {
 	return hex.EncodeToString(h[:])
 }
 
+// DecodeValueFor decodes a do_ value for a tool (see DecodeValue).
+func (n *Node) DecodeValueFor(tool string, raw json.RawMessage) (any, error) {
+	cs, err := n.capability(tool)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeValue(cs.cap, raw)
+}
+
 // maxExactInt is the largest integer a JSON number carries exactly.
 const maxExactInt = 1 << 53
 
@@ -437,3 +478,37 @@ func truncate(s string) string {
 }
 
 func jsonRaw(v any) (json.RawMessage, error) { return json.Marshal(v) }
+
+// Declined answers a call whose approval round a human declined or
+// cancelled: status failed, permission requires_human_approval, audited,
+// nothing actuated, the key not recorded (a later approved call may use it).
+func (n *Node) Declined(req DoRequest, action string) ([]byte, error) {
+	cs, err := n.capability(req.Tool)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKey(req.IdempotencyKey); err != nil {
+		return nil, err
+	}
+	value, err := DecodeValue(cs.cap, req.Value)
+	if err != nil {
+		return nil, err
+	}
+	res := promcp.DoResult{
+		IdempotencyKey: req.IdempotencyKey, Timestamp: time.Now().UTC(), SideEffects: []string{},
+		Capability: cs.tool, Source: n.DeviceID(), RequestedValue: value,
+		Policy: promcp.PolicyNote{Configured: n.PolicyConfigured(), Decision: "approval_" + action},
+	}
+	return n.refuseAs("do_declined", res, req.Caller, promcp.PermRequiresHumanApproval,
+		"the approval request was "+pastTense(action)+" by the human asked to confirm; nothing was actuated", "approval="+action)
+}
+
+func pastTense(action string) string {
+	switch action {
+	case "decline":
+		return "declined"
+	case "cancel":
+		return "cancelled"
+	}
+	return action
+}

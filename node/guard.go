@@ -23,6 +23,10 @@ type Action struct {
 	IdempotencyKey string
 	Caller         Caller
 	Now            time.Time
+	// Approved is set when a human confirmed this exact call through an
+	// approval round (verified by the MCP layer): it can turn
+	// requires_human_approval into allowed, never a refusal.
+	Approved bool
 }
 
 // Verdict is the guard's decision.

@@ -67,7 +67,7 @@ var doActions = map[string]bool{"set": true, "update": true, "increase": true, "
 func (n *Node) matchOne(cs *capState, in *promcp.Intent, tags []string) match {
 	c := cs.cap
 	m := match{cs: cs}
-	vocab := vocabulary(c)
+	vocab := cs.vocab
 	var hit []string
 	for _, t := range tags {
 		if vocab[stem(t)] {

@@ -108,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	var bindErrs []error
 	for _, c := range n.m.Capabilities {
-		cs := &capState{cap: c, tool: c.ToolName()}
+		cs := &capState{cap: c, tool: c.ToolName(), vocab: vocabulary(c)}
 		switch bus, ok := n.buses[c.Binding.Bus]; {
 		case c.Binding.Bus == "":
 			bindErrs = append(bindErrs, fmt.Errorf("%s: %s.bus: required; fix: name the bus this capability is wired to (one of buses:)", c.Binding.Pos, c.Binding.Field))

@@ -76,7 +76,7 @@ type fixture struct {
 	dir   string
 }
 
-func open(t *testing.T, dir string) *fixture {
+func open(t testing.TB, dir string) *fixture {
 	t.Helper()
 	m, err := manifest.Parse("test.yml", []byte(testManifest))
 	if err != nil {
@@ -105,7 +105,7 @@ func (f *fixture) close() {
 	f.st.Close()
 }
 
-func do(t *testing.T, n *node.Node, tool string, value any, key string) promcp.DoResult {
+func do(t testing.TB, n *node.Node, tool string, value any, key string) promcp.DoResult {
 	t.Helper()
 	raw, _ := json.Marshal(value)
 	body, err := n.Do(context.Background(), node.DoRequest{Tool: tool, Value: raw, IdempotencyKey: key, Caller: node.Caller{ID: "test"}})

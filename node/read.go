@@ -20,6 +20,7 @@ type capState struct {
 	point   drivers.Point
 	bus     drivers.Bus
 	bindErr error // why the capability has no point (bus missing)
+	vocab   map[string]bool // stemmed words can_do matches against, built once
 
 	last      atomic.Pointer[sample] // last successful device read
 	lastErr   atomic.Pointer[error]  // last device error, nil after a success

@@ -255,3 +255,33 @@ func (s *Store) Get(bucket, key string) ([]byte, error) {
 	})
 	return out, err
 }
+
+// ConsumeNonce records a single-use nonce valid until exp; it reports false
+// when the nonce was seen before (a replay). Expired nonces are dropped as
+// new ones arrive, so the bucket stays small.
+func (s *Store) ConsumeNonce(nonce string, exp time.Time) (bool, error) {
+	fresh := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte(bucketPrefixKV + "approval_nonces"))
+		if err != nil {
+			return err
+		}
+		if b.Get([]byte(nonce)) != nil {
+			return nil
+		}
+		now := time.Now().UnixNano()
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) < now {
+				if err := c.Delete(); err != nil {
+					return err
+				}
+			}
+		}
+		var ts [8]byte
+		binary.BigEndian.PutUint64(ts[:], uint64(exp.UnixNano()))
+		fresh = true
+		return b.Put([]byte(nonce), ts[:])
+	})
+	return fresh, err
+}

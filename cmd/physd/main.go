@@ -22,13 +22,16 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // time windows name IANA zones; gateways often lack tzdata
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
 	_ "github.com/physd/physd/drivers/sim" // the built-in simulator
+	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
+	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -43,7 +46,7 @@ const usage = `physd — PhysMCP edge daemon
 
 Usage:
   physd run --manifest FILE [--policy FILE] [--http ADDR | --stdio] [--state DIR]
-  physd validate FILE
+  physd validate [--policy POLICY] MANIFEST
   physd version
 
 Run "physd run -h" for the flags of run.
@@ -81,10 +84,17 @@ func buildVersion() string {
 }
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: physd validate FILE")
+	fs := flag.NewFlagSet("physd validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	policyPath := fs.String("policy", "", "also check this physmcp.policy.yml against the manifest")
+	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: physd validate [--policy POLICY] MANIFEST")
+		return 2
+	}
+	args = fs.Args()
 	m, err := manifest.Load(args[0])
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -103,6 +113,17 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stdout, "%s: ok (device %s, %d read and %d do capabilities, %d buses)\n", args[0], m.Device.ID, reads, dos, len(m.Buses))
+	if *policyPath != "" {
+		pol, g, err := loadPolicy(*policyPath, m)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		for _, w := range policyWarnings(pol, g) {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+		fmt.Fprintf(stdout, "%s: ok (%d do_ tools guarded, %d time windows, %d identities)\n", *policyPath, len(pol.Tools), len(pol.Windows), len(pol.Identity.Tokens)+len(pol.Identity.JWT))
+	}
 	return 0
 }
 
@@ -143,8 +164,8 @@ func checkBindings(m *manifest.Manifest) error {
 
 type runFlags struct {
 	manifest, policy, httpAddr, state, tokenFile, stdioRole, logLevel string
-	stdio, allowRemote, simControl                                       bool
-	grace                                                                time.Duration
+	stdio, allowRemote, simControl                                    bool
+	grace                                                             time.Duration
 }
 
 func cmdRun(args []string, stderr io.Writer) int {
@@ -188,11 +209,6 @@ func serve(f runFlags, log *slog.Logger) error {
 	if f.manifest == "" {
 		return errors.New("--manifest is required")
 	}
-	if f.policy != "" {
-		// Never run with a policy file silently ignored: the policy layer
-		// is not part of this build yet.
-		return fmt.Errorf("--policy %s: this build of physd cannot enforce physmcp.policy.yml yet; refusing to start rather than ignore it", f.policy)
-	}
 	switch f.stdioRole {
 	case "none", "operator", "supervisor", "admin":
 	default:
@@ -233,9 +249,28 @@ func serve(f runFlags, log *slog.Logger) error {
 	}
 	defer al.Close()
 
+	var (
+		guard     *safety.Guard
+		approvals *gate.Approvals
+		nodeGuard node.Guard
+	)
+	if f.policy != "" {
+		pol, g, err := loadPolicy(f.policy, m)
+		if err != nil {
+			return err
+		}
+		for _, w := range policyWarnings(pol, g) {
+			log.Warn("policy", "warning", w)
+		}
+		if guard, approvals, err = newSafety(pol, g, st, m.Device.ID); err != nil {
+			return err
+		}
+		nodeGuard = guard
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, err := node.Open(ctx, node.Config{Manifest: m, Store: st, Audit: al, Logger: log})
+	n, err := node.Open(ctx, node.Config{Manifest: m, Store: st, Audit: al, Logger: log, Guard: nodeGuard})
 	if err != nil {
 		return err
 	}
@@ -256,7 +291,8 @@ func serve(f runFlags, log *slog.Logger) error {
 			}
 		}
 	}
-	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, ExtraRoutes: extra})
+	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, ExtraRoutes: extra,
+		Safety: guard, Approvals: approvals, Audit: al})
 
 	errc := make(chan error, 2)
 	running := 0
@@ -283,7 +319,7 @@ func serve(f runFlags, log *slog.Logger) error {
 	}
 	ready, _ := n.Ready()
 	log.Info("ready", "device_id", m.Device.ID, "capabilities", len(m.Capabilities), "state", stateDir,
-		"ready", ready, "policy", "none", "startup_ms", time.Since(start).Milliseconds(), "version", buildVersion())
+		"ready", ready, "policy", policyName(f.policy), "startup_ms", time.Since(start).Milliseconds(), "version", buildVersion())
 
 	var firstErr error
 	for range running {
@@ -294,6 +330,13 @@ func serve(f runFlags, log *slog.Logger) error {
 	}
 	log.Info("stopping: in-flight actuations finish, then the ledger and audit close")
 	return firstErr
+}
+
+func policyName(p string) string {
+	if p == "" {
+		return "none"
+	}
+	return p
 }
 
 func defaultStateDir(deviceID string) string {

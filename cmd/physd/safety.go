@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/physd/physd/gate"
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/policy"
+	"github.com/physd/physd/safety"
+	"github.com/physd/physd/store"
+)
+
+// loadPolicy reads the policy and builds its gate; both are validated
+// against the manifest, so `validate` and `run` refuse the same files.
+func loadPolicy(path string, m *manifest.Manifest) (*policy.Policy, *gate.Gate, error) {
+	pol, err := policy.Load(path, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cfg gate.Config
+	if pol.Gate != nil {
+		if cfg, err = gate.DecodeConfig(pol.Gate); err != nil {
+			return nil, nil, fmt.Errorf("%s: gate: %w", path, err)
+		}
+	} else if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	g, err := gate.New(cfg, buildVersion())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: gate: %w", path, err)
+	}
+	return pol, g, nil
+}
+
+// policyWarnings are legal but probably unintended configurations.
+func policyWarnings(pol *policy.Policy, g *gate.Gate) []string {
+	var out []string
+	cfg := g.Config()
+	if len(cfg.L0.Allow) == 0 && !cfg.L1.Enabled {
+		out = append(out, fmt.Sprintf("gate: no l0.allow rules and L1 is off: every do_ is grey and gets the fail_closed decision (%s)", cfg.FailClosed))
+	}
+	return out
+}
+
+// approvalKey is the HMAC key for approval round state: PHYSD_APPROVAL_KEY
+// (hex, ≥ 32 bytes) so that pending approvals survive a restart, else a
+// random per-process key (pending approvals then end with the process).
+func approvalKey() ([]byte, error) {
+	h := strings.TrimSpace(os.Getenv("PHYSD_APPROVAL_KEY"))
+	if h == "" {
+		return nil, nil
+	}
+	k, err := hex.DecodeString(h)
+	if err != nil || len(k) < 32 {
+		return nil, fmt.Errorf("PHYSD_APPROVAL_KEY must be at least 32 bytes of hex (64 hex characters)")
+	}
+	return k, nil
+}
+
+type nonceStore struct{ st *store.Store }
+
+func (n nonceStore) Consume(nonce string, exp time.Time) (bool, error) {
+	return n.st.ConsumeNonce(nonce, exp)
+}
+
+func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID string) (*safety.Guard, *gate.Approvals, error) {
+	key, err := approvalKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	ap, err := gate.NewApprovals(key, 10*time.Minute, nonceStore{st})
+	if err != nil {
+		return nil, nil, err
+	}
+	return safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID}), ap, nil
+}

@@ -1,0 +1,149 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/gate"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+// approvalKey names the one input request of an approval round.
+const approvalKey = "approval"
+
+// canElicit reports whether this call's client can be asked to confirm:
+// a 2026-07-28 client that declared elicitation (MRTR), or a legacy client
+// with elicitation on a connection that carries server requests (stdio;
+// the SDK turns the input request into elicitation/create). Legacy clients
+// over stateless HTTP cannot be asked.
+func canElicit(req *mcp.CallToolRequest) bool {
+	caps := req.ClientCapabilities()
+	if caps == nil || caps.Elicitation == nil {
+		return false
+	}
+	if req.ProtocolVersion() >= "2026-07-28" {
+		return true
+	}
+	return req.Extra == nil || req.Extra.Header == nil
+}
+
+// approvalRound returns an input-required result that asks the client's
+// human to confirm exactly this call.
+func (ts *toolSet) approvalRound(ar *node.ApprovalRequired, caller node.Caller, note string) (*mcp.CallToolResult, error) {
+	_, fp := gate.Canonical(ar.Tool, map[string]any{"value": ar.Value})
+	token, exp, err := ts.approvals.Issue(fp, ar.Tool, caller.ID, gate.Layer(layerOf(ar)))
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	if note != "" {
+		b.WriteString(note + "\n\n")
+	}
+	fmt.Fprintf(&b, "physd asks you to confirm an actuation on real equipment.\n\n")
+	fmt.Fprintf(&b, "Tool: %s\nSource: %s\nValue: %s", ar.Tool, ts.n.DeviceID(), promcp.FormatValue(ar.Value))
+	if c := ts.n.Manifest().Capability(strings.TrimPrefix(ar.Tool, "do_")); c != nil {
+		if c.Unit != "" {
+			b.WriteString(" " + c.Unit)
+		}
+		fmt.Fprintf(&b, "\nWhat it does: %s", c.Description)
+	}
+	if len(ar.SideEffects) > 0 {
+		fmt.Fprintf(&b, "\nSide effects: %s", strings.Join(ar.SideEffects, ", "))
+	}
+	fmt.Fprintf(&b, "\nWhy approval is needed: %s", ar.Reason)
+	fmt.Fprintf(&b, "\nThis request expires at %s. Set confirm to true to run it; decline to leave the equipment as it is.", exp.Format("15:04:05 MST"))
+	return &mcp.CallToolResult{
+		InputRequests: mcp.InputRequestMap{approvalKey: &mcp.ElicitParams{
+			Mode:    "form",
+			Message: b.String(),
+			RequestedSchema: map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					"confirm": map[string]any{"type": "boolean", "title": "Run " + ar.Tool + " with value " + promcp.FormatValue(ar.Value) + "?", "default": false},
+				},
+				"required": []any{"confirm"},
+			},
+		}},
+		RequestState: token,
+	}, nil
+}
+
+func layerOf(ar *node.ApprovalRequired) string {
+	if ar.Gate != nil && ar.Gate.Decision == "ask" {
+		return ar.Gate.Layer
+	}
+	return "policy"
+}
+
+// approvalAnswer is what the client's human said in round 2.
+func approvalAnswer(req *mcp.CallToolRequest) (action string, ok bool) {
+	r, found := req.Params.InputResponses[approvalKey]
+	if !found {
+		return "", false
+	}
+	er, isElicit := r.(*mcp.ElicitResult)
+	if !isElicit {
+		return "", false
+	}
+	switch er.Action {
+	case "accept":
+		if c, _ := er.Content["confirm"].(bool); c {
+			return "accept", true
+		}
+		return "decline", true // accepted the form but did not confirm
+	case "decline", "cancel":
+		return er.Action, true
+	}
+	return "", false
+}
+
+// handleApprovalRetry handles round 2 of an approval: a verified, confirmed
+// approval runs the call as approved; a decline or cancel refuses it; any
+// state that does not verify (tampered, expired, replayed, for another
+// call) starts a fresh round and never executes.
+func (ts *toolSet) handleApprovalRetry(ctx context.Context, req *mcp.CallToolRequest, dr node.DoRequest) (*mcp.CallToolResult, error) {
+	action, answered := approvalAnswer(req)
+	value, err := ts.n.DecodeValueFor(dr.Tool, dr.Value)
+	if err != nil {
+		return toolError(err), nil
+	}
+	_, fp := gate.Canonical(dr.Tool, map[string]any{"value": value})
+	verr := ts.approvals.Verify(req.Params.RequestState, fp, dr.Tool, dr.Caller.ID)
+	if verr != nil || !answered {
+		// Start over: run the pipeline again, which asks again.
+		note := "The previous approval could not be used (" + approvalProblem(verr, answered) + "); please confirm again."
+		return ts.runDo(ctx, req, dr, note)
+	}
+	if action != "accept" {
+		body, err := ts.n.Declined(dr, action)
+		if err != nil {
+			return toolError(err), nil
+		}
+		return jsonResult(body), nil
+	}
+	dr.Approved = true
+	return ts.runDo(ctx, req, dr, "")
+}
+
+func approvalProblem(err error, answered bool) string {
+	switch {
+	case errors.Is(err, gate.ErrApprovalTampered):
+		return "the request state was altered"
+	case errors.Is(err, gate.ErrApprovalExpired):
+		return "it expired"
+	case errors.Is(err, gate.ErrApprovalReplayed):
+		return "it was already used"
+	case errors.Is(err, gate.ErrApprovalMismatch):
+		return "it was issued for a different call or caller"
+	case err != nil:
+		return err.Error()
+	case !answered:
+		return "no answer to the approval request was sent"
+	}
+	return "unknown"
+}

@@ -1,0 +1,107 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/node"
+)
+
+// Policy resource URIs.
+const (
+	PolicyURI       = "physmcp://policy"
+	GateApprovalURI = "phocinae://policy/gate-approval"
+)
+
+func (s *Server) addPolicyResources() {
+	s.mcp.AddResource(&mcp.Resource{
+		URI: PolicyURI, Name: "policy", Title: "Effective physmcp policy",
+		Description: "What guards every do_ tool: roles, time windows, range guards, rates, cooldowns, quorum and approval rules, manifest and policy merged (the stricter wins).",
+		MIMEType:    "application/json",
+	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		var doc any = map[string]any{"configured": false, "note": node.NoPolicyNote}
+		if s.opts.Safety != nil {
+			doc = s.opts.Safety.Policy()
+		}
+		return jsonResource(PolicyURI, doc)
+	})
+	if s.opts.Safety == nil {
+		return
+	}
+	s.mcp.AddResource(&mcp.Resource{
+		URI: GateApprovalURI, Name: "gate-approval", Title: "Phocinae gate approval policy",
+		Description: "The gate's decision chain (L0 table, L1, fail-closed), thresholds, and what a client must do when the gate asks for a human's confirmation.",
+		MIMEType:    "application/json",
+	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return jsonResource(GateApprovalURI, s.opts.Safety.Gate().PolicyDocFor(s.opts.Approvals))
+	})
+}
+
+func jsonResource(uri string, doc any) (*mcp.ReadResourceResult, error) {
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(b)}}}, nil
+}
+
+// serveOverride starts (POST {"reason": "...", "ttl_s": 300}) or ends
+// (DELETE) an emergency override. It needs the policy's override role, and
+// every start and end is audited.
+func (s *Server) serveOverride(w http.ResponseWriter, r *http.Request) {
+	caller, err := s.authenticate(r.Header)
+	if err != nil {
+		http.Error(w, "Unauthorized: "+err.Error(), http.StatusUnauthorized)
+		return
+	}
+	g := s.opts.Safety
+	switch r.Method {
+	case http.MethodGet:
+		writeJSON(w, http.StatusOK, map[string]any{"override": g.ActiveOverride()})
+	case http.MethodPost:
+		var in struct {
+			Reason string `json:"reason"`
+			TTLS   int    `json:"ttl_s"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "body: " + err.Error() + `; send {"reason": "...", "ttl_s": 300}`})
+			return
+		}
+		o, err := g.StartOverride(caller.ID, caller.Role, in.Reason, time.Duration(in.TTLS)*time.Second)
+		if err != nil {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": err.Error()})
+			return
+		}
+		s.auditOverride("override_start", caller, in.Reason, o.Until)
+		writeJSON(w, http.StatusOK, map[string]any{"override": o, "lifts": []string{"time_window"},
+			"never_lifts": []string{"role", "range", "rate", "cooldown", "quorum", "gate deny"}})
+	case http.MethodDelete:
+		if _, err := g.StartOverride(caller.ID, caller.Role, "end", time.Nanosecond); err != nil {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": err.Error()})
+			return
+		}
+		g.EndOverride()
+		s.auditOverride("override_end", caller, "", time.Now())
+		writeJSON(w, http.StatusOK, map[string]any{"override": nil})
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *Server) auditOverride(event string, caller node.Caller, reason string, until time.Time) {
+	if s.opts.Audit == nil {
+		return
+	}
+	if _, err := s.opts.Audit.Append(&audit.Record{Event: event, Caller: caller.ID, Reason: reason,
+		Data: map[string]any{"role": caller.Role, "until": until.UTC()}}); err != nil {
+		s.log.Error("audit write failed", "event", event, "err", err)
+	}
+}

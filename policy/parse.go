@@ -1,0 +1,633 @@
+package policy
+
+import (
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/physd/physd/manifest"
+)
+
+// Load reads and validates a policy against the manifest it guards.
+func Load(path string, m *manifest.Manifest) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data, m)
+}
+
+type rawPolicy struct {
+	Version      *string       `yaml:"physmcp_policy_version"`
+	Defaults     *rawDefaults  `yaml:"defaults"`
+	Capabilities *yaml.Node    `yaml:"capabilities"`
+	TimeWindows  *yaml.Node    `yaml:"time_windows"`
+	Identity     *rawIdentity  `yaml:"identity"`
+	Emergency    *rawEmergency `yaml:"emergency"`
+	Gate         *yaml.Node    `yaml:"gate"`
+}
+
+type rawDefaults struct {
+	RequirePermission *string `yaml:"require_permission"`
+	RateLimit         *string `yaml:"rate_limit"`
+	AuditAll          *bool   `yaml:"audit_all"`
+}
+
+type rawWindow struct {
+	Days     []string `yaml:"days"`
+	Start    string   `yaml:"start"`
+	End      string   `yaml:"end"`
+	Timezone string   `yaml:"timezone"`
+}
+
+type rawIdentity struct {
+	Tokens    []yaml.Node `yaml:"tokens"`
+	Providers []yaml.Node `yaml:"providers"`
+}
+
+type rawToken struct {
+	ID     string `yaml:"id"`
+	SHA256 string `yaml:"sha256"`
+	Role   string `yaml:"role"`
+}
+
+type rawProvider struct {
+	Type               string `yaml:"type"`
+	Issuer             string `yaml:"issuer"`
+	Audience           string `yaml:"audience"`
+	RoleClaim          string `yaml:"role_claim"`
+	HS256SecretEnv     string `yaml:"hs256_secret_env"`
+	HS256SecretFile    string `yaml:"hs256_secret_file"`
+	RS256PublicKeyFile string `yaml:"rs256_public_key_file"`
+	CACertPath         string `yaml:"ca_cert_path"`
+}
+
+type rawEmergency struct {
+	OverridePermission      *string `yaml:"override_permission"`
+	OverrideTokenTTLSeconds *int    `yaml:"override_token_ttl_seconds"`
+	AuditAllOverrides       *bool   `yaml:"audit_all_overrides"`
+}
+
+type rawCapability struct {
+	Rules []yaml.Node `yaml:"rules"`
+}
+
+// rawRule holds every key any rule type may use; check() enforces which
+// keys belong to which type.
+type rawRule struct {
+	Type        string   `yaml:"type"`
+	AllowDuring []string `yaml:"allow_during"`
+	DenyDuring  []string `yaml:"deny_during"`
+	Require     []string `yaml:"require"`
+	Max         any      `yaml:"max"` // rate string, or range_guard number
+	Min         *float64 `yaml:"min"`
+	OnViolation string   `yaml:"on_violation"`
+	MinPeers    *int     `yaml:"min_peers"`
+	OnFailure   string   `yaml:"on_failure"`
+	MS          *int     `yaml:"ms"`
+	When        string   `yaml:"when"`
+	Window      string   `yaml:"window"`
+	Above       *float64 `yaml:"above"`
+}
+
+var ruleKeys = map[string][]string{
+	"time_window": {"allow_during", "deny_during"},
+	"permission":  {"require"},
+	"rate":        {"max"},
+	"quorum":      {"min_peers", "on_failure"},
+	"range_guard": {"min", "max", "on_violation"},
+	"cooldown":    {"ms"},
+	"approval":    {"when", "window", "above"},
+}
+
+type parser struct {
+	file string
+	errs manifest.Errors
+}
+
+func (p *parser) add(n *yaml.Node, field, fix, format string, args ...any) {
+	pos := manifest.Pos{File: p.file}
+	if n != nil {
+		pos.Line, pos.Col = n.Line, n.Column
+	}
+	p.errs = append(p.errs, &manifest.Error{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...), Fix: fix})
+}
+
+func (p *parser) decode(n *yaml.Node, field string, out any) bool {
+	errs := manifest.DecodeNode(p.file, n, field, out)
+	p.errs = append(p.errs, errs...)
+	return len(errs) == 0
+}
+
+// pairs iterates a mapping node's keys in file order.
+func pairs(n *yaml.Node) [][2]*yaml.Node {
+	var out [][2]*yaml.Node
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		out = append(out, [2]*yaml.Node{n.Content[i], n.Content[i+1]})
+	}
+	return out
+}
+
+// Parse validates a policy against its manifest. Every problem is reported
+// at once with file:line:col; a policy is returned only when there are none.
+func Parse(file string, data []byte, m *manifest.Manifest) (*Policy, error) {
+	root, errs := manifest.ParseDocument(file, data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	p := &parser{file: file}
+	var raw rawPolicy
+	// Keep going after an unknown top-level key: every problem is reported
+	// at once.
+	p.decode(root, "", &raw)
+	pol := &Policy{Path: file, Tools: map[string]*ToolPolicy{}, Windows: map[string]*Window{}, Gate: raw.Gate}
+	if raw.Version == nil {
+		p.add(root, "physmcp_policy_version", `add physmcp_policy_version: "0.1" at the top`, "required")
+	} else if *raw.Version != Version {
+		p.add(root, "physmcp_policy_version", `set physmcp_policy_version: "0.1"`, "unsupported version %q", *raw.Version)
+	}
+	p.defaults(raw.Defaults, pol)
+	p.windows(raw.TimeWindows, pol)
+	p.emergency(raw.Emergency, pol)
+	p.identity(raw.Identity, pol)
+	p.capabilities(raw.Capabilities, pol, m)
+	if len(p.errs) > 0 {
+		sort.SliceStable(p.errs, func(i, j int) bool {
+			a, b := p.errs[i].Pos, p.errs[j].Pos
+			return a.Line < b.Line || a.Line == b.Line && a.Col < b.Col
+		})
+		return nil, p.errs
+	}
+	return pol, nil
+}
+
+func (p *parser) role(n *yaml.Node, field, r string) bool {
+	if RoleLevel(r) < 0 {
+		p.add(n, field, "use one of "+strings.Join(Roles, ", "), "unknown role %q", r)
+		return false
+	}
+	return true
+}
+
+func (p *parser) defaults(d *rawDefaults, pol *Policy) {
+	pol.Defaults = Defaults{RequirePermission: "none", AuditAll: true}
+	if d == nil {
+		return
+	}
+	if d.RequirePermission != nil && p.role(nil, "defaults.require_permission", *d.RequirePermission) {
+		pol.Defaults.RequirePermission = *d.RequirePermission
+	}
+	if d.RateLimit != nil {
+		r, err := manifest.ParseRate(*d.RateLimit, "defaults.rate_limit")
+		if err != nil {
+			p.add(nil, "defaults.rate_limit", "e.g. \"10/min\"", "%v", err)
+		}
+		pol.Defaults.RateLimit = r
+	}
+	if d.AuditAll != nil {
+		pol.Defaults.AuditAll = *d.AuditAll
+	}
+}
+
+func (p *parser) windows(n *yaml.Node, pol *Policy) {
+	for _, kv := range pairs(n) {
+		name, field := kv[0].Value, "time_windows."+kv[0].Value
+		var rw rawWindow
+		if !p.decode(kv[1], field, &rw) {
+			continue
+		}
+		w := &Window{Name: name}
+		ok := true
+		if len(rw.Days) == 0 {
+			p.add(kv[1], field+".days", "list the days the window starts on, e.g. [mon, tue, wed, thu, fri]", "required")
+			ok = false
+		}
+		for _, d := range rw.Days {
+			wd, found := dayNames[strings.ToLower(d)]
+			if !found {
+				p.add(kv[1], field+".days", "use mon, tue, wed, thu, fri, sat, sun", "unknown day %q", d)
+				ok = false
+				continue
+			}
+			w.Days[wd] = true
+		}
+		var err error
+		if w.StartMin, err = parseClock(rw.Start); err != nil {
+			p.add(kv[1], field+".start", `write "HH:MM", e.g. "07:00"`, "%v", err)
+			ok = false
+		}
+		if w.EndMin, err = parseClock(rw.End); err != nil {
+			p.add(kv[1], field+".end", `write "HH:MM", e.g. "19:00"; an end before the start crosses midnight`, "%v", err)
+			ok = false
+		}
+		if ok && w.StartMin == w.EndMin {
+			p.add(kv[1], field, "give different start and end times (an end before the start crosses midnight)", "the window is empty")
+			ok = false
+		}
+		if rw.Timezone == "" {
+			p.add(kv[1], field+".timezone", "name an IANA zone, e.g. Europe/Berlin or UTC", "required")
+			ok = false
+		} else if w.Loc, err = time.LoadLocation(rw.Timezone); err != nil {
+			p.add(kv[1], field+".timezone", "name an IANA zone, e.g. Europe/Berlin or UTC", "unknown time zone %q", rw.Timezone)
+			ok = false
+		}
+		if ok {
+			pol.Windows[name] = w
+		}
+	}
+}
+
+func (p *parser) emergency(e *rawEmergency, pol *Policy) {
+	pol.Emergency = Emergency{OverrideRole: "admin", MaxTTL: 5 * time.Minute, AuditAll: true}
+	if e == nil {
+		return
+	}
+	if e.OverridePermission != nil && p.role(nil, "emergency.override_permission", *e.OverridePermission) {
+		if *e.OverridePermission == "none" {
+			p.add(nil, "emergency.override_permission", "use supervisor or admin", "an override must need a role")
+		}
+		pol.Emergency.OverrideRole = *e.OverridePermission
+	}
+	if e.OverrideTokenTTLSeconds != nil {
+		s := *e.OverrideTokenTTLSeconds
+		if s < 1 || s > 24*3600 {
+			p.add(nil, "emergency.override_token_ttl_seconds", "use 1 to 86400 seconds", "%d is out of range", s)
+		}
+		pol.Emergency.MaxTTL = time.Duration(s) * time.Second
+	}
+	if e.AuditAllOverrides != nil && !*e.AuditAllOverrides {
+		p.add(nil, "emergency.audit_all_overrides", "remove the key or set it to true", "physd always audits overrides")
+	}
+}
+
+var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (p *parser) identity(id *rawIdentity, pol *Policy) {
+	if id == nil {
+		return
+	}
+	seen := map[string]bool{}
+	for i, n := range id.Tokens {
+		field := fmt.Sprintf("identity.tokens[%d]", i)
+		var t rawToken
+		if !p.decode(&n, field, &t) {
+			continue
+		}
+		if t.ID == "" {
+			p.add(&n, field+".id", "name the holder, e.g. id: operator_console", "required")
+		}
+		if !hexRE.MatchString(t.SHA256) {
+			p.add(&n, field+".sha256", `store the token's SHA-256 in lower-case hex: printf %s "$TOKEN" | sha256sum`, "must be 64 hex characters (never the token itself)")
+			continue
+		}
+		if seen[t.SHA256] {
+			p.add(&n, field+".sha256", "give each holder its own token", "duplicate token")
+		}
+		seen[t.SHA256] = true
+		if !p.role(&n, field+".role", t.Role) {
+			continue
+		}
+		var sum [32]byte
+		b, _ := hex.DecodeString(t.SHA256)
+		copy(sum[:], b)
+		pol.Identity.Tokens = append(pol.Identity.Tokens, Token{ID: t.ID, SHA256: sum, Role: t.Role})
+	}
+	for i, n := range id.Providers {
+		field := fmt.Sprintf("identity.providers[%d]", i)
+		var r rawProvider
+		if !p.decode(&n, field, &r) {
+			continue
+		}
+		switch r.Type {
+		case "jwt":
+		case "mtls":
+			p.add(&n, field+".type", "use type: jwt or identity.tokens; terminate mTLS in a proxy that forwards a token", "mtls is not supported by physd")
+			continue
+		default:
+			p.add(&n, field+".type", "use jwt", "unknown provider type %q", r.Type)
+			continue
+		}
+		j := JWTProvider{Issuer: r.Issuer, Audience: r.Audience, RoleClaim: r.RoleClaim}
+		if j.RoleClaim == "" {
+			j.RoleClaim = "role"
+		}
+		if r.Issuer == "" || r.Audience == "" {
+			p.add(&n, field, "set issuer and audience: tokens from anyone else are refused", "issuer and audience are required")
+		}
+		keys := 0
+		if r.HS256SecretEnv != "" {
+			keys++
+			j.HS256Key = []byte(os.Getenv(r.HS256SecretEnv))
+			if len(j.HS256Key) < 32 {
+				p.add(&n, field+".hs256_secret_env", "export at least 32 random bytes in "+r.HS256SecretEnv, "the HS256 secret is missing or shorter than 32 bytes")
+			}
+		}
+		if r.HS256SecretFile != "" {
+			keys++
+			b, err := os.ReadFile(r.HS256SecretFile)
+			j.HS256Key = []byte(strings.TrimSpace(string(b)))
+			if err != nil || len(j.HS256Key) < 32 {
+				p.add(&n, field+".hs256_secret_file", "a file with at least 32 random bytes", "cannot use %s: %v", r.HS256SecretFile, errOr(err, "shorter than 32 bytes"))
+			}
+		}
+		if r.RS256PublicKeyFile != "" {
+			keys++
+			k, err := readRSAPublicKey(r.RS256PublicKeyFile)
+			if err != nil {
+				p.add(&n, field+".rs256_public_key_file", "a PEM RSA public key (PKIX or PKCS#1)", "%v", err)
+			}
+			j.RS256Key = k
+		}
+		if keys != 1 {
+			p.add(&n, field, "set exactly one of hs256_secret_env, hs256_secret_file, rs256_public_key_file", "%d key sources given", keys)
+		}
+		pol.Identity.JWT = append(pol.Identity.JWT, j)
+	}
+}
+
+func errOr(err error, s string) any {
+	if err != nil {
+		return err
+	}
+	return s
+}
+
+func readRSAPublicKey(path string) (*rsa.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%s holds no PEM block", path)
+	}
+	if k, err := x509.ParsePKIXPublicKey(blk.Bytes); err == nil {
+		if rk, ok := k.(*rsa.PublicKey); ok {
+			return rk, nil
+		}
+		return nil, fmt.Errorf("%s is not an RSA key", path)
+	}
+	return x509.ParsePKCS1PublicKey(blk.Bytes)
+}
+
+func (p *parser) capabilities(n *yaml.Node, pol *Policy, m *manifest.Manifest) {
+	// Every do_ tool gets a policy, from the manifest and defaults at least.
+	for _, c := range m.Capabilities {
+		if c.Kind != manifest.KindDo {
+			continue
+		}
+		tp := &ToolPolicy{Tool: c.ToolName(), Cap: c, MinRole: c.RequiresPermission}
+		if RoleLevel(pol.Defaults.RequirePermission) > RoleLevel(tp.MinRole) {
+			tp.MinRole = pol.Defaults.RequirePermission
+		}
+		if c.RateLimit != nil {
+			tp.Rates = append(tp.Rates, Rate{c.RateLimit.Count, c.RateLimit.Per, c.RateLimit.Source, "manifest"})
+		}
+		if r := pol.Defaults.RateLimit; r != nil {
+			tp.Rates = append(tp.Rates, Rate{r.Count, r.Per, r.Source, "defaults"})
+		}
+		tp.Cooldown = time.Duration(c.CooldownMS) * time.Millisecond
+		if c.RequiresQuorum {
+			tp.Quorum = c.QuorumSize
+		}
+		pol.Tools[tp.Tool] = tp
+	}
+	if n != nil && n.Kind != yaml.MappingNode {
+		p.add(n, "capabilities", "map each do_ tool name to {rules: [...]}", "expected a mapping")
+		return
+	}
+	for _, kv := range pairs(n) {
+		tool, field := kv[0].Value, "capabilities."+kv[0].Value
+		tp := pol.Tools[tool]
+		if tp == nil {
+			fix := "key rules by the full tool name of a do_ capability, e.g. do_" + firstDo(m)
+			if c := m.Capability(strings.TrimPrefix(strings.TrimPrefix(tool, "do_"), "read_")); c != nil && c.Kind == manifest.KindRead {
+				fix = "policy guards actuations only; " + tool + " is an observation"
+			} else if c := m.Capability(tool); c != nil {
+				fix = "use the tool name " + c.ToolName()
+			}
+			p.add(kv[0], field, fix, "unknown tool %q: the manifest has no such do_ capability", tool)
+			continue
+		}
+		var rc rawCapability
+		if !p.decode(kv[1], field, &rc) {
+			continue
+		}
+		for i := range rc.Rules {
+			p.rule(&rc.Rules[i], fmt.Sprintf("%s.rules[%d]", field, i), tp, pol)
+		}
+	}
+}
+
+func firstDo(m *manifest.Manifest) string {
+	for _, c := range m.Capabilities {
+		if c.Kind == manifest.KindDo {
+			return c.Name
+		}
+	}
+	return "name"
+}
+
+// keysOf lists the keys a mapping node sets.
+func keysOf(n *yaml.Node) map[string]*yaml.Node {
+	out := map[string]*yaml.Node{}
+	for _, kv := range pairs(n) {
+		out[kv[0].Value] = kv[0]
+	}
+	return out
+}
+
+func (p *parser) rule(n *yaml.Node, field string, tp *ToolPolicy, pol *Policy) {
+	var r rawRule
+	if !p.decode(n, field, &r) {
+		return
+	}
+	allowed, known := ruleKeys[r.Type]
+	if !known {
+		types := make([]string, 0, len(ruleKeys))
+		for t := range ruleKeys {
+			types = append(types, t)
+		}
+		sort.Strings(types)
+		p.add(n, field+".type", "use one of "+strings.Join(types, ", "), "unknown rule type %q", r.Type)
+		return
+	}
+	for k, kn := range keysOf(n) {
+		if k == "type" {
+			continue
+		}
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k
+		}
+		if !ok {
+			p.add(kn, field+"."+k, "keys of a "+r.Type+" rule: "+strings.Join(allowed, ", "), "%q does not belong to a %s rule", k, r.Type)
+		}
+	}
+	win := func(name, key string) *Window {
+		w := pol.Windows[name]
+		if w == nil {
+			p.add(n, field+"."+key, "declare it under time_windows:", "unknown time window %q", name)
+		}
+		return w
+	}
+	switch r.Type {
+	case "time_window":
+		if len(r.AllowDuring)+len(r.DenyDuring) == 0 {
+			p.add(n, field, "list window names in allow_during and/or deny_during", "the rule names no window")
+		}
+		for _, name := range r.AllowDuring {
+			if w := win(name, "allow_during"); w != nil {
+				tp.AllowDuring = append(tp.AllowDuring, w)
+			}
+		}
+		for _, name := range r.DenyDuring {
+			if w := win(name, "deny_during"); w != nil {
+				tp.DenyDuring = append(tp.DenyDuring, w)
+			}
+		}
+	case "permission":
+		if len(r.Require) == 0 {
+			p.add(n, field+".require", "list the roles allowed, e.g. [operator, supervisor]", "required")
+		}
+		least := ""
+		for _, role := range r.Require {
+			if p.role(n, field+".require", role) && (least == "" || RoleLevel(role) < RoleLevel(least)) {
+				least = role
+			}
+		}
+		// Roles are ordered: naming operator admits supervisors and admins.
+		if least != "" && RoleLevel(least) > RoleLevel(tp.MinRole) {
+			tp.MinRole = least
+		}
+	case "rate":
+		s, ok := r.Max.(string)
+		if !ok {
+			p.add(n, field+".max", `write a rate such as "6/hour"`, "required")
+			return
+		}
+		rl, err := manifest.ParseRate(s, "rate")
+		if err != nil {
+			p.add(n, field+".max", `e.g. "6/hour"`, "%v", err)
+			return
+		}
+		tp.Rates = append(tp.Rates, Rate{rl.Count, rl.Per, rl.Source, "policy"})
+	case "quorum":
+		if r.MinPeers == nil || *r.MinPeers < 1 {
+			p.add(n, field+".min_peers", "set min_peers: 2 or more (self included)", "required and ≥ 1")
+			return
+		}
+		if r.OnFailure != "" && r.OnFailure != "deny" {
+			p.add(n, field+".on_failure", "use deny (the only safe choice)", "unsupported on_failure %q", r.OnFailure)
+		}
+		tp.Quorum = max(tp.Quorum, *r.MinPeers)
+	case "range_guard":
+		p.rangeGuard(n, field, r, tp)
+	case "cooldown":
+		if r.MS == nil || *r.MS < 1 {
+			p.add(n, field+".ms", "set ms: the minimum time between actuations, e.g. 30000", "required and > 0")
+			return
+		}
+		tp.Cooldown = max(tp.Cooldown, time.Duration(*r.MS)*time.Millisecond)
+	case "approval":
+		a := &Approval{When: r.When}
+		switch r.When {
+		case "always":
+		case "outside_window":
+			if r.Window == "" {
+				p.add(n, field+".window", "name the window inside which no approval is needed", "required for when: outside_window")
+				return
+			}
+			if a.Window = win(r.Window, "window"); a.Window == nil {
+				return
+			}
+		case "above":
+			if r.Above == nil || math.IsNaN(*r.Above) || math.IsInf(*r.Above, 0) {
+				p.add(n, field+".above", "set the value above which a human must approve", "required for when: above")
+				return
+			}
+			a.Above = *r.Above
+			if tp.Cap.Range != nil && a.Above >= tp.Cap.Range.Max {
+				p.add(n, field+".above", fmt.Sprintf("use a value below the physical maximum %g", tp.Cap.Range.Max), "unreachable rule: no value is above %g", a.Above)
+			}
+		default:
+			p.add(n, field+".when", "use always, outside_window or above", "unknown when %q", r.When)
+			return
+		}
+		if tp.Approval != nil {
+			p.add(n, field, "keep one approval rule per tool", "a second approval rule")
+		}
+		tp.Approval = a
+	}
+}
+
+func (p *parser) rangeGuard(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {
+	c := tp.Cap
+	if c.DataType != manifest.TypeFloat && c.DataType != manifest.TypeInt {
+		p.add(n, field, "range guards apply to float and int capabilities", "%s is data_type %s", tp.Tool, c.DataType)
+		return
+	}
+	mx, ok := toFloat(r.Max)
+	if r.Min == nil || !ok {
+		p.add(n, field, "set both min and max", "min and max are required numbers")
+		return
+	}
+	g := &RangeGuard{Min: *r.Min, Max: mx, OnViolation: r.OnViolation}
+	switch g.OnViolation {
+	case "clamp", "deny", "warn":
+	case "":
+		p.add(n, field+".on_violation", "use clamp, deny or warn", "required")
+		return
+	default:
+		p.add(n, field+".on_violation", "use clamp, deny or warn", "unknown on_violation %q", g.OnViolation)
+		return
+	}
+	if g.Min > g.Max {
+		p.add(n, field, "set min ≤ max", "min (%g) is greater than max (%g)", g.Min, g.Max)
+		return
+	}
+	if pr := c.Range; pr != nil {
+		// The stricter wins: the guard can only narrow the physical range.
+		if g.Max < pr.Min || g.Min > pr.Max {
+			p.add(n, field, fmt.Sprintf("overlap the physical range [%g, %g]", pr.Min, pr.Max), "unreachable rule: [%g, %g] lies outside the capability's range", g.Min, g.Max)
+			return
+		}
+		g.Min, g.Max = max(g.Min, pr.Min), min(g.Max, pr.Max)
+	}
+	if tp.Range != nil {
+		p.add(n, field, "keep one range_guard per tool", "a second range_guard")
+	}
+	tp.Range = g
+}
+
+func toFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+	}
+	return 0, false
+}
+
+// TokenHash is how identity.tokens stores a token.
+func TokenHash(token string) string {
+	s := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(s[:])
+}

@@ -1,0 +1,191 @@
+// Package policy reads physmcp.policy.yml (PhysMCP v0.1 §6, with physd's
+// cooldown and approval rules, bearer-token identities and the gate
+// section) and evaluates an actuation against it, merged with what the
+// manifest already says (range, rate_limit, requires_permission,
+// cooldown_ms, requires_quorum): where both speak, the stricter wins.
+//
+// Evaluation order (DESIGN.md): role → time window → range guard → rate →
+// cooldown → quorum → approval. The first refusal ends it; every refusal
+// carries a human reason and machine details ("k=v; k=v").
+package policy
+
+import (
+	"crypto/rsa"
+	"encoding/json"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/physd/physd/manifest"
+)
+
+// Version is the physmcp_policy_version physd reads.
+const Version = "0.1"
+
+// Roles in ascending order of privilege.
+var Roles = []string{"none", "operator", "supervisor", "admin"}
+
+// RoleLevel is the rank of a role (-1 when unknown).
+func RoleLevel(role string) int {
+	for i, r := range Roles {
+		if r == role {
+			return i
+		}
+	}
+	return -1
+}
+
+// Policy is a validated policy merged with its manifest.
+type Policy struct {
+	Path      string
+	Defaults  Defaults
+	Tools     map[string]*ToolPolicy // every do_ tool of the manifest
+	Windows   map[string]*Window
+	Identity  Identity
+	Emergency Emergency
+	// Gate is the raw gate: section; the safety layer decodes it into the
+	// phocinae gate's configuration.
+	Gate *yaml.Node
+}
+
+// Defaults is the defaults: section.
+type Defaults struct {
+	RequirePermission string
+	RateLimit         *manifest.RateLimit
+	AuditAll          bool
+}
+
+// Emergency is the emergency: section: an admin may lift time windows for
+// a bounded time; it never lifts range, role, rate or gate decisions.
+type Emergency struct {
+	OverrideRole string
+	MaxTTL       time.Duration
+	AuditAll     bool
+}
+
+// Identity maps HTTP bearer credentials to roles.
+type Identity struct {
+	Tokens []Token
+	JWT    []JWTProvider
+}
+
+// Token is a static bearer token, stored only as its SHA-256.
+type Token struct {
+	ID     string
+	SHA256 [32]byte
+	Role   string
+}
+
+// JWTProvider accepts JWTs of one issuer and audience.
+type JWTProvider struct {
+	Issuer    string
+	Audience  string
+	RoleClaim string
+	HS256Key  []byte
+	RS256Key  *rsa.PublicKey
+}
+
+// ToolPolicy is everything that guards one do_ tool, manifest and policy
+// merged.
+type ToolPolicy struct {
+	Tool string
+	Cap  *manifest.Capability
+	// MinRole is the least role allowed: the strictest of the manifest's
+	// requires_permission, defaults.require_permission and permission rules.
+	MinRole     string
+	AllowDuring []*Window // when set, the time must be inside one of them
+	DenyDuring  []*Window
+	Range       *RangeGuard
+	Rates       []Rate
+	Cooldown    time.Duration
+	Quorum      int // peers (self included) that must be alive and answer; 0 = none
+	Approval    *Approval
+}
+
+// RangeGuard is a range_guard rule, already intersected with the
+// manifest's physical range.
+type RangeGuard struct {
+	Min, Max    float64
+	OnViolation string // clamp | deny | warn
+}
+
+// Rate is one limit on actuations; Source says where it came from.
+type Rate struct {
+	Count  int
+	Per    time.Duration
+	Text   string
+	Source string // manifest | policy | defaults
+}
+
+// Approval is physd's approval rule: a human must confirm.
+type Approval struct {
+	When   string  // always | outside_window | above
+	Window *Window // for outside_window
+	Above  float64 // for above
+}
+
+// MarshalJSON renders the effective policy for the physmcp://policy
+// resource: what is enforced per tool, with windows spelled out.
+func (p *Policy) MarshalJSON() ([]byte, error) {
+	type rate struct {
+		Limit  string `json:"limit"`
+		Source string `json:"source"`
+	}
+	type tool struct {
+		MinRole     string      `json:"min_role"`
+		AllowDuring []string    `json:"allow_during,omitempty"`
+		DenyDuring  []string    `json:"deny_during,omitempty"`
+		Range       *RangeGuard `json:"range_guard,omitempty"`
+		Physical    any         `json:"physical_range,omitempty"`
+		Rates       []rate      `json:"rates,omitempty"`
+		CooldownMS  int64       `json:"cooldown_ms,omitempty"`
+		Quorum      int         `json:"quorum_size,omitempty"`
+		Approval    any         `json:"approval,omitempty"`
+	}
+	tools := map[string]tool{}
+	for name, tp := range p.Tools {
+		t := tool{MinRole: tp.MinRole, Range: tp.Range, CooldownMS: tp.Cooldown.Milliseconds(), Quorum: tp.Quorum}
+		if tp.Cap.Range != nil {
+			t.Physical = tp.Cap.Range
+		}
+		for _, w := range tp.AllowDuring {
+			t.AllowDuring = append(t.AllowDuring, w.String())
+		}
+		for _, w := range tp.DenyDuring {
+			t.DenyDuring = append(t.DenyDuring, w.String())
+		}
+		for _, r := range tp.Rates {
+			t.Rates = append(t.Rates, rate{r.Text, r.Source})
+		}
+		if a := tp.Approval; a != nil {
+			m := map[string]any{"when": a.When}
+			if a.Window != nil {
+				m["window"] = a.Window.String()
+			}
+			if a.When == "above" {
+				m["above"] = a.Above
+			}
+			t.Approval = m
+		}
+		tools[name] = t
+	}
+	ids := []map[string]string{}
+	for _, t := range p.Identity.Tokens {
+		ids = append(ids, map[string]string{"type": "token", "id": t.ID, "role": t.Role})
+	}
+	for _, j := range p.Identity.JWT {
+		ids = append(ids, map[string]string{"type": "jwt", "issuer": j.Issuer, "audience": j.Audience, "role_claim": j.RoleClaim})
+	}
+	return json.Marshal(map[string]any{
+		"physmcp_policy_version": Version,
+		"path":                   p.Path,
+		"order":                  []string{"role", "time_window", "range_guard", "rate", "cooldown", "quorum", "approval", "gate"},
+		"precedence":             "manifest and policy both apply; the stricter wins; the manifest range is a hard limit",
+		"defaults":               map[string]any{"require_permission": p.Defaults.RequirePermission, "audit_all": p.Defaults.AuditAll},
+		"tools":                  tools,
+		"identity":               ids,
+		"emergency": map[string]any{"override_permission": p.Emergency.OverrideRole,
+			"override_token_ttl_seconds": int(p.Emergency.MaxTTL.Seconds()), "lifts": []string{"time_window"},
+			"never_lifts": []string{"role", "range", "rate", "cooldown", "quorum", "gate deny"}},
+	})
+}
