@@ -35,7 +35,9 @@ type rig struct {
 
 type nonces struct{ st *store.Store }
 
-func (n nonces) Consume(nonce string, exp time.Time) (bool, error) { return n.st.ConsumeNonce(nonce, exp) }
+func (n nonces) Consume(nonce string, exp time.Time) (bool, error) {
+	return n.st.ConsumeNonce(nonce, exp)
+}
 
 // newRig serves the greenhouse with its policy to an in-memory MCP client
 // on 2026-07-28 (a stdio-like connection whose caller has the operator

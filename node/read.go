@@ -19,7 +19,7 @@ type capState struct {
 	tool    string
 	point   drivers.Point
 	bus     drivers.Bus
-	bindErr error // why the capability has no point (bus missing)
+	bindErr error           // why the capability has no point (bus missing)
 	vocab   map[string]bool // stemmed words can_do matches against, built once
 
 	last      atomic.Pointer[sample] // last successful device read

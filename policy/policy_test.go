@@ -87,7 +87,7 @@ func TestWindowsAcrossMidnightAndDST(t *testing.T) {
 		{"2026-03-29 03:30", early, true}, // 02:00–03:00 does not exist that night
 		{"2026-03-29 05:00", early, false},
 		{"2026-03-28 03:00", early, false}, // a Saturday
-		{"2026-10-25 04:59", early, true}, // Sunday of the fall-back change
+		{"2026-10-25 04:59", early, true},  // Sunday of the fall-back change
 	} {
 		if got := c.w.Contains(ams(t, c.at)); got != c.want {
 			t.Errorf("%s in %s: %v, want %v", c.at, c.w.Name, got, c.want)
