@@ -146,7 +146,7 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 	// be touched, so the key is recorded first and the actuation is not
 	// abandoned when the caller hangs up.
 	pending, _ := json.Marshal(map[string]any{"value": value, "caller": req.Caller})
-	if e, err := n.store.Begin(store.LedgerEntry{Key: req.IdempotencyKey, Tool: cs.tool, ArgsHash: hash, Created: now, Pending: pending}); err != nil {
+	if e, err := n.store.Begin(store.LedgerEntry{Key: req.IdempotencyKey, Tool: cs.tool, ArgsHash: hash, Created: now, Pending: pending}, v.Persist...); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	} else if e != nil {
 		return replay(e, cs.tool, hash)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/promcp"
+	"github.com/physd/physd/store"
 )
 
 // Caller is who asked, as the transport established it.
@@ -40,6 +41,10 @@ type Verdict struct {
 	// ValidFor bounds how long a can_do dry run of this verdict holds
 	// (rate windows, cooldowns); zero leaves the proMCP band default.
 	ValidFor time.Duration
+	// Persist is state the guard needs durable once the actuation goes
+	// ahead (rate and cooldown history); the node commits it with the
+	// ledger's pending entry.
+	Persist []store.KV
 }
 
 // Guard is DESIGN steps 3 (policy) and 4 (gate). Evaluate with dryRun set

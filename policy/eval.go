@@ -45,7 +45,8 @@ type StateStore interface {
 	Put(bucket, key string, value []byte) error
 }
 
-const stateBucket = "policy_state"
+// StateBucket is the store bucket of the rate and cooldown history.
+const StateBucket = "policy_state"
 
 // Limiter keeps each tool's actuation history for rate and cooldown rules,
 // in memory and written through to the store, so limits survive restarts.
@@ -69,7 +70,7 @@ func (l *Limiter) get(tool string) *history {
 	}
 	h = &history{}
 	if l.store != nil {
-		if b, err := l.store.Get(stateBucket, tool); err == nil && b != nil {
+		if b, err := l.store.Get(StateBucket, tool); err == nil && b != nil {
 			_ = json.Unmarshal(b, h)
 		}
 	}
@@ -78,8 +79,22 @@ func (l *Limiter) get(tool string) *history {
 }
 
 // Record notes an actuation of tool at t, keeping as much history as the
-// longest window needs.
+// longest window needs, and writes it to the store.
 func (l *Limiter) Record(tp *ToolPolicy, t time.Time) error {
+	key, b := l.Note(tp, t)
+	if l.store == nil || b == nil {
+		return nil
+	}
+	return l.store.Put(StateBucket, key, b)
+}
+
+// Note records an actuation in memory and returns the bytes to persist
+// under StateBucket/key (nil when the tool has no rate or cooldown rule, so
+// nothing needs remembering). The caller persists them with the actuation.
+func (l *Limiter) Note(tp *ToolPolicy, t time.Time) (key string, value []byte) {
+	if len(tp.Rates) == 0 && tp.Cooldown == 0 {
+		return tp.Tool, nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.get(tp.Tool)
@@ -96,11 +111,8 @@ func (l *Limiter) Record(tp *ToolPolicy, t time.Time) error {
 		i++
 	}
 	h.Times = append([]int64(nil), h.Times[i:]...)
-	if l.store == nil {
-		return nil
-	}
 	b, _ := json.Marshal(h)
-	return l.store.Put(stateBucket, tp.Tool, b)
+	return tp.Tool, b
 }
 
 func (l *Limiter) times(tool string) []int64 {

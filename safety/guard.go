@@ -15,6 +15,7 @@ import (
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/promcp"
+	"github.com/physd/physd/store"
 )
 
 // Guard implements node.Guard.
@@ -165,11 +166,11 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		v.Reason = joinNonEmpty(out.Reason, v.Reason)
 	}
 	if v.Permission == promcp.PermAllowed && !dryRun {
-		if err := g.lim.Record(g.pol.Tools[a.Tool], a.Now); err != nil {
-			// The history could not be persisted: refuse rather than let a
-			// restart forget a rate limit.
-			return node.Verdict{Permission: promcp.PermPolicyDenied, Value: v.Value, Policy: v.Policy, Gate: v.Gate,
-				Reason: "the rate and cooldown history could not be saved: " + err.Error()}
+		// Counted now (a concurrent call sees it at once); made durable by
+		// the node in the same commit as the ledger's pending entry, before
+		// the device is touched.
+		if key, b := g.lim.Note(g.pol.Tools[a.Tool], a.Now); b != nil {
+			v.Persist = append(v.Persist, store.KV{Bucket: policy.StateBucket, Key: key, Value: b})
 		}
 	}
 	return v

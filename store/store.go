@@ -80,10 +80,18 @@ func (s *Store) Close() error { return s.db.Close() }
 // Path is the database file.
 func (s *Store) Path() string { return s.db.Path() }
 
+// KV is one write to a named bucket that rides along with another commit.
+type KV struct {
+	Bucket, Key string
+	Value       []byte
+}
+
 // Begin looks up key. If it is already known, the existing entry is returned
 // and nothing is written. Otherwise a pending entry is written durably and
 // (nil, nil) is returned: the caller now owns the key and must Complete it.
-func (s *Store) Begin(e LedgerEntry) (*LedgerEntry, error) {
+// extra writes (the safety layer's rate and cooldown history) commit in the
+// same transaction, so an actuation costs one fsync here, not two.
+func (s *Store) Begin(e LedgerEntry, extra ...KV) (*LedgerEntry, error) {
 	var existing *LedgerEntry
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketLedger)
@@ -98,6 +106,15 @@ func (s *Store) Begin(e LedgerEntry) (*LedgerEntry, error) {
 		}
 		if err := b.Put([]byte(e.Key), buf); err != nil {
 			return err
+		}
+		for _, kv := range extra {
+			kb, err := tx.CreateBucketIfNotExists([]byte(bucketPrefixKV + kv.Bucket))
+			if err != nil {
+				return err
+			}
+			if err := kb.Put([]byte(kv.Key), kv.Value); err != nil {
+				return err
+			}
 		}
 		return tx.Bucket(bucketByTime).Put(timeKey(e.Created, e.Key), nil)
 	})
