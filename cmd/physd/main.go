@@ -266,6 +266,9 @@ func serve(f runFlags, log *slog.Logger) error {
 			return err
 		}
 		nodeGuard = guard
+	} else if unenforced := manifestRulesWithoutPolicy(m); len(unenforced) > 0 {
+		log.Warn("no --policy: these manifest rules are NOT enforced; load a physmcp.policy.yml to enforce them",
+			"capabilities", unenforced)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -330,6 +333,19 @@ func serve(f runFlags, log *slog.Logger) error {
 	}
 	log.Info("stopping: in-flight actuations finish, then the ledger and audit close")
 	return firstErr
+}
+
+// manifestRulesWithoutPolicy names the do_ capabilities whose manifest
+// asks for a role, rate limit, cooldown or quorum: rules only the policy
+// layer enforces.
+func manifestRulesWithoutPolicy(m *manifest.Manifest) []string {
+	var out []string
+	for _, c := range m.Capabilities {
+		if c.Kind == manifest.KindDo && (c.RequiresPermission != "none" || c.RateLimit != nil || c.CooldownMS > 0 || c.RequiresQuorum) {
+			out = append(out, c.ToolName())
+		}
+	}
+	return out
 }
 
 func policyName(p string) string {
