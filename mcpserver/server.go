@@ -17,6 +17,7 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/safety"
 )
@@ -40,14 +41,19 @@ type Options struct {
 	Approvals *gate.Approvals
 	// Audit records emergency overrides.
 	Audit *audit.Log
+	// Metrics, when set, is served at /metrics and fed by every tool call.
+	Metrics *metrics.Metrics
+	// PolicyPath names the policy file in /status.
+	PolicyPath string
 }
 
 // Server is the MCP face of one node.
 type Server struct {
-	n    *node.Node
-	mcp  *mcp.Server
-	opts Options
-	log  *slog.Logger
+	start time.Time
+	n     *node.Node
+	mcp   *mcp.Server
+	opts  Options
+	log   *slog.Logger
 }
 
 // ManifestURI is the resource holding the served manifest.
@@ -78,8 +84,8 @@ func New(n *node.Node, opts Options) *Server {
 				c.TTLMs, c.CacheScope = 60_000, "public"
 			},
 		})
-	srv := &Server{n: n, mcp: s, opts: opts, log: opts.Logger}
-	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate}
+	srv := &Server{start: time.Now(), n: n, mcp: s, opts: opts, log: opts.Logger}
+	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics}
 	if opts.Safety != nil {
 		ts.approvals = opts.Approvals
 	}
@@ -165,6 +171,11 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeJSON(w, code, map[string]any{"ready": ok, "checks": checks})
 	})
+	if s.opts.Metrics != nil {
+		mux.Handle("GET /metrics", s.opts.Metrics.Handler())
+	}
+	mux.HandleFunc("GET /status", s.serveStatus)
+	mux.HandleFunc("GET /{$}", s.servePage)
 	for pattern, h := range s.opts.ExtraRoutes {
 		mux.Handle(pattern, s.requireOrigin(h))
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
 )
@@ -45,7 +46,8 @@ var (
 type toolSet struct {
 	n         *node.Node
 	stdioRole string
-	approvals *gate.Approvals // nil: no approval rounds (no policy)
+	approvals *gate.Approvals  // nil: no approval rounds (no policy)
+	metrics   *metrics.Metrics // nil: not measured
 	authn     func(h http.Header) (node.Caller, error)
 }
 
@@ -256,9 +258,15 @@ func (ts *toolSet) handleRead(tool string) mcp.ToolHandler {
 			}
 			maxAge = time.Duration(min(*in.MaxAgeMS, 86400000)) * time.Millisecond
 		}
+		start := time.Now()
 		o, err := ts.n.Read(ctx, tool, maxAge)
 		if err != nil {
 			return toolError(err), nil
+		}
+		if m := ts.metrics; m != nil {
+			m.Since("read", start)
+			m.ToolCalls.WithLabelValues(tool, string(o.Quality), "").Inc()
+			m.CacheLookups.WithLabelValues(map[bool]string{true: "hit", false: "device"}[o.Cached]).Inc()
 		}
 		body, err := json.Marshal(o)
 		if err != nil {
@@ -299,7 +307,9 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 // runDo runs the do pipeline; a call that needs approval becomes an
 // approval round when the client can elicit, else the proMCP refusal.
 func (ts *toolSet) runDo(ctx context.Context, req *mcp.CallToolRequest, dr node.DoRequest, note string) (*mcp.CallToolResult, error) {
+	start := time.Now()
 	body, err := ts.n.Do(ctx, dr)
+	ts.observeDo(dr.Tool, start, body, err)
 	var ar *node.ApprovalRequired
 	if errors.As(err, &ar) {
 		if ts.approvals != nil && canElicit(req) {
@@ -322,13 +332,51 @@ func (ts *toolSet) handleCanDo(ctx context.Context, req *mcp.CallToolRequest) (*
 	if err != nil {
 		return toolError(err), nil
 	}
+	start := time.Now()
 	rep, err := ts.n.CanDo(ctx, in, caller)
 	if err != nil {
 		return toolError(err), nil
+	}
+	if m := ts.metrics; m != nil {
+		m.Since("can_do", start)
+		m.ToolCalls.WithLabelValues("can_do", map[bool]string{true: "feasible", false: "infeasible"}[rep.Feasible], "").Inc()
 	}
 	body, err := json.Marshal(rep)
 	if err != nil {
 		return nil, err
 	}
 	return jsonResult(body), nil
+}
+
+// observeDo counts a do_ answer by status, permission and gate decision.
+func (ts *toolSet) observeDo(tool string, start time.Time, body []byte, err error) {
+	m := ts.metrics
+	if m == nil {
+		return
+	}
+	m.Since("do", start)
+	var ar *node.ApprovalRequired
+	if errors.As(err, &ar) {
+		body, err = ar.Body, nil
+	}
+	if err != nil {
+		m.ToolCalls.WithLabelValues(tool, "error", "").Inc()
+		return
+	}
+	var r struct {
+		Status     string           `json:"status"`
+		Permission string           `json:"permission"`
+		Gate       *promcp.GateNote `json:"gate"`
+		Applied    any              `json:"applied_value"`
+	}
+	if json.Unmarshal(body, &r) != nil {
+		return
+	}
+	m.ToolCalls.WithLabelValues(tool, r.Status, r.Permission).Inc()
+	if r.Gate != nil {
+		m.GateDecisions.WithLabelValues(r.Gate.Layer, r.Gate.Decision).Inc()
+	}
+	if r.Status == "failed" && r.Permission != "allowed" {
+		m.Refusals.WithLabelValues(r.Permission).Inc()
+	}
 }

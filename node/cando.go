@@ -132,6 +132,12 @@ func (n *Node) judge(ctx context.Context, rep *promcp.CapabilityReport, m match,
 		}
 		if value != nil {
 			cand.MatchReasons = append(cand.MatchReasons, "value_in_range: "+promcp.FormatValue(value)+" in "+rangeText(c))
+		} else if o != nil && o.Value != nil {
+			// Without intent.value the rules are checked at the current
+			// setpoint: value-dependent rules (range guards, approval
+			// thresholds, gate ranges) may still refuse another value.
+			value = o.Value
+			cand.MatchReasons = append(cand.MatchReasons, "value_not_given: rules checked at the current value "+promcp.FormatValue(value)+"; send intent.value for a precise answer")
 		}
 		v := n.guard.Evaluate(ctx, Action{Capability: c, Tool: m.cs.tool, Value: value, Caller: caller, Now: now}, true)
 		switch v.Permission {

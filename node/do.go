@@ -197,6 +197,7 @@ func (n *Node) commit(res promcp.DoResult, caller Caller) ([]byte, error) {
 		n.log.Error("LEDGER WRITE FAILED after an actuation", "tool", res.Capability, "key", res.IdempotencyKey, "err", err)
 		return nil, fmt.Errorf("the actuation ran (%s) but its ledger record could not be written: %w", res.Status, err)
 	}
+	n.recent.add(body)
 	return body, nil
 }
 
@@ -220,7 +221,11 @@ func (n *Node) refuseAs(event string, res promcp.DoResult, caller Caller, perm p
 	} else {
 		res.Audit = &promcp.AuditNote{Seq: seq}
 	}
-	return json.Marshal(res)
+	body, err := json.Marshal(res)
+	if err == nil {
+		n.recent.add(body)
+	}
+	return body, err
 }
 
 func joinReason(a, b string) string {

@@ -29,6 +29,8 @@ type Config struct {
 	// do_ response says that no policy is configured.
 	Guard  Guard
 	Logger *slog.Logger
+	// OnDeviceError is called for every failed device access (metrics).
+	OnDeviceError func(bus string, err error)
 	// LedgerWindow is how long an idempotency key is remembered (≥24 h
 	// recommended by proMCP §9.2); LedgerMax bounds the entries kept.
 	LedgerWindow time.Duration
@@ -52,6 +54,12 @@ type Node struct {
 
 	inflightMu sync.Mutex
 	inflight   map[string]chan struct{} // idempotency key -> closed when done
+
+	recent recentLog // last do_ answers, for /status
+
+	// OnDeviceError, when set, is told about every failed device access
+	// (for metrics); it must not block.
+	onDeviceErr func(bus string, err error)
 
 	doWG     sync.WaitGroup // in-flight actuations, for graceful shutdown
 	closing  chan struct{}
@@ -78,6 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		ledgerWindow: cfg.LedgerWindow,
 		ledgerMax:    cfg.LedgerMax,
 		inflight:     map[string]chan struct{}{},
+		onDeviceErr:  cfg.OnDeviceError,
 		closing:      make(chan struct{}),
 	}
 	if n.guard == nil {

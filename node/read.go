@@ -90,6 +90,9 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 			err = errors.Join(drivers.ErrTimeout, err)
 		}
 		cs.lastErr.Store(&err)
+		if n.onDeviceErr != nil {
+			n.onDeviceErr(cs.cap.Binding.Bus, err)
+		}
 		return nil, err
 	}
 	if r.At.IsZero() {

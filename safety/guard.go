@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/physd/physd/gate"
@@ -20,9 +21,8 @@ import (
 
 // Guard implements node.Guard.
 type Guard struct {
-	pol    *policy.Policy
+	rules  atomic.Pointer[rules] // swapped whole on reload
 	lim    *policy.Limiter
-	gate   *gate.Gate
 	quorum policy.QuorumFunc
 	device string
 
@@ -52,19 +52,31 @@ func New(c Config) *Guard {
 	if q == nil {
 		q = policy.Standalone
 	}
-	return &Guard{pol: c.Policy, lim: policy.NewLimiter(c.State), gate: c.Gate, quorum: q, device: c.DeviceID}
+	g := &Guard{lim: policy.NewLimiter(c.State), quorum: q, device: c.DeviceID}
+	g.rules.Store(&rules{c.Policy, c.Gate})
+	return g
 }
 
+// rules is a policy and its gate, replaced together.
+type rules struct {
+	pol  *policy.Policy
+	gate *gate.Gate
+}
+
+// Reload puts a new (validated) policy and gate in force for every call
+// that starts after it returns. Rate and cooldown history is kept.
+func (g *Guard) Reload(p *policy.Policy, gt *gate.Gate) { g.rules.Store(&rules{p, gt}) }
+
 // Policy is the policy in force.
-func (g *Guard) Policy() *policy.Policy { return g.pol }
+func (g *Guard) Policy() *policy.Policy { return g.rules.Load().pol }
 
 // Gate is the phocinae gate in force.
-func (g *Guard) Gate() *gate.Gate { return g.gate }
+func (g *Guard) Gate() *gate.Gate { return g.rules.Load().gate }
 
 // StartOverride lifts time windows until now+ttl (bounded by the policy's
 // override_token_ttl_seconds) for callers with the override role.
 func (g *Guard) StartOverride(by, role, reason string, ttl time.Duration) (Override, error) {
-	e := g.pol.Emergency
+	e := g.Policy().Emergency
 	if policy.RoleLevel(role) < policy.RoleLevel(e.OverrideRole) {
 		return Override{}, fmt.Errorf("an emergency override needs the %s role; the caller has %s", e.OverrideRole, role)
 	}
@@ -103,8 +115,9 @@ func (g *Guard) ActiveOverride() *Override {
 // Evaluate runs the policy, then the gate. Only a real (not dry) allowed
 // call is recorded against rate and cooldown limits.
 func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.Verdict {
+	rs := g.rules.Load()
 	ov := g.ActiveOverride()
-	out := g.pol.Evaluate(ctx, policy.Check{Tool: a.Tool, Value: a.Value, Role: a.Caller.Role, Now: a.Now, Override: ov != nil}, g.lim, g.quorum)
+	out := rs.pol.Evaluate(ctx, policy.Check{Tool: a.Tool, Value: a.Value, Role: a.Caller.Role, Now: a.Now, Override: ov != nil}, g.lim, g.quorum)
 	v := node.Verdict{Permission: out.Permission, Value: out.Value, Reason: out.Reason, Details: out.Details, ValidFor: out.ValidFor}
 	v.Policy = promcp.PolicyNote{Configured: true, Decision: "allowed"}
 	notes := append([]string(nil), out.Notes...)
@@ -132,13 +145,13 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 	var gr gate.Result
 	switch {
 	case dryRun:
-		gr = g.gate.DryRun(req)
+		gr = rs.gate.DryRun(req)
 	case a.Approved:
 		// A human confirmed: re-check L0 (a rule that became deny wins),
 		// do not ask L1 again.
-		gr = g.gate.Confirmed(req)
+		gr = rs.gate.Confirmed(req)
 	default:
-		gr = g.gate.Decide(ctx, req)
+		gr = rs.gate.Decide(ctx, req)
 	}
 	// The fingerprint binds approvals to the request as the caller sent it.
 	_, fp := gate.Canonical(a.Tool, map[string]any{"value": a.Value})
@@ -169,7 +182,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		// Counted now (a concurrent call sees it at once); made durable by
 		// the node in the same commit as the ledger's pending entry, before
 		// the device is touched.
-		if key, b := g.lim.Note(g.pol.Tools[a.Tool], a.Now); b != nil {
+		if key, b := g.lim.Note(rs.pol.Tools[a.Tool], a.Now); b != nil {
 			v.Persist = append(v.Persist, store.KV{Bucket: policy.StateBucket, Key: key, Value: b})
 		}
 	}

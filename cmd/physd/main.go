@@ -26,10 +26,13 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/drivers/gpio"  // host GPIO through periph.io
+	"github.com/physd/physd/drivers/i2c"   // I²C through periph.io
 	_ "github.com/physd/physd/drivers/sim" // the built-in simulator
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
@@ -127,10 +130,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// checkBindings opens each simulated bus and binds its capabilities, so
-// validate catches driver configuration errors too. Hardware buses are
-// checked when the daemon starts, not by validate, which must not touch
-// devices.
+// checkBindings opens each simulated bus and binds its capabilities, and
+// checks hardware bindings without opening the hardware, so validate
+// catches driver configuration errors too and never touches a device.
 func checkBindings(m *manifest.Manifest) error {
 	var errs []error
 	for _, c := range m.Capabilities {
@@ -142,6 +144,16 @@ func checkBindings(m *manifest.Manifest) error {
 		if b.Type != "sim" {
 			if _, ok := drivers.Lookup(b.Type); !ok {
 				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: use one of %v", b.Pos, name, b.Type, drivers.Types()))
+				continue
+			}
+			if check := bindingChecks[b.Type]; check != nil {
+				for _, c := range m.Capabilities {
+					if c.Binding.Bus == name {
+						if err := check(c); err != nil {
+							errs = append(errs, err)
+						}
+					}
+				}
 			}
 			continue
 		}
@@ -160,6 +172,12 @@ func checkBindings(m *manifest.Manifest) error {
 		bus.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// bindingChecks validate a hardware binding without opening the hardware.
+var bindingChecks = map[string]func(*manifest.Capability) error{
+	"i2c":  i2c.CheckBinding,
+	"gpio": gpio.CheckBinding,
 }
 
 type runFlags struct {
@@ -273,7 +291,9 @@ func serve(f runFlags, log *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, err := node.Open(ctx, node.Config{Manifest: m, Store: st, Audit: al, Logger: log, Guard: nodeGuard})
+	mx := metrics.New()
+	n, err := node.Open(ctx, node.Config{Manifest: m, Store: st, Audit: al, Logger: log, Guard: nodeGuard,
+		OnDeviceError: func(bus string, _ error) { mx.DriverErrors.WithLabelValues(bus).Inc() }})
 	if err != nil {
 		return err
 	}
@@ -294,8 +314,19 @@ func serve(f runFlags, log *slog.Logger) error {
 			}
 		}
 	}
+	for name := range m.Buses {
+		mx.Gauge("physd_bus_up", "1 while the bus is open and healthy.", map[string]string{"bus": name}, func() float64 {
+			if b, ok := n.Buses()[name]; ok && b.Health() == nil {
+				return 1
+			}
+			return 0
+		})
+	}
 	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, ExtraRoutes: extra,
-		Safety: guard, Approvals: approvals, Audit: al})
+		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy})
+	if guard != nil {
+		go reloadOnHUP(ctx, f, m, guard, al, log)
+	}
 
 	errc := make(chan error, 2)
 	running := 0

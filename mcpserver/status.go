@@ -1,0 +1,92 @@
+package mcpserver
+
+import (
+	"embed"
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"time"
+
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+// Status is GET /status: what an operator needs to see at a glance.
+type Status struct {
+	DeviceID     string                  `json:"device_id"`
+	DeviceType   string                  `json:"device_type"`
+	Zone         string                  `json:"zone"`
+	Version      string                  `json:"version"`
+	Started      time.Time               `json:"started"`
+	UptimeS      int64                   `json:"uptime_s"`
+	Ready        bool                    `json:"ready"`
+	Checks       []node.Readiness        `json:"checks"`
+	Policy       string                  `json:"policy"`
+	Override     any                     `json:"emergency_override"`
+	Capabilities []node.CapabilityStatus `json:"capabilities"`
+	Recent       []json.RawMessage       `json:"recent_actuations"`
+	Mesh         map[string]any          `json:"mesh"`
+}
+
+func (s *Server) status() Status {
+	m := s.n.Manifest()
+	ready, checks := s.n.Ready()
+	st := Status{
+		DeviceID: m.Device.ID, DeviceType: m.Device.Type, Zone: m.Device.Location.Zone, Version: Version,
+		Started: s.start.UTC(), UptimeS: int64(time.Since(s.start).Seconds()),
+		Ready: ready, Checks: checks, Policy: "none (" + node.NoPolicyNote + ")",
+		Capabilities: s.n.Capabilities(), Recent: s.n.RecentActuations(),
+		Mesh: map[string]any{"enabled": m.Network.Mesh.Enabled, "members": 1, "partition_state": "healthy"},
+	}
+	if st.Recent == nil {
+		st.Recent = []json.RawMessage{}
+	}
+	if s.opts.Safety != nil {
+		st.Policy = s.opts.PolicyPath
+		if o := s.opts.Safety.ActiveOverride(); o != nil {
+			st.Override = o
+		}
+	}
+	return st
+}
+
+func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.status())
+}
+
+//go:embed status.html
+var pageFS embed.FS
+
+var page = template.Must(template.New("status.html").Funcs(template.FuncMap{
+	"value": func(v any) string {
+		if v == nil {
+			return "—"
+		}
+		return promcp.FormatValue(v)
+	},
+	"decode": func(raw json.RawMessage) map[string]any {
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		return m
+	},
+	"fmtv": func(v any) string {
+		if v == nil {
+			return "—"
+		}
+		if f, ok := v.(float64); ok {
+			return promcp.FormatValue(f)
+		}
+		return promcp.FormatValue(v)
+	},
+}).ParseFS(pageFS, "status.html"))
+
+// servePage is a small read-only HTML view of /status for an operator's
+// browser: no scripts, no external assets, refreshed every 5 s.
+func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if err := page.Execute(w, s.status()); err != nil {
+		s.log.Error("status page", "err", err)
+	}
+}

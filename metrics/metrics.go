@@ -1,0 +1,70 @@
+// Package metrics holds physd's Prometheus metrics on its own registry
+// (no global state), with bounded labels: tool names come from the
+// manifest, outcomes and permissions from fixed enums; never keys or text.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is every series physd exports.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	ToolCalls     *prometheus.CounterVec   // tool, outcome, permission
+	ToolLatency   *prometheus.HistogramVec // kind
+	CacheLookups  *prometheus.CounterVec   // result: hit | device
+	DriverErrors  *prometheus.CounterVec   // bus
+	GateDecisions *prometheus.CounterVec   // layer, decision
+	Refusals      *prometheus.CounterVec   // permission
+	Overrides     prometheus.Counter
+}
+
+// New registers the metrics, the Go runtime and the process collectors.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_tool_calls_total",
+			Help: "MCP tool calls by tool, outcome (quality, status, feasible/infeasible, error) and permission."},
+			[]string{"tool", "outcome", "permission"}),
+		ToolLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "physd_tool_call_duration_seconds",
+			Help:    "Time inside physd's tool handler, by kind (read, do, can_do).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}},
+			[]string{"kind"}),
+		CacheLookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_read_cache_total",
+			Help: "read_ answers served from the cache (hit) or the device (device)."}, []string{"result"}),
+		DriverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_driver_errors_total",
+			Help: "Failed device accesses by bus."}, []string{"bus"}),
+		GateDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_gate_decisions_total",
+			Help: "Phocinae gate decisions on do_ calls by layer and decision."}, []string{"layer", "decision"}),
+		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_do_refusals_total",
+			Help: "do_ calls refused before actuation, by permission (rate_limited, partition_no_quorum, …)."}, []string{"permission"}),
+		Overrides: prometheus.NewCounter(prometheus.CounterOpts{Name: "physd_emergency_overrides_total",
+			Help: "Emergency overrides started."}),
+	}
+	r.MustRegister(m.ToolCalls, m.ToolLatency, m.CacheLookups, m.DriverErrors, m.GateDecisions, m.Refusals, m.Overrides,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Gauge registers a gauge whose value is read at scrape time (device up,
+// ledger size …).
+func (m *Metrics) Gauge(name, help string, labels prometheus.Labels, f func() float64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// Since observes a handler's duration.
+func (m *Metrics) Since(kind string, start time.Time) {
+	m.ToolLatency.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+}
