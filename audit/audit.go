@@ -12,6 +12,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,19 +35,54 @@ type Record struct {
 	Data           map[string]any `json:"data,omitempty"`
 }
 
-// Log is an append-only, fsynced JSONL file.
+// Log is an append-only, fsynced JSONL file, rotated by size and by UTC
+// day into audit-YYYY-MM-DD[.N].jsonl beside it; rotated files older than
+// the retention are deleted.
 type Log struct {
 	mu   sync.Mutex
 	f    *os.File
+	dir  string
 	path string
 	seq  uint64
 	buf  []byte
+	size int64
+	day  string // UTC day of the records in the current file
+
+	opts Options
+}
+
+// Options tune rotation, retention and forwarding.
+type Options struct {
+	// MaxBytes rotates the current file when it would grow past this
+	// (default 64 MiB).
+	MaxBytes int64
+	// RetentionDays deletes rotated files older than this many days
+	// (default 7, the PhysMCP default; 0 keeps the default).
+	RetentionDays int
+	// Sink, when set, receives every record after it is on disk. It must
+	// not block; a slow or broken sink never fails an append.
+	Sink Sink
+}
+
+// Sink forwards records elsewhere (syslog, HTTP); see NewRemoteSink.
+type Sink interface {
+	Send(line []byte)
+	Close() error
 }
 
 // Open opens (creating) dir/audit.jsonl and resumes the sequence number
 // from its last complete line. A torn last line (crash mid-write) is cut off
 // so the file stays valid JSONL.
-func Open(dir string) (*Log, error) {
+func Open(dir string) (*Log, error) { return OpenWith(dir, Options{}) }
+
+// OpenWith is Open with rotation, retention and forwarding options.
+func OpenWith(dir string, opts Options) (*Log, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 64 << 20
+	}
+	if opts.RetentionDays <= 0 {
+		opts.RetentionDays = 7
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("audit directory %s: %w", dir, err)
 	}
@@ -67,7 +104,83 @@ func Open(dir string) (*Log, error) {
 		f.Close()
 		return nil, err
 	}
-	return &Log{f: f, path: path, seq: seq}, nil
+	l := &Log{f: f, dir: dir, path: path, seq: seq, size: good, opts: opts}
+	l.day = fileDay(f, good)
+	l.prune(time.Now())
+	return l, nil
+}
+
+// fileDay is the UTC day a non-empty file's records belong to (its
+// modification time), so a restart on a new day still rotates.
+func fileDay(f *os.File, size int64) string {
+	if size == 0 {
+		return time.Now().UTC().Format(time.DateOnly)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return time.Now().UTC().Format(time.DateOnly)
+	}
+	return st.ModTime().UTC().Format(time.DateOnly)
+}
+
+// rotate renames the current file to audit-<day>[.N].jsonl and starts a
+// new one. Called with l.mu held.
+func (l *Log) rotate(now time.Time) error {
+	if err := l.f.Sync(); err != nil {
+		return err
+	}
+	if err := l.f.Close(); err != nil {
+		return err
+	}
+	name := filepath.Join(l.dir, "audit-"+l.day+".jsonl")
+	for i := 1; ; i++ {
+		if _, err := os.Stat(name); os.IsNotExist(err) {
+			break
+		}
+		name = filepath.Join(l.dir, fmt.Sprintf("audit-%s.%d.jsonl", l.day, i))
+	}
+	if err := os.Rename(l.path, name); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	if d, err := os.Open(l.dir); err == nil { // make the rename durable
+		_ = d.Sync()
+		d.Close()
+	}
+	l.f, l.size, l.day = f, 0, now.UTC().Format(time.DateOnly)
+	l.prune(now)
+	return nil
+}
+
+// prune deletes rotated files whose day is past the retention.
+func (l *Log) prune(now time.Time) {
+	cut := now.UTC().AddDate(0, 0, -l.opts.RetentionDays).Format(time.DateOnly)
+	for _, name := range l.rotated() {
+		day := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(name), "audit-"), ".jsonl")
+		if i := strings.IndexByte(day, '.'); i >= 0 {
+			day = day[:i]
+		}
+		if day < cut {
+			_ = os.Remove(name)
+		}
+	}
+}
+
+// rotated lists rotated files, oldest first.
+func (l *Log) rotated() []string {
+	names, _ := filepath.Glob(filepath.Join(l.dir, "audit-*.jsonl"))
+	sort.Slice(names, func(i, j int) bool { return rotKey(names[i]) < rotKey(names[j]) })
+	return names
+}
+
+// rotKey orders audit-2026-01-02.jsonl before audit-2026-01-02.1.jsonl.
+func rotKey(name string) string {
+	base := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(name), "audit-"), ".jsonl")
+	day, n, _ := strings.Cut(base, ".")
+	return fmt.Sprintf("%s.%06s", day, n)
 }
 
 // lastSeq scans for the last complete line; it returns its seq and the
@@ -122,13 +235,22 @@ func (l *Log) Append(r *Record) (uint64, error) {
 		return 0, fmt.Errorf("audit record: %w", err)
 	}
 	l.buf = append(append(l.buf[:0], b...), '\n')
+	if day := r.Time.UTC().Format(time.DateOnly); l.size > 0 && (day != l.day || l.size+int64(len(l.buf)) > l.opts.MaxBytes) {
+		if err := l.rotate(r.Time); err != nil {
+			return 0, fmt.Errorf("audit rotation: %w", err)
+		}
+	}
 	if _, err := l.f.Write(l.buf); err != nil {
 		return 0, fmt.Errorf("audit write: %w", err)
 	}
 	if err := l.f.Sync(); err != nil {
 		return 0, fmt.Errorf("audit fsync: %w", err)
 	}
+	l.size += int64(len(l.buf))
 	l.seq = r.Seq
+	if l.opts.Sink != nil {
+		l.opts.Sink.Send(append([]byte(nil), l.buf...))
+	}
 	return r.Seq, nil
 }
 
@@ -144,15 +266,31 @@ func (l *Log) Close() error {
 	}
 	err := l.f.Close()
 	l.f = nil
+	if l.opts.Sink != nil {
+		_ = l.opts.Sink.Close()
+	}
 	return err
 }
 
-// Scan calls fn for every record in the file, oldest first, until fn
-// returns false. It is for recovery and tests, not the hot path.
+// Scan calls fn for every record, rotated files first, oldest first, until
+// fn returns false. It is for recovery and tests, not the hot path.
 func (l *Log) Scan(fn func(Record) bool) error {
-	f, err := os.Open(l.path)
+	l.mu.Lock()
+	files := append(l.rotated(), l.path)
+	l.mu.Unlock()
+	for _, name := range files {
+		more, err := scanFile(name, fn)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanFile(name string, fn func(Record) bool) (bool, error) {
+	f, err := os.Open(name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -163,8 +301,8 @@ func (l *Log) Scan(fn func(Record) bool) error {
 			continue
 		}
 		if !fn(r) {
-			break
+			return false, nil
 		}
 	}
-	return sc.Err()
+	return true, sc.Err()
 }

@@ -26,9 +26,10 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
-	"github.com/physd/physd/drivers/gpio"  // host GPIO through periph.io
-	"github.com/physd/physd/drivers/i2c"   // I²C through periph.io
-	_ "github.com/physd/physd/drivers/sim" // the built-in simulator
+	"github.com/physd/physd/drivers/gpio"   // host GPIO through periph.io
+	"github.com/physd/physd/drivers/i2c"    // I²C through periph.io
+	"github.com/physd/physd/drivers/modbus" // Modbus TCP and RTU buses
+	_ "github.com/physd/physd/drivers/sim"  // the built-in simulator
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
@@ -176,8 +177,10 @@ func checkBindings(m *manifest.Manifest) error {
 
 // bindingChecks validate a hardware binding without opening the hardware.
 var bindingChecks = map[string]func(*manifest.Capability) error{
-	"i2c":  i2c.CheckBinding,
-	"gpio": gpio.CheckBinding,
+	"i2c":        i2c.CheckBinding,
+	"gpio":       gpio.CheckBinding,
+	"modbus_tcp": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_tcp", c) },
+	"modbus_rtu": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_rtu", c) },
 }
 
 type runFlags struct {
@@ -261,7 +264,18 @@ func serve(f runFlags, log *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
-	al, err := audit.Open(filepath.Join(stateDir, "audit"))
+	aopts := audit.Options{RetentionDays: m.Audit.RetentionDays}
+	if !m.Audit.Enabled {
+		log.Warn("audit.enabled is false in the manifest, but physd always audits actuations")
+	}
+	if rs := m.Audit.RemoteSink; rs != nil {
+		if sink, err := audit.NewRemoteSink(rs.Type, rs.Address); err != nil {
+			log.Error("audit remote sink unavailable; the local audit file still records everything", "err", err.Error())
+		} else {
+			aopts.Sink = sink
+		}
+	}
+	al, err := audit.OpenWith(filepath.Join(stateDir, "audit"), aopts)
 	if err != nil {
 		return err
 	}
@@ -314,6 +328,7 @@ func serve(f runFlags, log *slog.Logger) error {
 			}
 		}
 	}
+	registerBusMetrics(mx, n)
 	for name := range m.Buses {
 		mx.Gauge("physd_bus_up", "1 while the bus is open and healthy.", map[string]string{"bus": name}, func() float64 {
 			if b, ok := n.Buses()[name]; ok && b.Health() == nil {

@@ -1,0 +1,166 @@
+package modbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/manifest"
+)
+
+func init() {
+	drivers.Register(TypeTCP, OpenTCP)
+	drivers.Register(TypeRTU, OpenRTU)
+}
+
+// Bus is an open Modbus endpoint: one worker goroutine and its link.
+type Bus struct {
+	name string // "modbus_tcp plc1 (10.0.0.5:502)"
+	spec *busSpec
+	w    *worker
+	st   *counters
+	stop chan struct{}
+	once sync.Once
+}
+
+var _ drivers.Bus = (*Bus)(nil)
+
+// OpenTCP is the drivers.Factory for modbus_tcp. A peer that cannot be
+// reached does not fail it: the gateway must run without the PLC, so the
+// bus opens, Health names the problem, capabilities read quality error, and
+// the worker keeps retrying with backoff until the peer answers.
+func OpenTCP(ctx context.Context, b *manifest.Bus) (drivers.Bus, error) {
+	bus, err := open(ctx, b, TypeTCP)
+	if err != nil {
+		return nil, err
+	}
+	return bus, nil
+}
+
+// OpenRTU is the drivers.Factory for modbus_rtu. A serial port that cannot
+// be opened (missing, busy, no permission, RS-485 mode refused) fails it:
+// that is a wiring or configuration problem the node reports at /readyz.
+func OpenRTU(ctx context.Context, b *manifest.Bus) (drivers.Bus, error) {
+	bus, err := open(ctx, b, TypeRTU)
+	if err != nil {
+		return nil, err
+	}
+	return bus, nil
+}
+
+// Open opens a bus of either type with the concrete type, for tests and
+// tools that want Stats.
+func Open(ctx context.Context, b *manifest.Bus) (*Bus, error) {
+	if b == nil {
+		return nil, errors.New("modbus: nil bus")
+	}
+	return open(ctx, b, b.Type)
+}
+
+func open(_ context.Context, b *manifest.Bus, kind string) (*Bus, error) {
+	if b == nil {
+		return nil, errors.New("modbus: nil bus")
+	}
+	if kind != TypeTCP && kind != TypeRTU {
+		return nil, fmt.Errorf("modbus: bus %q: type %q is not %s or %s", b.Name, kind, TypeTCP, TypeRTU)
+	}
+	spec, err := parseBus(b, kind)
+	if err != nil {
+		return nil, err
+	}
+	st := &counters{}
+	stop := make(chan struct{})
+	name := fmt.Sprintf("%s %s (%s)", kind, b.Name, spec.endpoint())
+	var l link
+	if kind == TypeTCP {
+		l = newTCPLink(spec.address, spec.timeout, st)
+	} else {
+		l = newRTULink(spec.serial, spec.silence, st, stop)
+	}
+	bus, err := start(name, spec, l, st, stop)
+	if err != nil && kind == TypeRTU {
+		return nil, fmt.Errorf("%s: %w; fix: check port: (a stable name from /dev/serial/by-id/ is best), that the adapter is plugged in, and that physd may open it (group dialout)", name, err)
+	}
+	return bus, nil
+}
+
+// start connects once (so Health is right from the beginning) and starts
+// the worker. A TCP peer that cannot be reached is no error (the worker
+// keeps retrying it); a serial port that cannot be opened is. Tests start
+// buses on fake links through here.
+func start(name string, spec *busSpec, l link, st *counters, stop chan struct{}) (*Bus, error) {
+	w := newWorker(name, spec, l, st, stop)
+	err := w.connect()
+	go w.run()
+	b := &Bus{name: name, spec: spec, w: w, st: st, stop: stop}
+	if err != nil && spec.kind == TypeRTU {
+		_ = b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Point opens a capability's binding; errors are manifest.Errors naming the
+// binding key at fault.
+func (b *Bus) Point(c *manifest.Capability) (drivers.Point, error) {
+	if c == nil {
+		return nil, errors.New("modbus: nil capability")
+	}
+	s, err := parseBinding(c, b.spec.kind)
+	if err != nil {
+		return nil, err
+	}
+	return &point{b: b, s: s}, nil
+}
+
+// Health is nil while the endpoint is reachable (or has not failed yet);
+// otherwise it wraps drivers.ErrOffline and says why.
+func (b *Bus) Health() error {
+	select {
+	case <-b.stop:
+		return fmt.Errorf("%s: closed: %w", b.name, drivers.ErrOffline)
+	default:
+	}
+	return b.w.endpointHealth()
+}
+
+// Close stops the worker (queued requests fail with drivers.ErrOffline) and
+// closes the link. It waits for a request on the wire to finish.
+func (b *Bus) Close() error {
+	b.once.Do(func() { close(b.stop) })
+	<-b.w.done
+	return nil
+}
+
+// Name is "modbus_tcp plc1 (10.0.0.5:502)".
+func (b *Bus) Name() string { return b.name }
+
+// Stats are a bus's counters since Open.
+type Stats struct {
+	Requests   int64 `json:"requests"`   // Modbus requests sent (a merged read counts once)
+	Reads      int64 `json:"reads"`      // point reads answered from the wire
+	Writes     int64 `json:"writes"`     // point writes attempted
+	Coalesced  int64 `json:"coalesced"`  // point reads that shared another read's request
+	Failures   int64 `json:"failures"`   // requests that failed other than by exception
+	Exceptions int64 `json:"exceptions"` // Modbus exception replies
+	Timeouts   int64 `json:"timeouts"`   // requests without a timely reply
+	Rejected   int64 `json:"rejected"`   // refused unsent: queue full, unit down, expired
+	Reconnects int64 `json:"reconnects"` // TCP connections / serial opens
+	Flushes    int64 `json:"flushes"`    // RTU: waits for a silent line after an error
+	Strays     int64 `json:"strays"`     // RTU: unexpected bytes seen before a send
+	Discarded  int64 `json:"discarded"`  // RTU: bytes thrown away by flushes
+	QueueDepth int   `json:"queue_depth"`
+}
+
+// Stats returns the counters.
+func (b *Bus) Stats() Stats {
+	s := b.st
+	return Stats{
+		Requests: s.requests.Load(), Reads: s.reads.Load(), Writes: s.writes.Load(), Coalesced: s.coalesced.Load(),
+		Failures: s.failures.Load(), Exceptions: s.exceptions.Load(), Timeouts: s.timeouts.Load(),
+		Rejected: s.rejected.Load(), Reconnects: s.reconnects.Load(), Flushes: s.flushes.Load(),
+		Strays: s.strays.Load(), Discarded: s.discarded.Load(), QueueDepth: len(b.w.queue),
+	}
+}

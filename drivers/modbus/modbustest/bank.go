@@ -1,0 +1,405 @@
+// Package modbustest provides Modbus peers for tests and the example
+// simulator: Bank, an in-memory multi-unit device that counts every request;
+// a Modbus TCP server on github.com/simonvetter/modbus serving a Bank; and
+// an RTU slave that answers on a serial line (a pty in tests).
+//
+// The peers are independent of the driver's code (own framing, own CRC), so
+// a test against them checks the driver against Modbus, not against itself.
+package modbustest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Table is one of the four Modbus data tables.
+type Table uint8
+
+// Tables.
+const (
+	Coils Table = iota + 1
+	DiscreteInputs
+	InputRegisters
+	HoldingRegisters
+)
+
+func (t Table) String() string {
+	switch t {
+	case Coils:
+		return "coils"
+	case DiscreteInputs:
+		return "discrete inputs"
+	case InputRegisters:
+		return "input registers"
+	case HoldingRegisters:
+		return "holding registers"
+	}
+	return fmt.Sprintf("Table(%d)", uint8(t))
+}
+
+// Exception is a Modbus exception code; a fault hook returns one to make
+// the bank answer with it.
+type Exception byte
+
+// Exception codes.
+const (
+	IllegalFunction    Exception = 1
+	IllegalDataAddress Exception = 2
+	IllegalDataValue   Exception = 3
+	DeviceFailure      Exception = 4
+	DeviceBusy         Exception = 6
+	GatewayNoResponse  Exception = 11
+)
+
+func (e Exception) Error() string { return fmt.Sprintf("modbus exception %d", byte(e)) }
+
+// Request is one request as the bank saw it.
+type Request struct {
+	Unit     byte
+	Function byte
+	Table    Table
+	Addr     uint16
+	Qty      uint16
+	Write    bool
+	Regs     []uint16 // values written (holding registers)
+	Bits     []bool   // values written (coils)
+}
+
+type unitData struct {
+	coils, discrete map[uint16]bool
+	input, holding  map[uint16]uint16
+}
+
+type holeKey struct {
+	unit  byte
+	table Table
+	addr  uint16
+}
+
+// Bank is an in-memory Modbus device with any number of units. Addresses
+// 0..Size-1 exist in every table of every unit (reading them before a Set
+// gives 0); others, and holes, draw an illegal data address exception. It
+// is safe for concurrent use.
+type Bank struct {
+	Size int
+
+	mu     sync.Mutex
+	units  map[byte]*unitData
+	holes  map[holeKey]bool
+	absent map[byte]bool
+	log    []Request
+	delay  func(Request) time.Duration
+	fault  func(Request) error
+}
+
+// NewBank returns a bank whose tables have size addresses each.
+func NewBank(size int) *Bank {
+	return &Bank{Size: size, units: map[byte]*unitData{}, holes: map[holeKey]bool{}, absent: map[byte]bool{}}
+}
+
+func (b *Bank) unit(u byte) *unitData {
+	d := b.units[u]
+	if d == nil {
+		d = &unitData{coils: map[uint16]bool{}, discrete: map[uint16]bool{}, input: map[uint16]uint16{}, holding: map[uint16]uint16{}}
+		b.units[u] = d
+	}
+	return d
+}
+
+// SetHolding stores holding registers from addr on.
+func (b *Bank) SetHolding(unit byte, addr uint16, v ...uint16) {
+	b.setRegs(unit, HoldingRegisters, addr, v)
+}
+
+// SetInput stores input registers from addr on.
+func (b *Bank) SetInput(unit byte, addr uint16, v ...uint16) {
+	b.setRegs(unit, InputRegisters, addr, v)
+}
+
+// SetCoil stores coils from addr on.
+func (b *Bank) SetCoil(unit byte, addr uint16, v ...bool) { b.setBits(unit, Coils, addr, v) }
+
+// SetDiscrete stores discrete inputs from addr on.
+func (b *Bank) SetDiscrete(unit byte, addr uint16, v ...bool) {
+	b.setBits(unit, DiscreteInputs, addr, v)
+}
+
+func (b *Bank) setRegs(unit byte, t Table, addr uint16, v []uint16) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.unit(unit).holding
+	if t == InputRegisters {
+		m = b.unit(unit).input
+	}
+	for i, x := range v {
+		m[addr+uint16(i)] = x
+	}
+}
+
+func (b *Bank) setBits(unit byte, t Table, addr uint16, v []bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.unit(unit).coils
+	if t == DiscreteInputs {
+		m = b.unit(unit).discrete
+	}
+	for i, x := range v {
+		m[addr+uint16(i)] = x
+	}
+}
+
+// Holding returns n holding registers from addr.
+func (b *Bank) Holding(unit byte, addr uint16, n int) []uint16 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]uint16, n)
+	for i := range out {
+		out[i] = b.unit(unit).holding[addr+uint16(i)]
+	}
+	return out
+}
+
+// Coil returns one coil.
+func (b *Bank) Coil(unit byte, addr uint16) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unit(unit).coils[addr]
+}
+
+// Hole makes one address of a table refuse access (illegal data address),
+// like the unimplemented registers between a device's register blocks.
+func (b *Bank) Hole(unit byte, t Table, addr uint16) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holes[holeKey{unit, t, addr}] = true
+}
+
+// Absent makes a unit not answer at all (RTU: silence; TCP: gateway
+// target failed to respond).
+func (b *Bank) Absent(unit byte, absent bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.absent[unit] = absent
+}
+
+// SetDelay makes the bank wait before answering (nil: no delay).
+func (b *Bank) SetDelay(f func(Request) time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.delay = f
+}
+
+// SetFault lets a test refuse requests: return an Exception (or nil).
+func (b *Bank) SetFault(f func(Request) error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fault = f
+}
+
+// Requests returns every request seen so far, in order.
+func (b *Bank) Requests() []Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Request(nil), b.log...)
+}
+
+// Count is the number of requests seen so far.
+func (b *Bank) Count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.log)
+}
+
+// ResetCount forgets the requests seen so far.
+func (b *Bank) ResetCount() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.log = nil
+}
+
+// begin logs r and applies the test hooks: it returns the delay to wait,
+// whether the unit answers at all, and an error to answer with. The hooks
+// run without the bank's lock, so they may block or call the bank.
+func (b *Bank) begin(r Request) (time.Duration, bool, error) {
+	b.mu.Lock()
+	b.log = append(b.log, r)
+	absent, delay, fault := b.absent[r.Unit], b.delay, b.fault
+	b.mu.Unlock()
+	if absent {
+		return 0, false, nil
+	}
+	var d time.Duration
+	if delay != nil {
+		d = delay(r)
+	}
+	if fault != nil {
+		if err := fault(r); err != nil {
+			return d, true, err
+		}
+	}
+	return d, true, nil
+}
+
+func (b *Bank) check(r Request) error {
+	if int(r.Addr)+int(r.Qty) > b.Size || r.Qty == 0 {
+		return IllegalDataAddress
+	}
+	for i := 0; i < int(r.Qty); i++ {
+		if b.holes[holeKey{r.Unit, r.Table, r.Addr + uint16(i)}] {
+			return IllegalDataAddress
+		}
+	}
+	return nil
+}
+
+// Access performs a request on the bank's data (after the hooks): reads
+// return values, writes store args. It is the one place the tables are
+// touched, shared by every peer.
+func (b *Bank) Access(r Request, regArgs []uint16, bitArgs []bool) ([]uint16, []bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(r); err != nil {
+		return nil, nil, err
+	}
+	d := b.unit(r.Unit)
+	switch r.Table {
+	case Coils, DiscreteInputs:
+		m := d.coils
+		if r.Table == DiscreteInputs {
+			m = d.discrete
+		}
+		if r.Write {
+			for i, v := range bitArgs {
+				m[r.Addr+uint16(i)] = v
+			}
+			return nil, nil, nil
+		}
+		out := make([]bool, r.Qty)
+		for i := range out {
+			out[i] = m[r.Addr+uint16(i)]
+		}
+		return nil, out, nil
+	default:
+		m := d.holding
+		if r.Table == InputRegisters {
+			m = d.input
+		}
+		if r.Write {
+			for i, v := range regArgs {
+				m[r.Addr+uint16(i)] = v
+			}
+			return nil, nil, nil
+		}
+		out := make([]uint16, r.Qty)
+		for i := range out {
+			out[i] = m[r.Addr+uint16(i)]
+		}
+		return out, nil, nil
+	}
+}
+
+// HandlePDU answers one request PDU (function code and data) for unit; ok
+// is false when the unit does not answer. Malformed requests draw an
+// illegal data value exception, unknown functions illegal function.
+func (b *Bank) HandlePDU(unit byte, pdu []byte) (resp []byte, ok bool) {
+	if len(pdu) < 1 {
+		return nil, false
+	}
+	fc := pdu[0]
+	exc := func(e Exception) ([]byte, bool) { return []byte{fc | 0x80, byte(e)}, true }
+	data := pdu[1:]
+	if len(data) < 4 {
+		return exc(IllegalDataValue)
+	}
+	addr, qty := binary.BigEndian.Uint16(data), binary.BigEndian.Uint16(data[2:])
+	r := Request{Unit: unit, Function: fc, Addr: addr, Qty: qty}
+	var regArgs []uint16
+	var bitArgs []bool
+	switch fc {
+	case 1:
+		r.Table = Coils
+	case 2:
+		r.Table = DiscreteInputs
+	case 3:
+		r.Table = HoldingRegisters
+	case 4:
+		r.Table = InputRegisters
+	case 5:
+		r.Table, r.Write, r.Qty = Coils, true, 1
+		if qty != 0xFF00 && qty != 0 {
+			return exc(IllegalDataValue)
+		}
+		bitArgs = []bool{qty == 0xFF00}
+	case 6:
+		r.Table, r.Write, r.Qty = HoldingRegisters, true, 1
+		regArgs = []uint16{qty}
+	case 15, 16:
+		r.Table, r.Write = Coils, true
+		if fc == 16 {
+			r.Table = HoldingRegisters
+		}
+		if len(data) < 5 || int(data[4]) != len(data)-5 {
+			return exc(IllegalDataValue)
+		}
+		vals := data[5:]
+		if fc == 15 {
+			if int(qty) > 8*len(vals) || qty == 0 {
+				return exc(IllegalDataValue)
+			}
+			for i := 0; i < int(qty); i++ {
+				bitArgs = append(bitArgs, vals[i/8]>>(i%8)&1 == 1)
+			}
+		} else {
+			if int(qty)*2 != len(vals) || qty == 0 {
+				return exc(IllegalDataValue)
+			}
+			for i := 0; i < int(qty); i++ {
+				regArgs = append(regArgs, binary.BigEndian.Uint16(vals[2*i:]))
+			}
+		}
+	default:
+		b.begin(Request{Unit: unit, Function: fc})
+		return exc(IllegalFunction)
+	}
+	if !r.Write && (qty == 0 || (r.Table <= DiscreteInputs && qty > 2000) || (r.Table > DiscreteInputs && qty > 125)) {
+		b.begin(r)
+		return exc(IllegalDataValue)
+	}
+	r.Regs, r.Bits = regArgs, bitArgs
+	d, answers, err := b.begin(r)
+	if !answers {
+		return nil, false
+	}
+	time.Sleep(d)
+	if err == nil {
+		var regs []uint16
+		var bits []bool
+		regs, bits, err = b.Access(r, regArgs, bitArgs)
+		if err == nil {
+			switch {
+			case r.Write:
+				return append([]byte{fc}, data[:4]...), true
+			case bits != nil:
+				packed := make([]byte, (len(bits)+7)/8)
+				for i, v := range bits {
+					if v {
+						packed[i/8] |= 1 << (i % 8)
+					}
+				}
+				return append([]byte{fc, byte(len(packed))}, packed...), true
+			default:
+				out := []byte{fc, byte(2 * len(regs))}
+				for _, v := range regs {
+					out = binary.BigEndian.AppendUint16(out, v)
+				}
+				return out, true
+			}
+		}
+	}
+	if e, isExc := err.(Exception); isExc {
+		return exc(e)
+	}
+	return exc(DeviceFailure)
+}

@@ -1,0 +1,157 @@
+// Command modbus-sim is a small Modbus TCP boiler controller for trying
+// physd without hardware:
+//
+//	go run ./examples/modbus/modbus-sim &
+//	physd run --manifest examples/modbus/physmcp.manifest.yml
+//
+// It serves unit 1 on 127.0.0.1:5020 (502 needs root) with the register map
+// below, through github.com/simonvetter/modbus, and runs a first-order
+// thermal model: with the burner enabled and a heating mode, the flow
+// temperature approaches its setpoint; otherwise it cools to the room.
+//
+//	coil      00001  burner enable                 (rw)
+//	coil      00002  circulation pump enable       (rw)
+//	discrete  10001  flame detected                (r)
+//	input     30001  flow temperature   float32 ABCD, °C
+//	input     30003  return temperature float32 CDAB (word-swapped), °C
+//	input     30005  outdoor temperature int16 ×0.1 °C
+//	input     30006  burner hours       uint32 ABCD
+//	holding   40001  flow setpoint      int16 ×0.1 °C, 30.0..80.0 (else exception 3)
+//	holding   40002  pump speed         uint16 %, 0..100 (else exception 3)
+//	holding   40003  operating mode     0 off, 1 heating, 2 hot water, 3 frost protection
+//	holding   40011  status word        bit 0 burner on, bit 1 pump running, bit 3 alarm (flow > 85 °C);
+//	                                    read-only (writes draw exception 2)
+package main
+
+import (
+	"flag"
+	"log"
+	"math"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/physd/physd/drivers/modbus/modbustest"
+)
+
+const unit = 1
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:5020", "listen address (host:port)")
+	step := flag.Duration("step", 200*time.Millisecond, "model time step")
+	flag.Parse()
+
+	b := newBoiler()
+	srv, err := modbustest.StartTCP(*addr, b.bank)
+	if err != nil {
+		log.Fatalf("modbus-sim: %v", err)
+	}
+	log.Printf("modbus-sim: boiler controller, unit %d, on %s", unit, srv.Addr)
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	tick := time.NewTicker(*step)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			_ = srv.Stop()
+			return
+		case <-tick.C:
+			b.step(step.Seconds())
+		}
+	}
+}
+
+// boiler is the plant model behind the registers.
+type boiler struct {
+	bank                  *modbustest.Bank
+	flow, ret, outdoor    float64 // °C
+	burnerSeconds         float64
+	roomC, tauS, maxFlowC float64
+}
+
+func newBoiler() *boiler {
+	b := &boiler{bank: modbustest.NewBank(64), flow: 35, ret: 30, outdoor: 4.5, roomC: 18, tauS: 40, maxFlowC: 95}
+	b.bank.SetHolding(unit, 0, 550) // 55.0 °C
+	b.bank.SetHolding(unit, 1, 60)  // 60 %
+	b.bank.SetHolding(unit, 2, 1)   // heating
+	b.bank.SetCoil(unit, 0, true, true)
+	// The controller's own limits: out-of-range writes draw exception 3
+	// (illegal data value), which physd reports as "nothing changed".
+	b.bank.SetFault(func(r modbustest.Request) error {
+		if !r.Write || r.Table != modbustest.HoldingRegisters {
+			return nil
+		}
+		for i, v := range r.Regs {
+			switch r.Addr + uint16(i) {
+			case 0:
+				if c := int16(v); c < 300 || c > 800 {
+					return modbustest.IllegalDataValue
+				}
+			case 1:
+				if v > 100 {
+					return modbustest.IllegalDataValue
+				}
+			case 2:
+				if v > 3 {
+					return modbustest.IllegalDataValue
+				}
+			default:
+				return modbustest.IllegalDataAddress // read-only status and spare registers
+			}
+		}
+		return nil
+	})
+	b.publish()
+	return b
+}
+
+// step advances the model by dt seconds and refreshes the registers.
+func (b *boiler) step(dt float64) {
+	hold := b.bank.Holding(unit, 0, 3)
+	setpoint := float64(int16(hold[0])) / 10
+	speed := float64(hold[1])
+	mode := hold[2]
+	burnerOn := b.bank.Coil(unit, 0) && (mode == 1 || mode == 2 || (mode == 3 && b.flow < 10))
+	pumpOn := b.bank.Coil(unit, 1) && speed > 0
+
+	target := b.roomC
+	if burnerOn {
+		target = setpoint
+		b.burnerSeconds += dt
+	}
+	b.flow += (target - b.flow) * (1 - math.Exp(-dt/b.tauS))
+	drop := 2.0
+	if pumpOn {
+		drop = 2 + 10*speed/100
+	}
+	b.ret = b.flow - drop
+	b.outdoor = 4.5 + 3*math.Sin(float64(time.Now().Unix()%86400)/86400*2*math.Pi)
+	var status uint16
+	if burnerOn {
+		status |= 1 << 0
+	}
+	if pumpOn {
+		status |= 1 << 1
+	}
+	if b.flow > 85 {
+		status |= 1 << 3
+	}
+	b.bank.SetHolding(unit, 10, status)
+	b.bank.SetDiscrete(unit, 0, burnerOn)
+	b.publish()
+}
+
+func (b *boiler) publish() {
+	f := math.Float32bits(float32(b.flow))
+	r := math.Float32bits(float32(b.ret))
+	h := uint32(b.burnerSeconds / 3600)
+	b.bank.SetInput(unit, 0,
+		uint16(f>>16), uint16(f), // 30001-30002 ABCD
+		uint16(r), uint16(r>>16), // 30003-30004 CDAB
+		uint16(int16(math.Round(b.outdoor*10))), // 30005
+		uint16(h>>16), uint16(h), // 30006-30007
+	)
+}
