@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/physd/physd/manifest"
-	"gopkg.in/yaml.v3"
 	"periph.io/x/conn/v3/gpio"
 )
 
@@ -53,94 +52,37 @@ type pinSpec struct {
 	writable bool
 }
 
-// problems collects binding errors with the position of the key at fault.
-type problems struct {
-	c    *manifest.Capability
-	file string
-	root string
-	out  manifest.Errors
-}
-
-func newProblems(c *manifest.Capability) *problems {
-	p := &problems{c: c, file: c.Binding.Pos.File, root: c.Binding.Field}
-	if p.file == "" {
-		p.file = c.Pos.File
-	}
-	if p.root == "" {
-		p.root = "capabilities." + c.Name + ".binding"
-	}
-	return p
-}
-
-func (p *problems) add(key, msg, fix string) {
-	e := &manifest.Error{Pos: manifest.Pos{File: p.file, Line: p.c.Binding.Pos.Line, Col: p.c.Binding.Pos.Col}, Field: p.root, Msg: msg, Fix: fix}
-	if e.Pos.Line == 0 {
-		e.Pos.Line, e.Pos.Col = p.c.Pos.Line, p.c.Pos.Col
-	}
-	if key != "" {
-		e.Field += "." + key
-		if v := paramNode(p.c.Binding.Params, strings.Split(key, ".")...); v != nil {
-			e.Pos.Line, e.Pos.Col = v.Line, v.Column
-		}
-	}
-	p.out = append(p.out, e)
-}
-
-func (p *problems) addCap(key, msg, fix string) {
-	p.out = append(p.out, &manifest.Error{
-		Pos:   manifest.Pos{File: p.file, Line: p.c.Pos.Line, Col: p.c.Pos.Col},
-		Field: strings.TrimSuffix(p.root, ".binding") + "." + key, Msg: msg, Fix: fix,
-	})
-}
-
-// paramNode returns the value node at path in a mapping node.
-func paramNode(n *yaml.Node, path ...string) *yaml.Node {
-	for _, key := range path {
-		if n == nil || n.Kind != yaml.MappingNode {
-			return nil
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == key {
-				next = n.Content[i+1]
-			}
-		}
-		n = next
-	}
-	return n
-}
-
 // parseBinding validates a capability's gpio binding without touching any
 // pin, so it serves both Bus.Point and CheckBinding.
 func parseBinding(c *manifest.Capability) (*pinSpec, error) {
-	p := newProblems(c)
+	p := manifest.NewBindingErrors(c)
 	if c.Binding.Type != "gpio" {
-		p.add("type", fmt.Sprintf("binding type %q on a gpio bus", c.Binding.Type), "use type: gpio, or bind the capability to a bus of type "+c.Binding.Type)
+		p.Add("type", fmt.Sprintf("binding type %q on a gpio bus", c.Binding.Type), "use type: gpio, or bind the capability to a bus of type "+c.Binding.Type)
 	}
 	addrKeys, err := splitAddress(c.Binding.Address, c.Binding.Pos.Line, c.Binding.Pos.Col)
 	if err != nil {
-		p.add("address", err.Error(), `write a PhysMCP address such as "pin=14:mode=digital", or use pin: GPIO17`)
-		return nil, p.out
+		p.Add("address", err.Error(), `write a PhysMCP address such as "pin=14:mode=digital", or use pin: GPIO17`)
+		return nil, p.Errs
 	}
 	for i := 0; i < len(addrKeys.Content); i += 2 {
-		if k := addrKeys.Content[i].Value; paramNode(c.Binding.Params, k) != nil {
-			p.add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, c.Binding.Address), "keep one of them")
+		if k := addrKeys.Content[i].Value; manifest.ParamNode(c.Binding.Params, k) != nil {
+			p.Add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, c.Binding.Address), "keep one of them")
 		}
 	}
-	if len(p.out) > 0 {
-		return nil, p.out
+	if len(p.Errs) > 0 {
+		return nil, p.Errs
 	}
 	var k bindingKeys
-	if errs := manifest.DecodeNode(p.file, addrKeys, p.root+".address", &k); len(errs) > 0 {
+	if errs := manifest.DecodeNode(p.File(), addrKeys, p.Root()+".address", &k); len(errs) > 0 {
 		return nil, errs
 	}
-	if errs := manifest.DecodeNode(p.file, c.Binding.Params, p.root, &k); len(errs) > 0 {
+	if errs := manifest.DecodeNode(p.File(), c.Binding.Params, p.Root(), &k); len(errs) > 0 {
 		return nil, errs
 	}
 
 	s := &pinSpec{writable: c.Kind == manifest.KindDo}
 	if k.Pin == nil || strings.TrimSpace(*k.Pin) == "" {
-		p.add("pin", "required: which GPIO line", "add pin: GPIO17 (the BCM number; header pin 11)")
+		p.Add("pin", "required: which GPIO line", "add pin: GPIO17 (the BCM number; header pin 11)")
 	} else {
 		s.pin = strings.TrimSpace(*k.Pin)
 	}
@@ -162,7 +104,7 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 				k.EdgeCount = &edgeCountKeys{}
 			}
 		default:
-			p.add("mode", fmt.Sprintf("mode %q is not supported by the gpio driver", *k.Mode), "use mode: digital (or input, output, counter)")
+			p.Add("mode", fmt.Sprintf("mode %q is not supported by the gpio driver", *k.Mode), "use mode: digital (or input, output, counter)")
 		}
 	}
 	if k.Direction != nil {
@@ -172,11 +114,11 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 		case "out":
 			s.elec.out = true
 		default:
-			p.add("direction", fmt.Sprintf("direction %q", *k.Direction), "use direction: in or direction: out")
+			p.Add("direction", fmt.Sprintf("direction %q", *k.Direction), "use direction: in or direction: out")
 		}
 	}
 	if s.writable && !s.elec.out {
-		p.add("direction", "a do capability drives the pin, so it must be an output", "use direction: out (or omit it)")
+		p.Add("direction", "a do capability drives the pin, so it must be an output", "use direction: out (or omit it)")
 	}
 
 	if k.Pull != nil {
@@ -188,10 +130,10 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 		case "none", "float":
 			s.elec.pull = gpio.Float
 		default:
-			p.add("pull", fmt.Sprintf("pull %q", *k.Pull), "use pull: up, down or none")
+			p.Add("pull", fmt.Sprintf("pull %q", *k.Pull), "use pull: up, down or none")
 		}
 		if s.elec.out {
-			p.add("pull", "pull applies to inputs; this pin is an output", "remove pull")
+			p.Add("pull", "pull applies to inputs; this pin is an output", "remove pull")
 		}
 	}
 	if k.Initial != nil {
@@ -200,10 +142,10 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 		case "high", "on", "true":
 			s.elec.initial = true
 		default:
-			p.add("initial", fmt.Sprintf("initial %q", *k.Initial), "use initial: low (inactive) or initial: high (active)")
+			p.Add("initial", fmt.Sprintf("initial %q", *k.Initial), "use initial: low (inactive) or initial: high (active)")
 		}
 		if !s.elec.out {
-			p.add("initial", "initial applies to outputs; this pin is an input", "remove initial, or set direction: out")
+			p.Add("initial", "initial applies to outputs; this pin is an input", "remove initial, or set direction: out")
 		}
 	}
 
@@ -218,29 +160,29 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 			case "both":
 				cs.edge = gpio.BothEdges
 			default:
-				p.add("edge_count.edge", fmt.Sprintf("edge %q", *e), "use edge: rising, falling or both")
+				p.Add("edge_count.edge", fmt.Sprintf("edge %q", *e), "use edge: rising, falling or both")
 			}
 		}
 		if d := k.EdgeCount.DebounceMS; d != nil {
 			if *d < 0 || *d > maxDebounceMS {
-				p.add("edge_count.debounce_ms", fmt.Sprintf("debounce_ms %d is outside 0..%d", *d, maxDebounceMS), "use the contact's bounce time, e.g. 5 (reed switches) or 0 (clean pulses)")
+				p.Add("edge_count.debounce_ms", fmt.Sprintf("debounce_ms %d is outside 0..%d", *d, maxDebounceMS), "use the contact's bounce time, e.g. 5 (reed switches) or 0 (clean pulses)")
 			}
 			cs.debounce = time.Duration(*d) * time.Millisecond
 		}
 		s.elec.counter = cs
 		if s.elec.out {
-			p.add("edge_count", "edge counting needs an input; this pin is an output", "use direction: in and kind: read")
+			p.Add("edge_count", "edge counting needs an input; this pin is an output", "use direction: in and kind: read")
 		}
 	}
 
 	switch {
 	case s.counting && c.DataType != manifest.TypeInt:
-		p.addCap("data_type", fmt.Sprintf("an edge counter reads a count, not data_type %q", c.DataType), "use data_type: int")
+		p.AddCap("data_type", fmt.Sprintf("an edge counter reads a count, not data_type %q", c.DataType), "use data_type: int")
 	case !s.counting && c.DataType != manifest.TypeBool:
-		p.addCap("data_type", fmt.Sprintf("a GPIO level is data_type bool, not %q", c.DataType), "use data_type: bool, or add edge_count with data_type: int to count pulses")
+		p.AddCap("data_type", fmt.Sprintf("a GPIO level is data_type bool, not %q", c.DataType), "use data_type: bool, or add edge_count with data_type: int to count pulses")
 	}
-	if len(p.out) > 0 {
-		return nil, p.out
+	if len(p.Errs) > 0 {
+		return nil, p.Errs
 	}
 	return s, nil
 }

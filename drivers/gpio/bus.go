@@ -75,10 +75,10 @@ func (st *pinState) join(c *manifest.Capability, s *pinSpec) error {
 	a, e := st.elec, s.elec
 	sameCounter := a.counter == nil || e.counter == nil || *a.counter == *e.counter
 	if a.out != e.out || a.activeLow != e.activeLow || a.pull != e.pull || a.initial != e.initial || !sameCounter {
-		p := newProblems(c)
-		p.add("pin", fmt.Sprintf("pin %s is also bound by %v as %s; every capability on one pin must agree on direction, active_low, pull, initial and edge_count",
+		p := manifest.NewBindingErrors(c)
+		p.Add("pin", fmt.Sprintf("pin %s is also bound by %v as %s; every capability on one pin must agree on direction, active_low, pull, initial and edge_count",
 			st.key, st.users, describe(a)), "give this binding the same keys (e.g. direction: out to read back an output), or use another pin")
-		return p.out
+		return p.Errs
 	}
 	if a.counter == nil && e.counter != nil {
 		st.stopLocked()

@@ -3,11 +3,9 @@ package i2c
 import (
 	"fmt"
 	"math/bits"
-	"strings"
 	"time"
 
 	"github.com/physd/physd/manifest"
-	"gopkg.in/yaml.v3"
 )
 
 // bindingKeys are the structured keys of an i2c binding (and the key=value
@@ -62,97 +60,41 @@ func (s *pointSpec) label() string {
 	return fmt.Sprintf("0x%02X cmd 0x%X", s.addr, s.command)
 }
 
-// problems collects binding errors with the position of the key at fault.
-type problems struct {
-	c    *manifest.Capability
-	file string
-	root string // capabilities[i].binding
-	out  manifest.Errors
-}
-
-func newProblems(c *manifest.Capability) *problems {
-	p := &problems{c: c, file: c.Binding.Pos.File, root: c.Binding.Field}
-	if p.file == "" {
-		p.file = c.Pos.File
-	}
-	if p.root == "" {
-		p.root = "capabilities." + c.Name + ".binding"
-	}
-	return p
-}
-
-// add reports a problem with binding key (or with the binding itself when
-// key is ""), positioned at the key's value when it is a structured key.
-func (p *problems) add(key, msg, fix string) {
-	e := &manifest.Error{Pos: manifest.Pos{File: p.file, Line: p.c.Binding.Pos.Line, Col: p.c.Binding.Pos.Col}, Field: p.root, Msg: msg, Fix: fix}
-	if e.Pos.Line == 0 {
-		e.Pos.Line, e.Pos.Col = p.c.Pos.Line, p.c.Pos.Col
-	}
-	if key != "" {
-		e.Field += "." + key
-		if v := paramNode(p.c.Binding.Params, key); v != nil {
-			e.Pos.Line, e.Pos.Col = v.Line, v.Column
-		}
-	}
-	p.out = append(p.out, e)
-}
-
-// addCap reports a problem with one of the capability's own keys.
-func (p *problems) addCap(key, msg, fix string) {
-	p.out = append(p.out, &manifest.Error{
-		Pos:   manifest.Pos{File: p.file, Line: p.c.Pos.Line, Col: p.c.Pos.Col},
-		Field: strings.TrimSuffix(p.root, ".binding") + "." + key, Msg: msg, Fix: fix,
-	})
-}
-
-// paramNode returns the value node of key in a binding's Params mapping.
-func paramNode(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
 // parseBinding validates a capability's i2c binding without touching any
 // bus, so it serves both Bus.Point and CheckBinding.
 func parseBinding(c *manifest.Capability) (*pointSpec, error) {
-	p := newProblems(c)
+	p := manifest.NewBindingErrors(c)
 	if c.Binding.Type != "i2c" {
-		p.add("type", fmt.Sprintf("binding type %q on an i2c bus", c.Binding.Type), "use type: i2c, or bind the capability to a bus of type "+c.Binding.Type)
+		p.Add("type", fmt.Sprintf("binding type %q on an i2c bus", c.Binding.Type), "use type: i2c, or bind the capability to a bus of type "+c.Binding.Type)
 	}
 	device, addrKeys, err := splitAddress(c.Binding.Address, c.Binding.Pos.Line, c.Binding.Pos.Col)
 	if err != nil {
-		p.add("address", err.Error(), `write address: 0x48, or a PhysMCP address such as "0x48:reg=0x00"`)
-		return nil, p.out
+		p.Add("address", err.Error(), `write address: 0x48, or a PhysMCP address such as "0x48:reg=0x00"`)
+		return nil, p.Errs
 	}
 	for i := 0; i < len(addrKeys.Content); i += 2 {
-		if k := addrKeys.Content[i].Value; paramNode(c.Binding.Params, k) != nil {
-			p.add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, c.Binding.Address), "keep one of them")
+		if k := addrKeys.Content[i].Value; manifest.ParamNode(c.Binding.Params, k) != nil {
+			p.Add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, c.Binding.Address), "keep one of them")
 		}
 	}
-	if len(p.out) > 0 {
-		return nil, p.out
+	if len(p.Errs) > 0 {
+		return nil, p.Errs
 	}
 	var k bindingKeys
-	if errs := manifest.DecodeNode(p.file, addrKeys, p.root+".address", &k); len(errs) > 0 {
+	if errs := manifest.DecodeNode(p.File(), addrKeys, p.Root()+".address", &k); len(errs) > 0 {
 		return nil, errs
 	}
-	if errs := manifest.DecodeNode(p.file, c.Binding.Params, p.root, &k); len(errs) > 0 {
+	if errs := manifest.DecodeNode(p.File(), c.Binding.Params, p.Root(), &k); len(errs) > 0 {
 		return nil, errs
 	}
 
 	s := &pointSpec{dataType: c.DataType, writable: c.Kind == manifest.KindDo, tol: c.Tolerance}
 	switch {
 	case device == "":
-		p.add("address", "required: the device's 7-bit I²C address", "add address: 0x48 (i2cdetect -y 1 lists the devices on bus 1)")
+		p.Add("address", "required: the device's 7-bit I²C address", "add address: 0x48 (i2cdetect -y 1 lists the devices on bus 1)")
 	default:
 		if s.addr, err = parseDeviceAddress(device); err != nil {
-			p.add("address", err.Error(), "use the address i2cdetect shows, e.g. 0x48")
+			p.Add("address", err.Error(), "use the address i2cdetect shows, e.g. 0x48")
 		}
 	}
 	s.format = Format{Width: 16, Scale: 1}
@@ -161,7 +103,7 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 	}
 	if k.Scale != nil {
 		if *k.Scale == 0 {
-			p.add("scale", "scale must not be 0", "use the sensor's resolution, e.g. scale: 0.0625")
+			p.Add("scale", "scale must not be 0", "use the sensor's resolution, e.g. scale: 0.0625")
 		}
 		s.format.Scale = float64(*k.Scale)
 	}
@@ -172,30 +114,30 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 	case manifest.TypeFloat, manifest.TypeInt:
 	case manifest.TypeBool:
 		if k.Scale != nil || k.Offset != nil {
-			p.add("scale", "data_type bool reads raw != 0; scale and offset do not apply", "remove scale and offset, or use data_type float or int")
+			p.Add("scale", "data_type bool reads raw != 0; scale and offset do not apply", "remove scale and offset, or use data_type float or int")
 		}
 	default:
-		p.addCap("data_type", fmt.Sprintf("data_type %q is not supported by the i2c driver", c.DataType), "use data_type float, int or bool")
+		p.AddCap("data_type", fmt.Sprintf("data_type %q is not supported by the i2c driver", c.DataType), "use data_type float, int or bool")
 	}
 
 	switch {
 	case k.Register != nil && k.Command != nil:
-		p.add("command", "a binding has either register (a register-mapped device) or command (a command-style sensor), not both", "remove one of them")
+		p.Add("command", "a binding has either register (a register-mapped device) or command (a command-style sensor), not both", "remove one of them")
 	case k.Register != nil:
 		registerSpec(p, s, &k)
 	case k.Command != nil:
 		commandSpec(p, s, &k)
 	default:
-		p.add("", "an i2c binding needs register or command",
+		p.Add("", "an i2c binding needs register or command",
 			`add register: 0x00 (or address: "0x48:reg=0x00") for a register-mapped device, or command: 0x2400 with read_bytes for a command-style sensor`)
 	}
-	if len(p.out) > 0 {
-		return nil, p.out
+	if len(p.Errs) > 0 {
+		return nil, p.Errs
 	}
 	return s, nil
 }
 
-func registerSpec(p *problems, s *pointSpec, k *bindingKeys) {
+func registerSpec(p *manifest.BindingErrors, s *pointSpec, k *bindingKeys) {
 	s.isReg, s.reg = true, *k.Register
 	for _, f := range []struct {
 		key string
@@ -205,14 +147,14 @@ func registerSpec(p *problems, s *pointSpec, k *bindingKeys) {
 		{"read_bytes", k.ReadBytes != nil}, {"crc", k.CRC != nil}, {"field", k.Field != nil},
 	} {
 		if f.set {
-			p.add(f.key, f.key+" applies to command-style reads (command:), not to registers", "remove "+f.key+", or use command: instead of register:")
+			p.Add(f.key, f.key+" applies to command-style reads (command:), not to registers", "remove "+f.key+", or use command: instead of register:")
 		}
 	}
 	s.format.Width = 8
 	if k.Width != nil {
 		s.format.Width = *k.Width
 		if !validWidth(*k.Width) {
-			p.add("width", fmt.Sprintf("width %d is not supported", *k.Width), "use width: 8, 16, 24 or 32 (bits)")
+			p.Add("width", fmt.Sprintf("width %d is not supported", *k.Width), "use width: 8, 16, 24 or 32 (bits)")
 		}
 	}
 	if k.ByteOrder != nil {
@@ -221,27 +163,27 @@ func registerSpec(p *problems, s *pointSpec, k *bindingKeys) {
 		case "little":
 			s.format.Little = true
 		default:
-			p.add("byte_order", fmt.Sprintf("byte_order %q", *k.ByteOrder), "use byte_order: big (most I²C devices) or little")
+			p.Add("byte_order", fmt.Sprintf("byte_order %q", *k.ByteOrder), "use byte_order: big (most I²C devices) or little")
 		}
 	}
 }
 
-func commandSpec(p *problems, s *pointSpec, k *bindingKeys) {
+func commandSpec(p *manifest.BindingErrors, s *pointSpec, k *bindingKeys) {
 	if s.writable {
-		p.add("command", "command-style points are read-only, but this is a do capability", "bind do capabilities to a register (register:), or make this kind: read")
+		p.Add("command", "command-style points are read-only, but this is a do capability", "bind do capabilities to a register (register:), or make this kind: read")
 	}
 	for _, f := range []struct {
 		key string
 		set bool
 	}{{"width", k.Width != nil}, {"byte_order", k.ByteOrder != nil}} {
 		if f.set {
-			p.add(f.key, "command frames are 16-bit big-endian words; "+f.key+" does not apply", "remove "+f.key+"; choose the word with field:")
+			p.Add(f.key, "command frames are 16-bit big-endian words; "+f.key+" does not apply", "remove "+f.key+"; choose the word with field:")
 		}
 	}
 	n := max(1, (bits.Len32(*k.Command)+7)/8)
 	if k.CommandBytes != nil {
 		if *k.CommandBytes < n || *k.CommandBytes > 4 {
-			p.add("command_bytes", fmt.Sprintf("command 0x%X needs %d..4 bytes, got %d", *k.Command, n, *k.CommandBytes), fmt.Sprintf("use command_bytes: %d..4, or drop it", n))
+			p.Add("command_bytes", fmt.Sprintf("command 0x%X needs %d..4 bytes, got %d", *k.Command, n, *k.CommandBytes), fmt.Sprintf("use command_bytes: %d..4, or drop it", n))
 		}
 		n = min(max(*k.CommandBytes, n), 4)
 	}
@@ -250,7 +192,7 @@ func commandSpec(p *problems, s *pointSpec, k *bindingKeys) {
 	}
 	if k.WaitMS != nil {
 		if *k.WaitMS < 0 || *k.WaitMS > maxWaitMS {
-			p.add("wait_ms", fmt.Sprintf("wait_ms %d is outside 0..%d", *k.WaitMS, maxWaitMS), "use the measurement time from the datasheet, e.g. wait_ms: 15 for an SHT3x")
+			p.Add("wait_ms", fmt.Sprintf("wait_ms %d is outside 0..%d", *k.WaitMS, maxWaitMS), "use the measurement time from the datasheet, e.g. wait_ms: 15 for an SHT3x")
 		}
 		s.wait = time.Duration(*k.WaitMS) * time.Millisecond
 	}
@@ -260,15 +202,15 @@ func commandSpec(p *problems, s *pointSpec, k *bindingKeys) {
 			s.crc = true
 		case "none":
 		default:
-			p.add("crc", fmt.Sprintf("crc %q", *k.CRC), "use crc: sht3x (Sensirion CRC-8 after each word) or crc: none")
+			p.Add("crc", fmt.Sprintf("crc %q", *k.CRC), "use crc: sht3x (Sensirion CRC-8 after each word) or crc: none")
 		}
 	}
 	stride := wordStride(s.crc)
 	switch {
 	case k.ReadBytes == nil:
-		p.add("read_bytes", "required for a command-style read", fmt.Sprintf("add read_bytes: the frame length (%d bytes per word), e.g. 6 for an SHT3x", stride))
+		p.Add("read_bytes", "required for a command-style read", fmt.Sprintf("add read_bytes: the frame length (%d bytes per word), e.g. 6 for an SHT3x", stride))
 	case *k.ReadBytes < stride || *k.ReadBytes > maxReadBytes || *k.ReadBytes%stride != 0:
-		p.add("read_bytes", fmt.Sprintf("read_bytes %d is not a whole number of %d-byte words (at most %d bytes)", *k.ReadBytes, stride, maxReadBytes),
+		p.Add("read_bytes", fmt.Sprintf("read_bytes %d is not a whole number of %d-byte words (at most %d bytes)", *k.ReadBytes, stride, maxReadBytes),
 			fmt.Sprintf("use a multiple of %d", stride))
 	default:
 		s.readBytes = *k.ReadBytes
@@ -276,13 +218,13 @@ func commandSpec(p *problems, s *pointSpec, k *bindingKeys) {
 	if k.Field != nil {
 		s.field = *k.Field
 		if words := s.readBytes / stride; s.readBytes > 0 && (s.field < 0 || s.field >= words) {
-			p.add("field", fmt.Sprintf("field %d is outside the frame's %d words", s.field, words), fmt.Sprintf("use field: 0..%d", words-1))
+			p.Add("field", fmt.Sprintf("field %d is outside the frame's %d words", s.field, words), fmt.Sprintf("use field: 0..%d", words-1))
 		}
 	}
 	// The node cancels a read at timeout_ms; a wait longer than that
 	// could never succeed.
-	if to := p.c.TimeoutMS; to > 0 && s.wait >= time.Duration(to)*time.Millisecond {
-		p.addCap("timeout_ms", fmt.Sprintf("timeout_ms %d leaves no time to read after wait_ms %d", to, s.wait.Milliseconds()), "raise timeout_ms above wait_ms")
+	if to := p.Capability().TimeoutMS; to > 0 && s.wait >= time.Duration(to)*time.Millisecond {
+		p.AddCap("timeout_ms", fmt.Sprintf("timeout_ms %d leaves no time to read after wait_ms %d", to, s.wait.Milliseconds()), "raise timeout_ms above wait_ms")
 	}
 }
 

@@ -1,0 +1,82 @@
+package manifest
+
+import (
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// BindingErrors collects a driver's problems with one capability's binding,
+// each positioned at the binding key at fault (or the binding, or the
+// capability), so every driver reports file:line:col the same way.
+type BindingErrors struct {
+	c    *Capability
+	file string
+	root string // capabilities[i].binding
+	Errs Errors
+}
+
+// NewBindingErrors starts collecting for c.
+func NewBindingErrors(c *Capability) *BindingErrors {
+	b := &BindingErrors{c: c, file: c.Binding.Pos.File, root: c.Binding.Field}
+	if b.file == "" {
+		b.file = c.Pos.File
+	}
+	if b.root == "" {
+		b.root = "capabilities." + c.Name + ".binding"
+	}
+	return b
+}
+
+// Add reports a problem with a binding key (a dotted path for nested keys,
+// or "" for the binding itself), positioned at the key's value when it is a
+// structured key.
+func (b *BindingErrors) Add(key, msg, fix string) {
+	e := &Error{Pos: Pos{File: b.file, Line: b.c.Binding.Pos.Line, Col: b.c.Binding.Pos.Col}, Field: b.root, Msg: msg, Fix: fix}
+	if e.Pos.Line == 0 {
+		e.Pos.Line, e.Pos.Col = b.c.Pos.Line, b.c.Pos.Col
+	}
+	if key != "" {
+		e.Field += "." + key
+		if v := ParamNode(b.c.Binding.Params, strings.Split(key, ".")...); v != nil {
+			e.Pos.Line, e.Pos.Col = v.Line, v.Column
+		}
+	}
+	b.Errs = append(b.Errs, e)
+}
+
+// AddCap reports a problem with one of the capability's own keys
+// (data_type, kind …) that the binding cannot serve.
+func (b *BindingErrors) AddCap(key, msg, fix string) {
+	b.Errs = append(b.Errs, &Error{
+		Pos:   Pos{File: b.file, Line: b.c.Pos.Line, Col: b.c.Pos.Col},
+		Field: strings.TrimSuffix(b.root, ".binding") + "." + key, Msg: msg, Fix: fix,
+	})
+}
+
+// ParamNode returns the value node at path in a binding's Params mapping.
+func ParamNode(n *yaml.Node, path ...string) *yaml.Node {
+	for _, key := range path {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+				break
+			}
+		}
+		n = next
+	}
+	return n
+}
+
+// File is the manifest file the binding is in.
+func (b *BindingErrors) File() string { return b.file }
+
+// Root is the binding's field path, e.g. capabilities[3].binding.
+func (b *BindingErrors) Root() string { return b.root }
+
+// Capability is the capability whose binding is checked.
+func (b *BindingErrors) Capability() *Capability { return b.c }
