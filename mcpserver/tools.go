@@ -180,8 +180,8 @@ func canDoTool() *mcp.Tool {
 // decodeArgs strictly decodes tool arguments: a JSON object, no unknown keys.
 func decodeArgs(raw json.RawMessage, out any) error {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		raw = []byte("{}")
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
+		return nil // nothing to decode: every field keeps its zero value
 	}
 	if raw[0] != '{' {
 		return &node.InputError{Field: "arguments", Msg: "must be a JSON object"}
