@@ -74,10 +74,12 @@ func New(n *node.Node, opts Options) *Server {
 		&mcp.ServerOptions{
 			Instructions: Instructions,
 			// Explicit capabilities: no deprecated logging capability, and
-			// the tool list is fixed for a node's lifetime.
+			// the lists are fixed for a node's lifetime. The SDK answers
+			// prompts/list (empty) regardless, so prompts is declared too.
 			Capabilities: &mcp.ServerCapabilities{
 				Tools:     &mcp.ToolCapabilities{ListChanged: false},
 				Resources: &mcp.ResourceCapabilities{ListChanged: false},
+				Prompts:   &mcp.PromptCapabilities{ListChanged: false},
 			},
 			SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
 				// Tool and resource lists change only with a restart.
