@@ -25,7 +25,7 @@ func TestGreenhouse(t *testing.T) {
 	}
 	wantNet := Network{
 		Protocols: []Protocol{{Type: "ip", Address: "127.0.0.1", MCPPort: 8080, Role: "native"}},
-		Mesh:      Mesh{Enabled: false, MaxPeers: 10, HeartbeatIntervalMS: 1000},
+		Mesh:      defaultMesh(false),
 	}
 	if !reflect.DeepEqual(m.Network, wantNet) {
 		t.Errorf("network = %+v, want %+v", m.Network, wantNet)
@@ -144,7 +144,7 @@ func TestManyProblems(t *testing.T) {
 		f + `:11:17: network.protocols[0].mcp_port: expected an integer, got the string "8080"; fix: write a whole number without quotes or units`,
 		f + `:12:13: network.protocols[0].role: invalid role "master"; fix: use one of native, proxy, lite`,
 		f + `:14:14: network.mesh.enabled: expected true or false, got the string "yes"; fix: write true or false`,
-		f + `:15:5: network.mesh.max_peer: unknown key "max_peer"; fix: did you mean "max_peers"? valid keys: enabled, seed_peers, max_peers, heartbeat_interval_ms`,
+		f + `:15:5: network.mesh.max_peer: unknown key "max_peer"; fix: did you mean "max_peers"? valid keys: ` + strings.Join(meshKeys, ", "),
 		f + `:18:9: buses.i2c0.type: missing required key "type"; fix: add type: under buses.i2c0`,
 		f + `:23:31: capabilities[0].binding.bus: unknown bus "plantt"; fix: did you mean "plant"? use one of i2c0, plant, or declare it under buses:`,
 		f + `:25:12: capabilities[0].range: min (50) is greater than max (-10); fix: set min ≤ max`,
@@ -249,7 +249,7 @@ func TestMinimalDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(m.Network.Mesh, Mesh{Enabled: true, MaxPeers: 10, HeartbeatIntervalMS: 1000}) {
+	if !reflect.DeepEqual(m.Network.Mesh, defaultMesh(true)) {
 		t.Errorf("mesh = %+v", m.Network.Mesh)
 	}
 	if !reflect.DeepEqual(m.Audit, Audit{Enabled: true, RetentionDays: 7}) {

@@ -100,13 +100,42 @@ type Protocol struct {
 	Role    string `json:"role,omitempty"` // native | proxy | lite
 }
 
-// Mesh is network.mesh. The mesh issue adds the memberlist fields; the
-// foundation only parses what PhysMCP defines.
+// Mesh is network.mesh: PhysMCP's keys (enabled, seed_peers, max_peers,
+// heartbeat_interval_ms) plus the physd memberlist keys (see mesh.go for
+// defaults and rules).
 type Mesh struct {
-	Enabled             bool     `json:"enabled"`
+	Enabled bool `json:"enabled"`
+	// SeedPeers are "host:port", "host" (port = Port) or
+	// "device_id/host:port"; this node's own entry is allowed and skipped.
 	SeedPeers           []string `json:"seed_peers,omitempty"`
 	MaxPeers            int      `json:"max_peers"`
 	HeartbeatIntervalMS int      `json:"heartbeat_interval_ms"`
+
+	// Bind is the IP address the mesh listens on (TCP and UDP), default
+	// 127.0.0.1. A wildcard (0.0.0.0, ::) requires Advertise.
+	Bind string `json:"bind"`
+	Port int    `json:"port"` // default 7946
+	// AdvertiseAddr/AdvertisePort come from advertise ("ip" or "ip:port"):
+	// what peers dial. Empty/0 means Bind/Port.
+	AdvertiseAddr string `json:"advertise_addr,omitempty"`
+	AdvertisePort int    `json:"advertise_port,omitempty"`
+	// Label separates meshes sharing a network; default "physd".
+	Label string `json:"label"`
+	// KeyFile or KeyEnv names where the AES key (16, 24 or 32 bytes, hex or
+	// base64) is read at start (LoadKey). Required when Bind is not
+	// loopback.
+	KeyFile string `json:"key_file,omitempty"`
+	KeyEnv  string `json:"key_env,omitempty"`
+	// ExpectedSize is the expected number of nodes, self included (quorum
+	// majority, partition_state); default 1 + the seeds that are not this
+	// node.
+	ExpectedSize        int `json:"expected_size"`
+	RequestTimeoutMS    int `json:"request_timeout_ms"`    // default 500
+	ReconnectIntervalMS int `json:"reconnect_interval_ms"` // default 10000
+
+	// KeyPos and KeyField locate key_file/key_env for LoadKey's errors.
+	KeyPos   Pos    `json:"-"`
+	KeyField string `json:"-"`
 }
 
 // Bus is one entry of the buses: extension. Type selects the driver

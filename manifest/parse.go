@@ -50,7 +50,6 @@ var (
 	certKeys       = []string{"physmcp_certified", "cert_id", "cert_expiry"}
 	networkKeys    = []string{"protocols", "mesh"}
 	protocolKeys   = []string{"type", "address", "mcp_port", "role"}
-	meshKeys       = []string{"enabled", "seed_peers", "max_peers", "heartbeat_interval_ms"}
 	busKeys        = []string{"type"}
 	bindingKeys    = []string{"type", "address", "bus"}
 	rangeKeys      = []string{"min", "max"}
@@ -116,7 +115,7 @@ func (p *parser) manifest(root *yaml.Node) *Manifest {
 	m := &Manifest{Path: p.file}
 	p.version(top, m)
 	m.Device = p.device(top.sub("device", deviceKeys, true))
-	m.Network = p.network(top.sub("network", networkKeys, true))
+	m.Network = p.network(top.sub("network", networkKeys, true), m.Device.ID)
 	m.Buses = p.buses(top.get("buses"))
 	p.capabilities(top.need("capabilities", ""), m)
 	m.Audit = p.audit(top.sub("audit", auditKeys, false))
@@ -194,7 +193,7 @@ func isISODate(s string) bool {
 	return false
 }
 
-func (p *parser) network(o *obj) Network {
+func (p *parser) network(o *obj, deviceID string) Network {
 	var nw Network
 	if n := o.need("protocols", ""); n != nil {
 		f := o.field("protocols")
@@ -222,19 +221,7 @@ func (p *parser) network(o *obj) Network {
 			}
 		}
 	}
-	nw.Mesh = Mesh{Enabled: true, MaxPeers: DefaultMaxPeers, HeartbeatIntervalMS: DefaultHeartbeatIntervalMS}
-	if mo := o.sub("mesh", meshKeys, true); mo != nil {
-		if v, ok := mo.boolean("enabled"); ok {
-			nw.Mesh.Enabled = v
-		}
-		nw.Mesh.SeedPeers, _ = mo.strList("seed_peers", false, p.nonEmpty)
-		if v, ok := mo.intIn("max_peers", 1, math.MaxInt32); ok {
-			nw.Mesh.MaxPeers = v
-		}
-		if v, ok := mo.intIn("heartbeat_interval_ms", 1, math.MaxInt32); ok {
-			nw.Mesh.HeartbeatIntervalMS = v
-		}
-	}
+	nw.Mesh = p.mesh(o.sub("mesh", meshKeys, true), deviceID)
 	return nw
 }
 

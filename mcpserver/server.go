@@ -45,6 +45,8 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// PolicyPath names the policy file in /status.
 	PolicyPath string
+	// Mesh, when set, reports the mesh for /status.
+	Mesh func() any
 }
 
 // Server is the MCP face of one node.

@@ -25,7 +25,7 @@ type Status struct {
 	Override     any                     `json:"emergency_override"`
 	Capabilities []node.CapabilityStatus `json:"capabilities"`
 	Recent       []json.RawMessage       `json:"recent_actuations"`
-	Mesh         map[string]any          `json:"mesh"`
+	Mesh         any                     `json:"mesh"`
 }
 
 func (s *Server) status() Status {
@@ -36,7 +36,10 @@ func (s *Server) status() Status {
 		Started: s.start.UTC(), UptimeS: int64(time.Since(s.start).Seconds()),
 		Ready: ready, Checks: checks, Policy: "none (" + node.NoPolicyNote + ")",
 		Capabilities: s.n.Capabilities(), Recent: s.n.RecentActuations(),
-		Mesh: map[string]any{"enabled": m.Network.Mesh.Enabled, "members": 1, "partition_state": "healthy"},
+		Mesh: map[string]any{"enabled": false},
+	}
+	if s.opts.Mesh != nil {
+		st.Mesh = s.opts.Mesh()
 	}
 	if st.Recent == nil {
 		st.Recent = []json.RawMessage{}

@@ -17,9 +17,14 @@ import (
 // matching capabilities; slower devices are reported without a state.
 const ObservationBudget = 150 * time.Millisecond
 
-// CanDo answers a can_do query against this node's capabilities. The only
-// error is a malformed request.
+// CanDo answers a can_do query as coordinator: this node's capabilities,
+// and, with a mesh, the matching capabilities of the other nodes (asked in
+// parallel within the mesh's budget). The only error is a malformed request.
 func (n *Node) CanDo(ctx context.Context, req promcp.CanDoRequest, caller Caller) (promcp.CapabilityReport, error) {
+	return n.canDo(ctx, req, caller, n.remote != nil)
+}
+
+func (n *Node) canDo(ctx context.Context, req promcp.CanDoRequest, caller Caller, coordinate bool) (promcp.CapabilityReport, error) {
 	start := time.Now()
 	in, err := normaliseIntent(req)
 	if err != nil {
@@ -79,6 +84,10 @@ func (n *Node) CanDo(ctx context.Context, req promcp.CanDoRequest, caller Caller
 	if len(matched) == 0 {
 		rep.Unroutable = append(rep.Unroutable, unroutable(in, excluded, n.tagVocabulary()))
 	}
+	rep.Metadata = promcp.ReportMetadata{CoordinatorNode: n.DeviceID(), MeshSizeEstimate: 1, PartitionState: "healthy", CapabilitiesScanned: scanned}
+	if coordinate {
+		merge(&rep, n.remote.CanDo(ctx, req, caller))
+	}
 	rep.DeriveFeasible()
 	if !rep.Feasible && len(rep.Blocked) == 0 && len(rep.Unroutable) == 0 {
 		// Only read candidates answered an actuation intent, or similar:
@@ -86,10 +95,8 @@ func (n *Node) CanDo(ctx context.Context, req promcp.CanDoRequest, caller Caller
 		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: outcome(in), Reason: promcp.UnroutableRequirementsUnmet,
 			Detail: "capabilities matched but none is allowed now"})
 	}
-	rep.Metadata = promcp.ReportMetadata{
-		Timestamp: time.Now().UTC(), TotalLatencyMS: float64(time.Since(start).Microseconds()) / 1000,
-		CoordinatorNode: n.DeviceID(), MeshSizeEstimate: 1, PartitionState: "healthy", CapabilitiesScanned: scanned,
-	}
+	rep.Metadata.Timestamp = time.Now().UTC()
+	rep.Metadata.TotalLatencyMS = float64(time.Since(start).Microseconds()) / 1000
 	return rep, nil
 }
 

@@ -140,3 +140,31 @@ func (n *Node) matchOne(cs *capState, in *promcp.Intent, tags []string) match {
 }
 
 func round2(f float64) float64 { return float64(int(f*100+0.5)) / 100 }
+
+// IntentTouches reports whether a capability described only by its tool
+// name, zone and tags (a mesh catalog entry) could match the intent: a
+// stemmed tag or target word in common. The coordinator uses it to ask only
+// the nodes that might answer; the owner then matches precisely.
+func IntentTouches(in *promcp.Intent, tool string, tags []string) bool {
+	vocab := map[string]bool{}
+	for _, t := range tags {
+		vocab[stem(t)] = true
+	}
+	for _, w := range strings.Split(tool, "_") {
+		vocab[stem(w)] = true
+	}
+	words := append([]string(nil), in.SemanticTags...)
+	if in.Target != "" {
+		words = append(words, in.Target)
+	}
+	for _, w := range words {
+		if vocab[stem(w)] {
+			return true
+		}
+	}
+	return false
+}
+
+// Normalise applies can_do's input rules (intent or PhysMCP query, tags
+// present) and returns the intent the matcher uses.
+func Normalise(req promcp.CanDoRequest) (*promcp.Intent, error) { return normaliseIntent(req) }

@@ -29,6 +29,8 @@ type Config struct {
 	// do_ response says that no policy is configured.
 	Guard  Guard
 	Logger *slog.Logger
+	// Remote, when set, extends can_do to the other nodes of the site.
+	Remote Remote
 	// OnDeviceError is called for every failed device access (metrics).
 	OnDeviceError func(bus string, err error)
 	// LedgerWindow is how long an idempotency key is remembered (≥24 h
@@ -56,6 +58,7 @@ type Node struct {
 	inflight   map[string]chan struct{} // idempotency key -> closed when done
 
 	recent recentLog // last do_ answers, for /status
+	remote Remote    // the mesh, or nil
 
 	// OnDeviceError, when set, is told about every failed device access
 	// (for metrics); it must not block.
@@ -87,6 +90,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		ledgerMax:    cfg.LedgerMax,
 		inflight:     map[string]chan struct{}{},
 		onDeviceErr:  cfg.OnDeviceError,
+		remote:       cfg.Remote,
 		closing:      make(chan struct{}),
 	}
 	if n.guard == nil {

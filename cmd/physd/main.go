@@ -33,6 +33,8 @@ import (
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/mesh"
+	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/safety"
@@ -289,7 +291,19 @@ func serve(f runFlags, log *slog.Logger) error {
 		guard     *safety.Guard
 		approvals *gate.Approvals
 		nodeGuard node.Guard
+		site      *mesh.Mesh // set once the node exists; nil without a mesh
+		remote    *meshnode.Remote
 	)
+	// Quorum asks the mesh for fresh acks; a standalone node has itself.
+	quorum := func(ctx context.Context, need int) int {
+		if site == nil {
+			return 1
+		}
+		return site.Quorum(ctx, need)
+	}
+	if m.Network.Mesh.Enabled {
+		remote = &meshnode.Remote{Budget: time.Duration(m.Network.Mesh.RequestTimeoutMS) * time.Millisecond, MaxPeers: m.Network.Mesh.MaxPeers}
+	}
 	if f.policy != "" {
 		pol, g, err := loadPolicy(f.policy, m)
 		if err != nil {
@@ -298,7 +312,7 @@ func serve(f runFlags, log *slog.Logger) error {
 		for _, w := range policyWarnings(pol, g) {
 			log.Warn("policy", "warning", w)
 		}
-		if guard, approvals, err = newSafety(pol, g, st, m.Device.ID); err != nil {
+		if guard, approvals, err = newSafety(pol, g, st, m.Device.ID, quorum); err != nil {
 			return err
 		}
 		nodeGuard = guard
@@ -310,8 +324,12 @@ func serve(f runFlags, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	mx := metrics.New()
-	n, err := node.Open(ctx, node.Config{Manifest: m, Store: st, Audit: al, Logger: log, Guard: nodeGuard,
-		OnDeviceError: func(bus string, _ error) { mx.DriverErrors.WithLabelValues(bus).Inc() }})
+	ncfg := node.Config{Manifest: m, Store: st, Audit: al, Logger: log, Guard: nodeGuard,
+		OnDeviceError: func(bus string, _ error) { mx.DriverErrors.WithLabelValues(bus).Inc() }}
+	if remote != nil {
+		ncfg.Remote = remote
+	}
+	n, err := node.Open(ctx, ncfg)
 	if err != nil {
 		return err
 	}
@@ -333,6 +351,25 @@ func serve(f runFlags, log *slog.Logger) error {
 		}
 	}
 	registerBusMetrics(mx, n)
+	if remote != nil {
+		mcfg, err := mesh.ConfigFromManifest(m, log.With("component", "mesh"))
+		if err != nil {
+			return err
+		}
+		site, err = mesh.New(mcfg, mesh.CatalogFromManifest(m), meshnode.Handler(n))
+		if err != nil {
+			return fmt.Errorf("mesh: %w", err)
+		}
+		remote.Mesh = site
+		registerMeshMetrics(mx, site)
+		defer func() {
+			if err := site.Leave(2 * time.Second); err != nil {
+				log.Warn("mesh leave", "err", err.Error())
+			}
+			_ = site.Shutdown()
+		}()
+		log.Info("mesh joined", "node", site.Name(), "addr", site.SelfAddr(), "expected_size", site.ExpectedSize())
+	}
 	for name := range m.Buses {
 		mx.Gauge("physd_bus_up", "1 while the bus is open and healthy.", map[string]string{"bus": name}, func() float64 {
 			if b, ok := n.Buses()[name]; ok && b.Health() == nil {
@@ -342,7 +379,7 @@ func serve(f runFlags, log *slog.Logger) error {
 		})
 	}
 	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, ExtraRoutes: extra,
-		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy})
+		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site)})
 	if guard != nil {
 		go reloadOnHUP(ctx, f, m, guard, al, log)
 	}

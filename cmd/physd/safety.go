@@ -67,7 +67,7 @@ func (n nonceStore) Consume(nonce string, exp time.Time) (bool, error) {
 	return n.st.ConsumeNonce(nonce, exp)
 }
 
-func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID string) (*safety.Guard, *gate.Approvals, error) {
+func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID string, quorum policy.QuorumFunc) (*safety.Guard, *gate.Approvals, error) {
 	key, err := approvalKey()
 	if err != nil {
 		return nil, nil, err
@@ -76,5 +76,5 @@ func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID strin
 	if err != nil {
 		return nil, nil, err
 	}
-	return safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID}), ap, nil
+	return safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID, Quorum: quorum}), ap, nil
 }

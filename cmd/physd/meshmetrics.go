@@ -1,0 +1,43 @@
+package main
+
+import (
+	"github.com/physd/physd/mesh"
+	"github.com/physd/physd/metrics"
+)
+
+// registerMeshMetrics exports members by state and the partition state.
+func registerMeshMetrics(mx *metrics.Metrics, m *mesh.Mesh) {
+	for _, state := range []string{mesh.StateAlive, mesh.StateSuspect, mesh.StateDead, mesh.StateLeft} {
+		mx.Gauge("physd_mesh_members", "Mesh members by state (this node included as alive).", map[string]string{"state": state}, func() float64 {
+			n := 0
+			for _, mem := range m.Members() {
+				if mem.State == state {
+					n++
+				}
+			}
+			return float64(n)
+		})
+	}
+	for _, ps := range []string{"healthy", "suspected_partition", "partitioned"} {
+		mx.Gauge("physd_mesh_partition_state", "1 for the current partition state.", map[string]string{"state": ps}, func() float64 {
+			if m.PartitionState() == ps {
+				return 1
+			}
+			return 0
+		})
+	}
+	mx.Gauge("physd_mesh_responses_dropped_late_total", "Mesh replies that arrived after their deadline.", nil, func() float64 { return float64(m.LateDropped()) })
+}
+
+// meshStatus is /status's mesh section.
+func meshStatus(m *mesh.Mesh) func() any {
+	if m == nil {
+		return nil
+	}
+	return func() any {
+		return struct {
+			mesh.Status
+			Members []mesh.Member `json:"members"`
+		}{m.Status(), m.Members()}
+	}
+}

@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func meshNode(t *testing.T, n, ip, state string) *daemon {
+	t.Helper()
+	args := []string{"run", "--manifest", repoPath("examples/mesh-3node/node_" + n + ".yml"), "--state", state, "--http", ip + ":0", "--sim-control"}
+	d := &daemon{cmd: exec.Command(physdBin, args...), state: state, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() { d.stop(t) })
+	d.addr = d.stderr.logValue(t, "listening", "addr")
+	d.stderr.logValue(t, "mesh joined", "node")
+	return d
+}
+
+// canDo asks a can_do and returns the report.
+func canDo(t *testing.T, cs *mcp.ClientSession, tags ...string) map[string]any {
+	t.Helper()
+	return structured(t, call(t, cs, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": tags, "action": "set", "value": 40}}))
+}
+
+func sources(rep map[string]any, key string) map[string]string {
+	out := map[string]string{}
+	list, _ := rep[key].([]any)
+	for _, x := range list {
+		e := x.(map[string]any)
+		out[fmt.Sprint(e["capability"])] = fmt.Sprint(e["source"], "/", e["permission"])
+	}
+	return out
+}
+
+// TestMeshAcrossProcesses runs the three-gateway example as real processes
+// on 127.0.0.2-4: a can_do asked of one gateway is answered for the whole
+// site; after SIGKILL of one gateway its capabilities are reported
+// source_unreachable; restarted, it rejoins.
+func TestMeshAcrossProcesses(t *testing.T) {
+	dir := t.TempDir()
+	a := meshNode(t, "a", "127.0.0.2", dir+"/a")
+	meshNode(t, "b", "127.0.0.3", dir+"/b")
+	c := meshNode(t, "c", "127.0.0.4", dir+"/c")
+	cs := connectHTTP(t, a, "2026-07-28")
+
+	var rep map[string]any
+	deadline := time.Now().Add(20 * time.Second)
+	for { // catalogs spread by gossip
+		rep = canDo(t, cs, "ventilation")
+		if len(sources(rep, "candidates")) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got := sources(rep, "candidates")
+	if got["do_fan_zone_b"] != "gw_zone_b/allowed" || got["do_vent_zone_c"] != "gw_zone_c/allowed" || rep["feasible"] != true {
+		t.Fatalf("distributed can_do from gw_zone_a: %v", rep)
+	}
+	md := rep["metadata"].(map[string]any)
+	if md["coordinator_node"] != "gw_zone_a" || md["peers_consulted"] != 2.0 || md["responses_received"] != 2.0 || md["mesh_size_estimate"] != 3.0 {
+		t.Errorf("metadata: %v", md)
+	}
+
+	// SIGKILL gateway C: its vent is reported unreachable, never silently dropped.
+	c.cmd.Process.Kill()
+	<-c.done
+	killed := time.Now()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		rep = canDo(t, cs, "ventilation")
+		if strings.HasPrefix(sources(rep, "blocked")["do_vent_zone_c"], "gw_zone_c/source_unreachable") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := sources(rep, "blocked")["do_vent_zone_c"]; got != "gw_zone_c/source_unreachable" {
+		t.Fatalf("after SIGKILL of gw_zone_c: %v", rep)
+	}
+	if sources(rep, "candidates")["do_fan_zone_b"] != "gw_zone_b/allowed" || rep["feasible"] != true {
+		t.Errorf("the rest of the site must stay usable: %v", rep)
+	}
+	t.Logf("gw_zone_c reported source_unreachable %s after SIGKILL", time.Since(killed).Round(time.Millisecond))
+
+	// Restarted, it rejoins and answers again.
+	meshNode(t, "c", "127.0.0.4", dir+"/c")
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		rep = canDo(t, cs, "ventilation")
+		if sources(rep, "candidates")["do_vent_zone_c"] == "gw_zone_c/allowed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if sources(rep, "candidates")["do_vent_zone_c"] != "gw_zone_c/allowed" {
+		t.Errorf("gw_zone_c did not rejoin: %v", rep)
+	}
+}

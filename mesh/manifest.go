@@ -1,0 +1,52 @@
+package mesh
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/physd/physd/manifest"
+)
+
+// ConfigFromManifest maps network.mesh (and device.id) to a Config and
+// loads the key (key_file or key_env). heartbeat_interval_ms becomes the
+// failure detector's probe interval; max_peers is not used here (the
+// caller may cap fan-out with it).
+func ConfigFromManifest(m *manifest.Manifest, logger *slog.Logger) (Config, error) {
+	ms := m.Network.Mesh
+	key, err := ms.LoadKey()
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := Config{
+		NodeName:          m.Device.ID,
+		BindAddr:          ms.Bind,
+		BindPort:          ms.Port,
+		AdvertiseAddr:     ms.AdvertiseAddr,
+		AdvertisePort:     ms.AdvertisePort,
+		Seeds:             append([]string(nil), ms.SeedPeers...),
+		Label:             ms.Label,
+		SecretKey:         key,
+		ExpectedSize:      ms.ExpectedSize,
+		RequestTimeout:    time.Duration(ms.RequestTimeoutMS) * time.Millisecond,
+		ReconnectInterval: time.Duration(ms.ReconnectIntervalMS) * time.Millisecond,
+		ProbeInterval:     time.Duration(ms.HeartbeatIntervalMS) * time.Millisecond,
+		Logger:            logger,
+	}
+	return cfg, nil
+}
+
+// CatalogFromManifest lists the manifest's capabilities as a Catalog: one
+// entry per tool (read_x / do_x) with its kind, zone, unit, semantic tags
+// and range.
+func CatalogFromManifest(m *manifest.Manifest) Catalog {
+	cat := Catalog{DeviceID: m.Device.ID, Zone: m.Device.Location.Zone}
+	for _, c := range m.Capabilities {
+		e := CatalogEntry{Tool: c.ToolName(), Kind: c.Kind, Zone: c.Zone, Unit: c.Unit, Tags: append([]string(nil), c.SemanticTags...)}
+		if c.Range != nil {
+			lo, hi := c.Range.Min, c.Range.Max
+			e.Min, e.Max = &lo, &hi
+		}
+		cat.Capabilities = append(cat.Capabilities, e)
+	}
+	return cat
+}
