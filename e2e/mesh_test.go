@@ -70,6 +70,15 @@ func TestMeshAcrossProcesses(t *testing.T) {
 		t.Errorf("metadata: %v", md)
 	}
 
+	// The mesh shows in metrics (memberlist's own series bridged) and /status.
+	_, body := get(t, a.url("/metrics"))
+	if v := metric(body, `physd_mesh_members{state="alive"}`); v != 3 {
+		t.Errorf("physd_mesh_members alive = %v, want 3", v)
+	}
+	if metric(body, `physd_mesh_partition_state{state="healthy"}`) != 1 || !strings.Contains(body, "\nmemberlist_") {
+		t.Errorf("mesh metrics missing:\n%s", body)
+	}
+
 	// SIGKILL gateway C: its vent is reported unreachable, never silently dropped.
 	c.cmd.Process.Kill()
 	<-c.done

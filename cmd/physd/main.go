@@ -352,6 +352,9 @@ func serve(f runFlags, log *slog.Logger) error {
 	}
 	registerBusMetrics(mx, n)
 	if remote != nil {
+		if err := bridgeMemberlistMetrics(mx); err != nil {
+			log.Warn("memberlist metrics not exported", "err", err.Error())
+		}
 		mcfg, err := mesh.ConfigFromManifest(m, log.With("component", "mesh"))
 		if err != nil {
 			return err

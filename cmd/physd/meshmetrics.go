@@ -1,9 +1,26 @@
 package main
 
 import (
+	gometrics "github.com/hashicorp/go-metrics"
+	gmprom "github.com/hashicorp/go-metrics/prometheus"
+
 	"github.com/physd/physd/mesh"
 	"github.com/physd/physd/metrics"
 )
+
+// bridgeMemberlistMetrics sends memberlist's own metrics (probe times,
+// gossip and push/pull counts, health score …), which it reports through
+// hashicorp/go-metrics, into physd's registry as memberlist_* series.
+func bridgeMemberlistMetrics(mx *metrics.Metrics) error {
+	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Registerer: mx.Registry, Name: "physd_memberlist_sink"})
+	if err != nil {
+		return err
+	}
+	cfg := gometrics.DefaultConfig("")
+	cfg.EnableHostname, cfg.EnableRuntimeMetrics, cfg.EnableServiceLabel = false, false, false
+	_, err = gometrics.NewGlobal(cfg, sink)
+	return err
+}
 
 // registerMeshMetrics exports members by state and the partition state.
 func registerMeshMetrics(mx *metrics.Metrics, m *mesh.Mesh) {
