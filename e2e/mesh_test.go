@@ -70,6 +70,9 @@ func TestMeshAcrossProcesses(t *testing.T) {
 		t.Errorf("metadata: %v", md)
 	}
 
+	if code, body := get(t, a.url("/readyz")); code != 200 || !strings.Contains(body, `"name":"mesh","ok":true`) {
+		t.Errorf("readyz with the mesh joined: %d %s", code, body)
+	}
 	// The mesh shows in metrics (memberlist's own series bridged) and /status.
 	_, body := get(t, a.url("/metrics"))
 	if v := metric(body, `physd_mesh_members{state="alive"}`); v != 3 {

@@ -47,6 +47,8 @@ type Options struct {
 	PolicyPath string
 	// Mesh, when set, reports the mesh for /status.
 	Mesh func() any
+	// MeshReady, when set, is a /readyz check: the mesh is joined.
+	MeshReady func() error
 }
 
 // Server is the MCP face of one node.
@@ -169,6 +171,13 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, checks := s.n.Ready()
+		if s.opts.MeshReady != nil {
+			r := node.Readiness{Name: "mesh", OK: true}
+			if err := s.opts.MeshReady(); err != nil {
+				r.OK, r.Error, ok = false, err.Error(), false
+			}
+			checks = append(checks, r)
+		}
 		code := http.StatusOK
 		if !ok {
 			code = http.StatusServiceUnavailable

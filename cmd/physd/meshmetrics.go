@@ -1,6 +1,9 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+
 	gometrics "github.com/hashicorp/go-metrics"
 	gmprom "github.com/hashicorp/go-metrics/prometheus"
 
@@ -56,5 +59,26 @@ func meshStatus(m *mesh.Mesh) func() any {
 			mesh.Status
 			Members []mesh.Member `json:"members"`
 		}{m.Status(), m.Members()}
+	}
+}
+
+// meshReady is /readyz's mesh check: the mesh runs and, when peers are
+// expected, at least one of them is alive.
+func meshReady(m *mesh.Mesh) func() error {
+	if m == nil {
+		return nil
+	}
+	return func() error {
+		if err := m.Err(); err != nil {
+			return err
+		}
+		if st := m.Status(); st.ExpectedSize > 1 && st.Alive < 2 {
+			msg := fmt.Sprintf("not joined: no peer alive (expected %d nodes)", st.ExpectedSize)
+			if st.LastJoinError != "" {
+				msg += "; last join error: " + st.LastJoinError
+			}
+			return errors.New(msg)
+		}
+		return nil
 	}
 }
