@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -48,7 +49,7 @@ func sources(rep map[string]any, key string) map[string]string {
 func TestMeshAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
 	a := meshNode(t, "a", "127.0.0.2", dir+"/a")
-	meshNode(t, "b", "127.0.0.3", dir+"/b")
+	b := meshNode(t, "b", "127.0.0.3", dir+"/b")
 	c := meshNode(t, "c", "127.0.0.4", dir+"/c")
 	cs := connectHTTP(t, a, "2026-07-28")
 
@@ -82,6 +83,28 @@ func TestMeshAcrossProcesses(t *testing.T) {
 		t.Errorf("mesh metrics missing:\n%s", body)
 	}
 
+	// Gateway A lists B's and C's tools with a source argument and routes
+	// a do_ to the owner, which actuates its own plant.
+	tools := listTools(t, cs)
+	fan := tools["do_fan_zone_b"]
+	if fan == nil || !strings.Contains(fmt.Sprint(schemaMap(t, fan.InputSchema)["required"]), "source") {
+		t.Fatalf("gw_zone_a does not list do_fan_zone_b with a required source: %v", fan)
+	}
+	if tools["read_temperature_zone_a"] == nil || schemaMap(t, tools["read_temperature_zone_a"].InputSchema)["properties"].(map[string]any)["source"] == nil {
+		t.Errorf("local tools take an optional source in a mesh")
+	}
+	r := structured(t, call(t, cs, "do_fan_zone_b", map[string]any{"value": 45, "idempotency_key": "routed-1", "source": "gw_zone_b"}))
+	if r["status"] != "success" || r["source"] != "gw_zone_b" || r["applied_value"] != 45.0 {
+		t.Errorf("routed do_: %v", r)
+	}
+	if w := b.sim(t).writes("zone_b.fan"); w != 1 {
+		t.Errorf("gw_zone_b's plant saw %d fan writes, want 1", w)
+	}
+	o := structured(t, call(t, cs, "read_temperature_zone_c", map[string]any{"source": "gw_zone_c"}))
+	if o["source"] != "gw_zone_c" || o["quality"] != "good" {
+		t.Errorf("routed read_: %v", o)
+	}
+
 	// SIGKILL gateway C: its vent is reported unreachable, never silently dropped.
 	c.cmd.Process.Kill()
 	<-c.done
@@ -100,6 +123,13 @@ func TestMeshAcrossProcesses(t *testing.T) {
 	if sources(rep, "candidates")["do_fan_zone_b"] != "gw_zone_b/allowed" || rep["feasible"] != true {
 		t.Errorf("the rest of the site must stay usable: %v", rep)
 	}
+	// A routed call to the dead owner fails clearly and promptly.
+	start := time.Now()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "read_temperature_zone_c", Arguments: map[string]any{"source": "gw_zone_c"}})
+	if err == nil && !res.IsError {
+		t.Errorf("routed read to a killed node: %v", text(res))
+	}
+	t.Logf("routed call to the killed node failed in %s", time.Since(start).Round(time.Millisecond))
 	t.Logf("gw_zone_c reported source_unreachable %s after SIGKILL", time.Since(killed).Round(time.Millisecond))
 
 	// Restarted, it rejoins and answers again.

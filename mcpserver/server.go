@@ -49,6 +49,9 @@ type Options struct {
 	Mesh func() any
 	// MeshReady, when set, is a /readyz check: the mesh is joined.
 	MeshReady func() error
+	// Router, when set, lists and routes the tools of the site's other
+	// nodes (a source argument picks the owner).
+	Router Router
 }
 
 // Server is the MCP face of one node.
@@ -81,7 +84,7 @@ func New(n *node.Node, opts Options) *Server {
 			// the lists are fixed for a node's lifetime. The SDK answers
 			// prompts/list (empty) regardless, so prompts is declared too.
 			Capabilities: &mcp.ServerCapabilities{
-				Tools:     &mcp.ToolCapabilities{ListChanged: false},
+				Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil}, // the mesh changes the list
 				Resources: &mcp.ResourceCapabilities{ListChanged: false},
 				Prompts:   &mcp.PromptCapabilities{ListChanged: false},
 			},
@@ -91,11 +94,14 @@ func New(n *node.Node, opts Options) *Server {
 			},
 		})
 	srv := &Server{start: time.Now(), n: n, mcp: s, opts: opts, log: opts.Logger}
-	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics}
+	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
 	if opts.Safety != nil {
 		ts.approvals = opts.Approvals
 	}
 	ts.register(s)
+	if opts.Router != nil {
+		ts.enableRouting(s, opts.Router)
+	}
 	srv.addPolicyResources()
 	s.AddResource(&mcp.Resource{
 		URI: ManifestURI, Name: "manifest", Title: "PhysMCP device manifest",

@@ -48,6 +48,8 @@ type toolSet struct {
 	stdioRole string
 	approvals *gate.Approvals  // nil: no approval rounds (no policy)
 	metrics   *metrics.Metrics // nil: not measured
+	routing   *routing         // nil: no mesh
+	sourceArg bool             // local tools take an optional source (mesh)
 	authn     func(h http.Header) (node.Caller, error)
 }
 
@@ -67,11 +69,14 @@ func (ts *toolSet) register(s *mcp.Server) {
 	caps := append([]*manifest.Capability(nil), m.Capabilities...)
 	sort.Slice(caps, func(i, j int) bool { return caps[i].ToolName() < caps[j].ToolName() })
 	for _, c := range caps {
-		if c.Kind == manifest.KindRead {
-			s.AddTool(readTool(c), ts.handleRead(c.ToolName()))
-		} else {
-			s.AddTool(doTool(c), ts.handleDo(c.ToolName()))
+		def, h := readTool(c), ts.handleRead(c.ToolName())
+		if c.Kind == manifest.KindDo {
+			def, h = doTool(c), ts.handleDo(c.ToolName())
 		}
+		if ts.sourceArg {
+			def.InputSchema = withSource(def.InputSchema.(json.RawMessage), nil, false)
+		}
+		s.AddTool(def, h)
 	}
 	s.AddTool(canDoTool(), ts.handleCanDo)
 }
@@ -245,8 +250,12 @@ func jsonResult(body []byte) *mcp.CallToolResult {
 
 func (ts *toolSet) handleRead(tool string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if res, routed := ts.routedLocal(ctx, req, manifest.KindRead, tool); routed {
+			return res, nil
+		}
 		var in struct {
 			MaxAgeMS *int64 `json:"max_age_ms"`
+			Source   string `json:"source"` // this node (routedLocal took the others)
 		}
 		if err := decodeArgs(req.Params.Arguments, &in); err != nil {
 			return toolError(err), nil
@@ -278,9 +287,13 @@ func (ts *toolSet) handleRead(tool string) mcp.ToolHandler {
 
 func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if res, routed := ts.routedLocal(ctx, req, manifest.KindDo, tool); routed {
+			return res, nil
+		}
 		var in struct {
 			Value          json.RawMessage `json:"value"`
 			IdempotencyKey *string         `json:"idempotency_key"`
+			Source         string          `json:"source"` // this node (routedLocal took the others)
 		}
 		if err := decodeArgs(req.Params.Arguments, &in); err != nil {
 			return toolError(err), nil

@@ -30,6 +30,11 @@ type CatalogEntry struct {
 	Tags []string `json:"tags,omitempty"`
 	Min  *float64 `json:"min,omitempty"`
 	Max  *float64 `json:"max,omitempty"`
+	// What another node needs to list the tool for routing.
+	DataType    string   `json:"data_type,omitempty"`
+	Description string   `json:"description,omitempty"`
+	EnumValues  []string `json:"enum_values,omitempty"`
+	SideEffects []string `json:"side_effects,omitempty"`
 }
 
 // Canonical returns a deep copy with entries sorted by tool, kind and zone,
@@ -67,6 +72,8 @@ func (c Catalog) clone() Catalog {
 	out.Capabilities = make([]CatalogEntry, len(c.Capabilities))
 	for i, e := range c.Capabilities {
 		e.Tags = append([]string(nil), e.Tags...)
+		e.EnumValues = append([]string(nil), e.EnumValues...)
+		e.SideEffects = append([]string(nil), e.SideEffects...)
 		if e.Min != nil {
 			v := *e.Min
 			e.Min = &v

@@ -41,7 +41,8 @@ func ConfigFromManifest(m *manifest.Manifest, logger *slog.Logger) (Config, erro
 func CatalogFromManifest(m *manifest.Manifest) Catalog {
 	cat := Catalog{DeviceID: m.Device.ID, Zone: m.Device.Location.Zone}
 	for _, c := range m.Capabilities {
-		e := CatalogEntry{Tool: c.ToolName(), Kind: c.Kind, Zone: c.Zone, Unit: c.Unit, Tags: append([]string(nil), c.SemanticTags...)}
+		e := CatalogEntry{Tool: c.ToolName(), Kind: c.Kind, Zone: c.Zone, Unit: c.Unit, Tags: append([]string(nil), c.SemanticTags...),
+			DataType: c.DataType, Description: c.Description, EnumValues: c.EnumValues, SideEffects: c.SideEffects}
 		if c.Range != nil {
 			lo, hi := c.Range.Min, c.Range.Max
 			e.Min, e.Max = &lo, &hi

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/mesh"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
@@ -73,7 +74,14 @@ func Handler(n *node.Node) mesh.Handler {
 				return nil, err
 			}
 			r.Caller.Transport = "mesh:" + from
-			return n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: r.Caller})
+			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: r.Caller})
+			var ar *node.ApprovalRequired
+			if errors.As(err, &ar) {
+				// Approval rounds need the caller's own connection: a routed
+				// call gets the refusal that says how to get approval.
+				return ar.Body, nil
+			}
+			return body, err
 		}
 		return nil, fmt.Errorf("unknown request kind %q", kind)
 	}
@@ -161,4 +169,54 @@ func (r *Remote) unreachable(out *node.RemoteReport, owner string, entries []mes
 			Reason: reason, Code: "device_offline", Details: &details, MatchReasons: []string{"catalog_match"},
 		})
 	}
+}
+
+// Router lists and routes the site's other capabilities for the MCP
+// server: calls go to the owner, which applies its own policy and gate.
+type Router struct {
+	Mesh *mesh.Mesh
+	// ReadTimeout and DoTimeout bound a routed call (an unreachable owner
+	// is a clear error within them, never a hang).
+	ReadTimeout, DoTimeout time.Duration
+}
+
+// RemoteTools lists the tools of live members other than this node.
+func (r *Router) RemoteTools() []mcpserver.RemoteTool {
+	var out []mcpserver.RemoteTool
+	for _, mem := range r.Mesh.Members() {
+		if mem.Self || mem.Catalog == nil || (mem.State != mesh.StateAlive && mem.State != mesh.StateSuspect) {
+			continue
+		}
+		for _, e := range mem.Catalog.Capabilities {
+			out = append(out, mcpserver.RemoteTool{Owner: mem.Name, Tool: e.Tool, Kind: e.Kind, DataType: e.DataType, Unit: e.Unit,
+				Zone: e.Zone, Description: e.Description, EnumValues: e.EnumValues, SideEffects: e.SideEffects, Min: e.Min, Max: e.Max})
+		}
+	}
+	return out
+}
+
+// Read asks the owner for an observation.
+func (r *Router) Read(ctx context.Context, owner, tool string, maxAgeMS int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, or(r.ReadTimeout, 5*time.Second))
+	defer cancel()
+	payload, _ := json.Marshal(readRequest{Tool: tool, MaxAgeMS: maxAgeMS})
+	return r.Mesh.Request(ctx, owner, KindRead, payload)
+}
+
+// Do asks the owner to actuate; the answer is the owner's do_ response.
+func (r *Router) Do(ctx context.Context, owner, tool string, value json.RawMessage, key string, caller node.Caller) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, or(r.DoTimeout, 15*time.Second))
+	defer cancel()
+	payload, _ := json.Marshal(doRequest{Tool: tool, Value: value, IdempotencyKey: key, Caller: caller})
+	return r.Mesh.Request(ctx, owner, KindDo, payload)
+}
+
+// OnChange registers f for membership and catalog changes.
+func (r *Router) OnChange(f func()) { r.Mesh.OnChange(f) }
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }

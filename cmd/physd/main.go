@@ -382,7 +382,7 @@ func serve(f runFlags, log *slog.Logger) error {
 		})
 	}
 	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, ExtraRoutes: extra,
-		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site)})
+		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site)})
 	if guard != nil {
 		go reloadOnHUP(ctx, f, m, guard, al, log)
 	}

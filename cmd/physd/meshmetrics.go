@@ -7,7 +7,9 @@ import (
 	gometrics "github.com/hashicorp/go-metrics"
 	gmprom "github.com/hashicorp/go-metrics/prometheus"
 
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/mesh"
+	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/metrics"
 )
 
@@ -81,4 +83,12 @@ func meshReady(m *mesh.Mesh) func() error {
 		}
 		return nil
 	}
+}
+
+// meshRouter lists and routes the other gateways' tools (nil without a mesh).
+func meshRouter(m *mesh.Mesh) mcpserver.Router {
+	if m == nil {
+		return nil
+	}
+	return &meshnode.Router{Mesh: m}
 }

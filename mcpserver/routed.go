@@ -1,0 +1,211 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+)
+
+// RemoteTool is a capability another node of the site owns.
+type RemoteTool struct {
+	Owner       string
+	Tool        string
+	Kind        string
+	DataType    string
+	Unit        string
+	Zone        string
+	Description string
+	EnumValues  []string
+	SideEffects []string
+	Min, Max    *float64
+}
+
+// Router reaches the other nodes of the site (the mesh). Each owner
+// executes with its own policy and gate.
+type Router interface {
+	RemoteTools() []RemoteTool // the tools of live members other than this node
+	Read(ctx context.Context, owner, tool string, maxAgeMS int64) ([]byte, error)
+	Do(ctx context.Context, owner, tool string, value json.RawMessage, key string, caller node.Caller) ([]byte, error)
+	OnChange(func())
+}
+
+// routing keeps the remote-only tools registered in step with the mesh.
+type routing struct {
+	ts       *toolSet
+	srv      *mcp.Server
+	router   Router
+	mu       sync.Mutex
+	owners   map[string][]string // tool -> owners on other nodes
+	listed   map[string]bool     // remote-only tools registered here
+	local    map[string]bool
+	deviceID string
+}
+
+func (ts *toolSet) enableRouting(s *mcp.Server, r Router) {
+	rt := &routing{ts: ts, srv: s, router: r, owners: map[string][]string{}, listed: map[string]bool{}, local: map[string]bool{}, deviceID: ts.n.DeviceID()}
+	for _, c := range ts.n.Manifest().Capabilities {
+		rt.local[c.ToolName()] = true
+	}
+	ts.routing = rt
+	rt.sync()
+	r.OnChange(rt.sync)
+}
+
+// sync adds tools that appeared in the site and removes those whose owners
+// are gone; the SDK tells connected clients (tools/list_changed).
+func (rt *routing) sync() {
+	byTool := map[string][]RemoteTool{}
+	for _, t := range rt.router.RemoteTools() {
+		if t.Kind == manifest.KindRead || t.Kind == manifest.KindDo {
+			byTool[t.Tool] = append(byTool[t.Tool], t)
+		}
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for tool := range rt.owners {
+		if _, ok := byTool[tool]; !ok {
+			delete(rt.owners, tool)
+			if rt.listed[tool] {
+				rt.srv.RemoveTools(tool)
+				delete(rt.listed, tool)
+			}
+		}
+	}
+	for tool, list := range byTool {
+		owners := make([]string, 0, len(list))
+		for _, t := range list {
+			owners = append(owners, t.Owner)
+		}
+		sort.Strings(owners)
+		if slices.Equal(owners, rt.owners[tool]) {
+			continue
+		}
+		rt.owners[tool] = owners
+		if !rt.local[tool] { // a local tool already lists an optional source
+			rt.listed[tool] = true
+			rt.srv.AddTool(remoteToolDef(list[0], owners), rt.handle(list[0].Kind, tool))
+		}
+	}
+}
+
+// ownersOf lists the owners of a remote tool (nil when unknown).
+func (rt *routing) ownersOf(tool string) []string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.owners[tool]
+}
+
+func remoteToolDef(t RemoteTool, owners []string) *mcp.Tool {
+	c := &manifest.Capability{Name: strings.TrimPrefix(strings.TrimPrefix(t.Tool, "read_"), "do_"), Kind: t.Kind,
+		Description: t.Description, DataType: t.DataType, Unit: t.Unit, Zone: t.Zone, EnumValues: t.EnumValues, SideEffects: t.SideEffects}
+	if t.Min != nil && t.Max != nil {
+		c.Range = &manifest.Range{Min: *t.Min, Max: *t.Max}
+	}
+	var def *mcp.Tool
+	if t.Kind == manifest.KindRead {
+		def = readTool(c)
+	} else {
+		def = doTool(c)
+	}
+	def.Description = "On " + strings.Join(owners, ", ") + " (routed through this gateway; the owner applies its own policy). " + def.Description
+	def.InputSchema = withSource(def.InputSchema.(json.RawMessage), owners, true)
+	return def
+}
+
+// withSource adds the source argument to a tool's input schema: required
+// (one of owners) for a remote tool, optional for a local one.
+func withSource(schema json.RawMessage, owners []string, required bool) json.RawMessage {
+	var s map[string]any
+	_ = json.Unmarshal(schema, &s)
+	props, _ := s["properties"].(map[string]any)
+	src := map[string]any{"type": "string", "maxLength": 128,
+		"description": "device id of the node that owns the capability; default: this node"}
+	if required {
+		enum := make([]any, len(owners))
+		for i, o := range owners {
+			enum[i] = o
+		}
+		src["enum"] = enum
+		src["description"] = "device id of the node that owns the capability"
+		req, _ := s["required"].([]any)
+		s["required"] = append(req, "source")
+	}
+	props["source"] = src
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// handle serves a remote-only tool: the call goes to the named owner.
+func (rt *routing) handle(kind, tool string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct {
+			Source string `json:"source"`
+		}
+		_ = json.Unmarshal(req.Params.Arguments, &in)
+		return rt.route(ctx, req, kind, tool, in.Source)
+	}
+}
+
+// route sends a call to its owner and returns the owner's answer as is.
+func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, tool, owner string) (*mcp.CallToolResult, error) {
+	if !slices.Contains(rt.ownersOf(tool), owner) {
+		return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%q does not offer %s; owners: %v", owner, tool, rt.ownersOf(tool))}), nil
+	}
+	var args struct {
+		Source         string          `json:"source"`
+		MaxAgeMS       *int64          `json:"max_age_ms"`
+		Value          json.RawMessage `json:"value"`
+		IdempotencyKey *string         `json:"idempotency_key"`
+	}
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return toolError(err), nil
+	}
+	var body []byte
+	var err error
+	if kind == manifest.KindRead {
+		maxAge := int64(-1)
+		if args.MaxAgeMS != nil {
+			maxAge = *args.MaxAgeMS
+		}
+		body, err = rt.router.Read(ctx, owner, tool, maxAge)
+	} else {
+		caller, cerr := rt.ts.caller(req)
+		if cerr != nil {
+			return toolError(cerr), nil
+		}
+		key := ""
+		if args.IdempotencyKey != nil {
+			key = *args.IdempotencyKey
+		}
+		body, err = rt.router.Do(ctx, owner, tool, args.Value, key, caller)
+	}
+	if err != nil {
+		return toolError(fmt.Errorf("%s on %s: %w", tool, owner, err)), nil
+	}
+	return jsonResult(body), nil
+}
+
+// routedLocal sends a local tool's call elsewhere when its source
+// argument names another node.
+func (ts *toolSet) routedLocal(ctx context.Context, req *mcp.CallToolRequest, kind, tool string) (*mcp.CallToolResult, bool) {
+	if ts.routing == nil {
+		return nil, false
+	}
+	var in struct {
+		Source string `json:"source"`
+	}
+	if json.Unmarshal(req.Params.Arguments, &in) != nil || in.Source == "" || in.Source == ts.n.DeviceID() {
+		return nil, false
+	}
+	res, _ := ts.routing.route(ctx, req, kind, tool, in.Source)
+	return res, true
+}
