@@ -100,6 +100,10 @@ func TestMeshAcrossProcesses(t *testing.T) {
 	if w := b.sim(t).writes("zone_b.fan"); w != 1 {
 		t.Errorf("gw_zone_b's plant saw %d fan writes, want 1", w)
 	}
+	res0, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://mesh"})
+	if err != nil || !strings.Contains(res0.Contents[0].Text, `"partition_state": "healthy"`) || !strings.Contains(res0.Contents[0].Text, "gw_zone_c") {
+		t.Errorf("physmcp://mesh: %v %v", err, res0)
+	}
 	o := structured(t, call(t, cs, "read_temperature_zone_c", map[string]any{"source": "gw_zone_c"}))
 	if o["source"] != "gw_zone_c" || o["quality"] != "good" {
 		t.Errorf("routed read_: %v", o)
@@ -144,5 +148,49 @@ func TestMeshAcrossProcesses(t *testing.T) {
 	}
 	if sources(rep, "candidates")["do_vent_zone_c"] != "gw_zone_c/allowed" {
 		t.Errorf("gw_zone_c did not rejoin: %v", rep)
+	}
+}
+
+// TestMeshToolListChanged: a stdio client of gateway A is told when the
+// site's tool list changes (gateway C leaves), in both protocol eras' stdio
+// sessions.
+func TestMeshToolListChanged(t *testing.T) {
+	dir := t.TempDir()
+	meshNode(t, "b", "127.0.0.3", dir+"/b")
+	c := meshNode(t, "c", "127.0.0.4", dir+"/c")
+	changed := make(chan struct{}, 16)
+	cmd := exec.Command(physdBin, "run", "--manifest", repoPath("examples/mesh-3node/node_a.yml"), "--state", dir+"/a", "--stdio")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	cl := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }})
+	cs, err := cl.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	has := func(tool string) bool { return listTools(t, cs)[tool] != nil }
+	deadline := time.Now().Add(30 * time.Second)
+	for !has("do_vent_zone_c") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gw_zone_c's tools never listed on gw_zone_a\n%s", stderr.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for len(changed) > 0 { // drain the announcements of the joins
+		<-changed
+	}
+	c.stop(t) // a graceful leave
+	select {
+	case <-changed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no tools/list_changed after gw_zone_c left")
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for has("do_vent_zone_c") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if has("do_vent_zone_c") || !has("do_fan_zone_b") {
+		t.Errorf("after gw_zone_c left: vent listed=%v, fan listed=%v", has("do_vent_zone_c"), has("do_fan_zone_b"))
 	}
 }

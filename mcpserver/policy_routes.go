@@ -18,6 +18,22 @@ const (
 	GateApprovalURI = "phocinae://policy/gate-approval"
 )
 
+// MeshURI is the resource holding the mesh status.
+const MeshURI = "physmcp://mesh"
+
+func (s *Server) addMeshResource() {
+	if s.opts.Mesh == nil {
+		return
+	}
+	s.mcp.AddResource(&mcp.Resource{
+		URI: MeshURI, Name: "mesh", Title: "Site mesh status",
+		Description: "The gateways of this site: members and their states, partition_state, mesh_size_estimate, expected size and majority.",
+		MIMEType:    "application/json",
+	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return jsonResource(MeshURI, s.opts.Mesh())
+	})
+}
+
 func (s *Server) addPolicyResources() {
 	s.mcp.AddResource(&mcp.Resource{
 		URI: PolicyURI, Name: "policy", Title: "Effective physmcp policy",

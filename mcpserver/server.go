@@ -103,6 +103,7 @@ func New(n *node.Node, opts Options) *Server {
 		ts.enableRouting(s, opts.Router)
 	}
 	srv.addPolicyResources()
+	srv.addMeshResource()
 	s.AddResource(&mcp.Resource{
 		URI: ManifestURI, Name: "manifest", Title: "PhysMCP device manifest",
 		Description: "The physmcp.manifest.yml this node serves, as JSON, with promcp_base and physmcp_version.",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts three physd gateways on 127.0.0.2-4 that form one mesh, then shows
-# a can_do answered across them (each owner applies its own policy) and the
-# mesh as one gateway sees it.
+# a can_do answered across them (each owner applies its own policy), a do_
+# routed to its owner, and the mesh as one gateway sees it.
 #   examples/mesh-3node/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,5 +23,8 @@ mcp() {  # mcp HOST METHOD NAME PARAMS
 echo "== can_do for ventilation, asked of gateway A (which has no fan or vent):"
 mcp 127.0.0.2 tools/call can_do '"name":"can_do","arguments":{"intent":{"semantic_tags":["ventilation"],"action":"set","value":40}}' |
   python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]["structuredContent"]; print(json.dumps({k: r[k] for k in ("feasible",)} | {"candidates": [(c["capability"], c["source"], c["confidence"], c["permission"]) for c in r["candidates"]], "metadata": r["metadata"]}, indent=1))'
+echo "== do_fan_zone_b asked of gateway A, routed to its owner gateway B:"
+mcp 127.0.0.2 tools/call do_fan_zone_b '"name":"do_fan_zone_b","arguments":{"value":40,"idempotency_key":"mesh-demo-1","source":"gw_zone_b"}' |
+  python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]["structuredContent"]; print({k: r[k] for k in ("status","source","applied_value","previous_value","verified")})'
 echo "== mesh status from gateway C:"
 curl -s http://127.0.0.4:8080/status | python3 -c 'import json,sys; m=json.load(sys.stdin)["mesh"]; print(m["partition_state"], "alive", m["alive"], [(x["name"], x["state"]) for x in m["members"]])'
