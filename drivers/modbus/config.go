@@ -100,7 +100,7 @@ func parseBus(b *manifest.Bus, kind string) (*busSpec, error) {
 	if root == "" {
 		root = "buses." + b.Name
 	}
-	cfg := withoutKey(b.Config, "type")
+	cfg := manifest.WithoutKey(b.Config, "type")
 	p := &problems{file: b.Pos.File, root: root, top: cfg, at: b.Pos}
 	spec := &busSpec{kind: kind, name: b.Name}
 	var eng engineKeys

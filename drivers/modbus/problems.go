@@ -36,7 +36,7 @@ func (p *problems) err() error { return p.errs.Err() }
 // find returns the value node at path, or the deepest key node on the way
 // when the path is not fully written (a default), or nil.
 func find(n *yaml.Node, path []string) *yaml.Node {
-	cur, best := resolve(n), (*yaml.Node)(nil)
+	cur, best := manifest.Resolve(n), (*yaml.Node)(nil)
 	for _, k := range path {
 		if cur == nil || cur.Kind != yaml.MappingNode {
 			return best
@@ -44,7 +44,7 @@ func find(n *yaml.Node, path []string) *yaml.Node {
 		var next *yaml.Node
 		for i := 0; i+1 < len(cur.Content); i += 2 {
 			if cur.Content[i].Value == k {
-				best, next = cur.Content[i], resolve(cur.Content[i+1])
+				best, next = cur.Content[i], manifest.Resolve(cur.Content[i+1])
 				break
 			}
 		}
@@ -54,40 +54,6 @@ func find(n *yaml.Node, path []string) *yaml.Node {
 		cur, best = next, next
 	}
 	return best
-}
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			if len(n.Content) == 0 {
-				return nil
-			}
-			n = n.Content[0]
-		case yaml.AliasNode:
-			n = n.Alias
-		default:
-			return n
-		}
-	}
-	return nil
-}
-
-// withoutKey returns n, or a copy of the mapping n without key (tolerates
-// a type: key left in a bus's Config by a caller other than the parser).
-func withoutKey(n *yaml.Node, key string) *yaml.Node {
-	n = resolve(n)
-	if n == nil || n.Kind != yaml.MappingNode {
-		return n
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			c := *n
-			c.Content = append(append([]*yaml.Node(nil), n.Content[:i]...), n.Content[i+2:]...)
-			return &c
-		}
-	}
-	return n
 }
 
 func oneOf(options []string) string { return "use one of " + strings.Join(options, ", ") }

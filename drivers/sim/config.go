@@ -100,7 +100,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
 // sim bus entry. root is the field path, e.g. "buses.plant". A nil or empty
 // node gives the default plant.
 func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
-	n = withoutKey(resolve(n), "type") // tolerate type: left in Config
+	n = manifest.WithoutKey(manifest.Resolve(n), "type") // tolerate type: left in Config
 	var cfg plantConfig
 	if errs := manifest.DecodeNode(file, n, root, &cfg); len(errs) > 0 {
 		return nil, errs
@@ -332,7 +332,7 @@ func (v *validator) order(m any, section string) []string {
 // node found (the top node when none) and the value node of the full path
 // (nil when the path is not written out).
 func lookup(n *yaml.Node, path []string) (key, val *yaml.Node) {
-	key, cur := n, resolve(n)
+	key, cur := n, manifest.Resolve(n)
 	for _, p := range path {
 		if cur == nil || cur.Kind != yaml.MappingNode {
 			return key, nil
@@ -340,7 +340,7 @@ func lookup(n *yaml.Node, path []string) (key, val *yaml.Node) {
 		var next *yaml.Node
 		for i := 0; i+1 < len(cur.Content); i += 2 {
 			if cur.Content[i].Value == p {
-				key, next = cur.Content[i], resolve(cur.Content[i+1])
+				key, next = cur.Content[i], manifest.Resolve(cur.Content[i+1])
 				break
 			}
 		}
@@ -350,36 +350,4 @@ func lookup(n *yaml.Node, path []string) (key, val *yaml.Node) {
 		cur = next
 	}
 	return key, cur
-}
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			if len(n.Content) == 0 {
-				return nil
-			}
-			n = n.Content[0]
-		case yaml.AliasNode:
-			n = n.Alias
-		default:
-			return n
-		}
-	}
-	return nil
-}
-
-// withoutKey returns n, or a shallow copy of the mapping n without key.
-func withoutKey(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return n
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			c := *n
-			c.Content = append(append([]*yaml.Node(nil), n.Content[:i]...), n.Content[i+2:]...)
-			return &c
-		}
-	}
-	return n
 }
