@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -86,6 +87,11 @@ func TestPolicyOverHTTP(t *testing.T) {
 	}
 	if w := d.sim(t).writes("irrigation_a.command"); w != 0 {
 		t.Errorf("gate-denied irrigation wrote %d times", w)
+	}
+	// The audit keeps the gate's decision with its fingerprint.
+	b, _ := os.ReadFile(d.state + "/audit/audit.jsonl")
+	if !strings.Contains(string(b), `"gate":{"decision":"allow","layer":"L0"`) || !strings.Contains(string(b), `"fingerprint":"sha256:`) {
+		t.Errorf("audit lacks the gate decision:\n%s", b)
 	}
 	// Resources describe the policy and the gate.
 	for _, uri := range []string{"physmcp://policy", "phocinae://policy/gate-approval"} {

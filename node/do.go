@@ -183,6 +183,7 @@ func (n *Node) commit(res promcp.DoResult, caller Caller) ([]byte, error) {
 		Event: "do", Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID,
 		Status: string(res.Status), Permission: string(res.Permission),
 		Requested: res.RequestedValue, Applied: res.AppliedValue, Previous: res.PreviousValue, Reason: res.Reason,
+		Data: decisionData(res),
 	})
 	if auditErr != nil {
 		n.log.Error("AUDIT WRITE FAILED after an actuation", "tool", res.Capability, "key", res.IdempotencyKey, "err", auditErr)
@@ -215,6 +216,7 @@ func (n *Node) refuseAs(event string, res promcp.DoResult, caller Caller, perm p
 	seq, err := n.audit.Append(&audit.Record{
 		Event: event, Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID,
 		Status: string(res.Status), Permission: string(perm), Requested: res.RequestedValue, Reason: reason,
+		Data: decisionData(res),
 	})
 	if err != nil {
 		n.log.Error("audit write failed", "err", err)
@@ -516,4 +518,17 @@ func pastTense(action string) string {
 		return "cancelled"
 	}
 	return action
+}
+
+// decisionData is what the audit keeps of the policy and gate decisions
+// (decision, layer, reason, engine, fingerprint) and the caller's transport.
+func decisionData(res promcp.DoResult) map[string]any {
+	d := map[string]any{"policy": res.Policy}
+	if res.Gate != nil {
+		d["gate"] = res.Gate
+	}
+	if res.Details != "" {
+		d["details"] = res.Details
+	}
+	return d
 }
