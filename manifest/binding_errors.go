@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"fmt"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -115,4 +116,23 @@ func WithoutKey(n *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return n
+}
+
+// DecodeBinding decodes a binding's keys into out: first those parsed from
+// the PhysMCP address string (addrKeys, a mapping node), then the
+// structured keys beside it. A key given both ways is an error. It returns
+// the problems found so far plus any decoding errors.
+func (b *BindingErrors) DecodeBinding(addrKeys *yaml.Node, out any) Errors {
+	for i := 0; addrKeys != nil && i+1 < len(addrKeys.Content); i += 2 {
+		if k := addrKeys.Content[i].Value; ParamNode(b.c.Binding.Params, k) != nil {
+			b.Add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, b.c.Binding.Address), "keep one of them")
+		}
+	}
+	if len(b.Errs) > 0 {
+		return b.Errs
+	}
+	if errs := DecodeNode(b.file, addrKeys, b.root+".address", out); len(errs) > 0 {
+		return errs
+	}
+	return DecodeNode(b.file, b.c.Binding.Params, b.root, out)
 }

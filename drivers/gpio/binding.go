@@ -64,19 +64,8 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 		p.Add("address", err.Error(), `write a PhysMCP address such as "pin=14:mode=digital", or use pin: GPIO17`)
 		return nil, p.Errs
 	}
-	for i := 0; i < len(addrKeys.Content); i += 2 {
-		if k := addrKeys.Content[i].Value; manifest.ParamNode(c.Binding.Params, k) != nil {
-			p.Add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, c.Binding.Address), "keep one of them")
-		}
-	}
-	if len(p.Errs) > 0 {
-		return nil, p.Errs
-	}
 	var k bindingKeys
-	if errs := manifest.DecodeNode(p.File(), addrKeys, p.Root()+".address", &k); len(errs) > 0 {
-		return nil, errs
-	}
-	if errs := manifest.DecodeNode(p.File(), c.Binding.Params, p.Root(), &k); len(errs) > 0 {
+	if errs := p.DecodeBinding(addrKeys, &k); len(errs) > 0 {
 		return nil, errs
 	}
 

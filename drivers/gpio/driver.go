@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/drivers/periphhost"
 	"github.com/physd/physd/manifest"
 	"periph.io/x/conn/v3/gpio/gpioreg"
-	"periph.io/x/host/v3"
 )
 
 func init() { drivers.Register("gpio", Open) }
@@ -46,28 +43,6 @@ func Open(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
 	return &Bus{name: b.Name, pins: map[string]*pinState{}, poll: 250 * time.Millisecond, retryEvery: time.Second}, nil
 }
 
-var (
-	hostOnce sync.Once
-	hostNote string
-)
-
-// initHost runs periph's host.Init once per process (it is idempotent and
-// shared with the i2c driver) and keeps the GPIO drivers' skip or failure
-// reasons for error messages: Init itself only fails on driver-graph bugs.
-func initHost() string {
-	hostOnce.Do(func() {
-		st, err := host.Init()
-		if err != nil {
-			hostNote = "periph host.Init: " + err.Error()
-			return
-		}
-		var notes []string
-		for _, f := range slices.Concat(st.Failed, st.Skipped) {
-			if n := f.D.String(); strings.Contains(n, "gpio") || strings.Contains(n, "bcm283x") {
-				notes = append(notes, f.String())
-			}
-		}
-		hostNote = strings.Join(notes, "; ")
-	})
-	return hostNote
-}
+// initHost initialises periph once per process (shared with the other
+// periph drivers) and returns the reasons this driver's hardware is missing.
+func initHost() string { return periphhost.Notes("gpio", "bcm283x") }

@@ -72,19 +72,8 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 		p.Add("address", err.Error(), `write address: 0x48, or a PhysMCP address such as "0x48:reg=0x00"`)
 		return nil, p.Errs
 	}
-	for i := 0; i < len(addrKeys.Content); i += 2 {
-		if k := addrKeys.Content[i].Value; manifest.ParamNode(c.Binding.Params, k) != nil {
-			p.Add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, c.Binding.Address), "keep one of them")
-		}
-	}
-	if len(p.Errs) > 0 {
-		return nil, p.Errs
-	}
 	var k bindingKeys
-	if errs := manifest.DecodeNode(p.File(), addrKeys, p.Root()+".address", &k); len(errs) > 0 {
-		return nil, errs
-	}
-	if errs := manifest.DecodeNode(p.File(), c.Binding.Params, p.Root(), &k); len(errs) > 0 {
+	if errs := p.DecodeBinding(addrKeys, &k); len(errs) > 0 {
 		return nil, errs
 	}
 

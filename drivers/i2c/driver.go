@@ -8,13 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/drivers/periphhost"
 	"github.com/physd/physd/manifest"
 	"periph.io/x/conn/v3/i2c/i2creg"
-	"periph.io/x/host/v3"
 )
 
 func init() { drivers.Register("i2c", Open) }
@@ -75,32 +74,9 @@ func Open(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
 	}, nil
 }
 
-var (
-	hostOnce sync.Once
-	hostNote string
-)
-
-// initHost runs periph's host.Init once per process. On a box without I²C
-// it succeeds with the sysfs-i2c driver skipped; the skip or failure reason
-// is kept so a missing-bus error can quote it. host.Init is idempotent and
-// shared with the gpio driver.
-func initHost() string {
-	hostOnce.Do(func() {
-		st, err := host.Init()
-		if err != nil {
-			hostNote = "periph host.Init: " + err.Error()
-			return
-		}
-		var notes []string
-		for _, f := range slices.Concat(st.Failed, st.Skipped) {
-			if strings.Contains(f.D.String(), "i2c") {
-				notes = append(notes, f.String())
-			}
-		}
-		hostNote = strings.Join(notes, "; ")
-	})
-	return hostNote
-}
+// initHost initialises periph once per process (shared with the other
+// periph drivers) and returns the reasons this driver's hardware is missing.
+func initHost() string { return periphhost.Notes("i2c") }
 
 // findRef resolves a bus argument the way i2creg.Open does (name, alias or
 // number), but returns the registry entry so the bus's canonical name is
