@@ -153,7 +153,16 @@ type Bus struct {
 // DecodeConfig strictly decodes the bus's own keys (Config) into out, a
 // pointer to a struct with yaml tags; see DecodeNode.
 func (b *Bus) DecodeConfig(out any) Errors {
-	return DecodeNode(b.Pos.File, b.Config, b.Field, out)
+	return DecodeNode(b.Pos.File, b.Config, b.FieldPath(), out)
+}
+
+// FieldPath is the bus's path in error messages ("buses.<name>"), also for
+// a Bus built by hand without Field.
+func (b *Bus) FieldPath() string {
+	if b.Field != "" {
+		return b.Field
+	}
+	return "buses." + b.Name
 }
 
 // Binding is capabilities[].binding: the PhysMCP address string and/or the

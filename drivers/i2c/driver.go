@@ -33,12 +33,9 @@ func Open(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
 	if b == nil {
 		return nil, errors.New("i2c: nil bus")
 	}
-	field := b.Field
-	if field == "" {
-		field = "buses." + b.Name
-	}
+	field := b.FieldPath()
 	var cfg busConfig
-	if errs := manifest.DecodeNode(b.Pos.File, b.Config, field, &cfg); len(errs) > 0 {
+	if errs := b.DecodeConfig(&cfg); len(errs) > 0 {
 		return nil, errs
 	}
 	var bad manifest.Errors

@@ -96,10 +96,7 @@ func (s *busSpec) endpoint() string {
 
 // parseBus decodes and validates a bus entry strictly.
 func parseBus(b *manifest.Bus, kind string) (*busSpec, error) {
-	root := b.Field
-	if root == "" {
-		root = "buses." + b.Name
-	}
+	root := b.FieldPath()
 	cfg := manifest.WithoutKey(b.Config, "type")
 	p := &problems{file: b.Pos.File, root: root, top: cfg, at: b.Pos}
 	spec := &busSpec{kind: kind, name: b.Name}

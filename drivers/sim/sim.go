@@ -106,10 +106,7 @@ func New(b *manifest.Bus) (*Plant, error) {
 	if b == nil {
 		return nil, errors.New("sim: nil bus")
 	}
-	root := b.Field
-	if root == "" {
-		root = "buses." + b.Name
-	}
+	root := b.FieldPath()
 	spec, err := parseConfig(b.Pos.File, root, b.Config)
 	if err != nil {
 		return nil, err
