@@ -15,6 +15,8 @@
 #
 # Needs: go, coreutils, awk, sed; taskset only with PIN=1 (loadgen parses and reports).
 set -euo pipefail
+# physd builds with go1.27.3 (go.mod); machines that pin GOTOOLCHAIN=local need it named.
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 CMDLINE="$(printf '%q ' "$0" "$@")"

@@ -13,6 +13,8 @@
 # line of its log). Exit status: 0 all good, 1 a check failed.
 # PHYSD_BIN=/path/to/physd uses that binary instead of building one.
 set -euo pipefail
+# physd builds with go1.27.3 (go.mod); machines that pin GOTOOLCHAIN=local need it named.
+export GOTOOLCHAIN=go1.27.3
 
 CONF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$CONF/.." && pwd)

@@ -2,6 +2,8 @@
 # Builds static physd binaries for Raspberry Pi-class gateways and x86:
 #   deploy/release.sh [VERSION]   → dist/physd-VERSION-linux-{arm64,armv6,armv7,amd64}(.sha256)
 set -euo pipefail
+# physd builds with go1.27.3 (go.mod); machines that pin GOTOOLCHAIN=local need it named.
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 version=${1:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 mkdir -p dist

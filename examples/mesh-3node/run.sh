@@ -4,6 +4,8 @@
 # routed to its owner, and the mesh as one gateway sees it.
 #   examples/mesh-3node/run.sh
 set -euo pipefail
+# physd builds with go1.27.3 (go.mod); machines that pin GOTOOLCHAIN=local need it named.
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/../.."
 go build -o /tmp/physd-mesh ./cmd/physd
 state=$(mktemp -d)
