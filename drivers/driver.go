@@ -64,6 +64,41 @@ var (
 	ErrBadValue = errors.New("value rejected by device")
 )
 
+// What a write error says about the device (the node's outcome vocabulary
+// rests on it):
+//   - errors.Is(err, ErrOffline), ErrBadValue or ErrReadOnly: the write
+//     certainly changed nothing (never sent, or the device answered and
+//     refused it);
+//   - any other error: the write may have landed (sent, reply lost or late),
+//     and the node reads the device back before it answers.
+
+// Coded is implemented by errors that carry a machine code for agents
+// ("illegal_data_address", "slave_device_busy", …) and a fix that fits it.
+// The node puts the code in its answer.
+type Coded interface {
+	error
+	Code() string
+	Fix() string
+}
+
+// CodeOf returns the code and fix of the first Coded error in err's chain.
+func CodeOf(err error) (code, fix string, ok bool) {
+	var c Coded
+	if errors.As(err, &c) {
+		return c.Code(), c.Fix(), true
+	}
+	return "", "", false
+}
+
+// Quantizer is implemented by points whose encoding cannot hold every value
+// of the capability's data type exactly (float32 registers, scaled
+// integers). Quantize returns the value the device holds after v is
+// written, so the node verifies a read-back against what can be there, or
+// an error (wrapping ErrBadValue) that suggests a value it can hold.
+type Quantizer interface {
+	Quantize(v any) (any, error)
+}
+
 var (
 	mu        sync.RWMutex
 	factories = map[string]Factory{}

@@ -36,7 +36,17 @@ type Status string
 const (
 	StatusSuccess Status = "success"
 	StatusPartial Status = "partial"
-	StatusFailed  Status = "failed" // nothing was committed
+	StatusFailed  Status = "failed" // certainly nothing was applied
+)
+
+// Outcome codes of a partial actuation: the write may have landed, so an
+// agent must read the device before it retries (and then with the same
+// idempotency_key). A failed answer carries the refusal's or the device's
+// own code instead (device_offline, illegal_data_address, …).
+const (
+	CodeOutcomeUnknown = "outcome_unknown" // the write was sent; whether it landed is not known
+	CodeUnverified     = "unverified"      // the device acknowledged the write; the read-back was lost
+	CodeMismatch       = "mismatch"        // the read-back shows another value than the one requested
 )
 
 // Statuses lists every status value, in schema order.
@@ -101,11 +111,15 @@ type DoResult struct {
 	RequestedValue any        `json:"requested_value"`
 	Verified       bool       `json:"verified"` // read-back matched the write
 	Permission     Permission `json:"permission"`
-	Reason         string     `json:"reason,omitempty"`
-	Details        string     `json:"details,omitempty"` // machine-parseable "k=v; k=v"
-	Policy         PolicyNote `json:"policy"`
-	Gate           *GateNote  `json:"gate,omitempty"`
-	Audit          *AuditNote `json:"audit,omitempty"`
+	// Code is machine-readable: for partial one of CodeOutcomeUnknown,
+	// CodeUnverified, CodeMismatch; for failed the refusal's or the
+	// device's code; empty on a verified success.
+	Code    string     `json:"code,omitempty"`
+	Reason  string     `json:"reason,omitempty"`
+	Details string     `json:"details,omitempty"` // machine-parseable "k=v; k=v"
+	Policy  PolicyNote `json:"policy"`
+	Gate    *GateNote  `json:"gate,omitempty"`
+	Audit   *AuditNote `json:"audit,omitempty"`
 }
 
 // PolicyNote says which policy decided the call.
