@@ -86,6 +86,7 @@ func DoOutputSchema(dataType string, enumValues []string) Schema {
 			"requested_value":   Schema{},
 			"verified":          Schema{"type": "boolean"},
 			"permission":        Schema{"type": "string", "enum": enumOf(Permissions)},
+			"code":              Schema{"type": "string", "description": "partial: outcome_unknown | unverified | mismatch (read the device before retrying); failed: the refusal's or the device's code"},
 			"reason":            Schema{"type": "string"},
 			"details":           Schema{"type": "string"},
 			"policy": Schema{
