@@ -33,6 +33,10 @@ type Record struct {
 	Previous       any            `json:"previous_value,omitempty"`
 	Reason         string         `json:"reason,omitempty"`
 	Data           map[string]any `json:"data,omitempty"`
+	// Answer is the exact do_ answer sent to the caller (it carries this
+	// record's seq). The fsynced line makes the answer durable: crash
+	// recovery replays it byte for byte (node's recovery).
+	Answer json.RawMessage `json:"answer,omitempty"`
 }
 
 // Log is an append-only, fsynced JSONL file, rotated by size and by UTC
@@ -221,10 +225,22 @@ func lastSeq(f *os.File) (uint64, int64, error) {
 
 // Append assigns the next sequence number, writes r as one line and fsyncs.
 func (l *Log) Append(r *Record) (uint64, error) {
+	return l.AppendFunc(func(uint64) (*Record, error) { return r, nil })
+}
+
+// AppendFunc is Append for a record that must contain its own sequence
+// number (a do_ answer carries audit.seq): build gets the number the
+// record will have and returns the record. It runs under the log's lock;
+// it must be quick and must not call the log.
+func (l *Log) AppendFunc(build func(seq uint64) (*Record, error)) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
 		return 0, errors.New("audit log is closed")
+	}
+	r, err := build(l.seq + 1)
+	if err != nil {
+		return 0, fmt.Errorf("audit record: %w", err)
 	}
 	r.Seq = l.seq + 1
 	if r.Time.IsZero() {
@@ -241,9 +257,11 @@ func (l *Log) Append(r *Record) (uint64, error) {
 		}
 	}
 	if _, err := l.f.Write(l.buf); err != nil {
+		l.cutTorn()
 		return 0, fmt.Errorf("audit write: %w", err)
 	}
 	if err := l.f.Sync(); err != nil {
+		l.cutTorn()
 		return 0, fmt.Errorf("audit fsync: %w", err)
 	}
 	l.size += int64(len(l.buf))
@@ -252,6 +270,15 @@ func (l *Log) Append(r *Record) (uint64, error) {
 		l.opts.Sink.Send(append([]byte(nil), l.buf...))
 	}
 	return r.Seq, nil
+}
+
+// cutTorn removes what a failed append may have left after the last
+// complete line, so the next append starts a line of its own. Called with
+// l.mu held.
+func (l *Log) cutTorn() {
+	if l.f.Truncate(l.size) == nil {
+		_, _ = l.f.Seek(l.size, io.SeekStart)
+	}
 }
 
 // Path is the file written.
@@ -274,11 +301,20 @@ func (l *Log) Close() error {
 
 // Scan calls fn for every record, rotated files first, oldest first, until
 // fn returns false. It is for recovery and tests, not the hot path.
-func (l *Log) Scan(fn func(Record) bool) error {
+func (l *Log) Scan(fn func(Record) bool) error { return l.ScanSince(time.Time{}, fn) }
+
+// ScanSince is Scan over the files that may hold records written at or
+// after since: rotated files last modified before it are skipped.
+func (l *Log) ScanSince(since time.Time, fn func(Record) bool) error {
 	l.mu.Lock()
 	files := append(l.rotated(), l.path)
 	l.mu.Unlock()
 	for _, name := range files {
+		if name != l.path {
+			if st, err := os.Stat(name); err == nil && st.ModTime().Before(since) {
+				continue
+			}
+		}
 		more, err := scanFile(name, fn)
 		if err != nil || !more {
 			return err

@@ -64,7 +64,7 @@ func FuzzDecide(f *testing.F) {
 			if l0.Decision == Deny && (res.Decision != Deny || res.Layer != LayerL0) {
 				t.Fatalf("gate %d: L0 deny not final: %+v", i, res)
 			}
-			if dr := g.DryRun(r); (black && dr.Decision != Deny) || (ops && dr.Decision == Allow) {
+			if dr := g.DryRun(context.Background(), r); (black && dr.Decision != Deny) || (ops && dr.Decision == Allow) {
 				t.Fatalf("gate %d: dry run %+v", i, dr)
 			}
 			c1, f1 := Canonical(tool, args)

@@ -96,6 +96,7 @@ type Gate struct {
 	endpoint   string // {server}/v1/systemone
 	client     *http.Client
 	thresholds Thresholds
+	health     l1Health // what the gate knows of the P0 service (dry runs)
 }
 
 // New validates cfg (a copy) and builds the gate. version goes into engine
@@ -256,34 +257,44 @@ func (g *Gate) DecideL0(r Request) (res Result) {
 	return res
 }
 
-// DryRun is what can_do reports, without side effects and without calling
-// L1: the L0 verdict when there is one; for a grey call, the fail_closed
-// decision when L1 is disabled (exactly what Decide would return), and
-// "ask" when L1 is enabled — the model is not consulted in dry runs, so the
-// call is reported as possible only with a human's approval, never as a
-// promised allow, and not as deny because L1 or a human may still permit it.
-// An L1 allow at execution time simply skips the approval.
-func (g *Gate) DryRun(r Request) (res Result) {
+// DryRun is what can_do reports, without side effects and without asking
+// L1 to decide: the L0 verdict when there is one; for a grey call, what
+// Decide would meet without a model verdict: the fail_closed decision when
+// L1 is disabled or the P0 service is unavailable (known from the last
+// real call, or from a GET /health probe bounded by l1ProbeTimeout), and
+// "ask" when L1 is up — the call is then reported as possible only with a
+// human's approval, never as a promised allow, and not as deny because L1
+// or a human may still permit it. An L1 allow at execution time simply
+// skips the approval.
+func (g *Gate) DryRun(ctx context.Context, r Request) (res Result) {
 	defer func() {
 		if p := recover(); p != nil {
 			res = g.recovered(r, p)
 		}
 		res = sane(res)
 	}()
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	res = g.base(r)
 	o := g.evalL0(r.Tool, r.Args)
 	if o.decision != "" {
 		res.Decision, res.Layer, res.Reason, res.Rule = o.decision, LayerL0, o.reason, o.rule
 		return res
 	}
-	if g.cfg.L1.Enabled {
-		res.Decision, res.Layer = Ask, LayerL1
-		res.Reason = "dry run: L1 is enabled but not consulted in dry runs; reported as ask (the call may need a human's approval); " + o.reason
+	if !g.cfg.L1.Enabled {
+		res.Decision, res.Layer = g.cfg.FailClosed, LayerFailClosed
+		res.Reason = fmt.Sprintf("fail-closed (%s): L1 disabled (the model is not calibrated for actuator approval); %s", g.cfg.FailClosed, o.reason)
+		res.Error = "l1 disabled"
 		return res
 	}
-	res.Decision, res.Layer = g.cfg.FailClosed, LayerFailClosed
-	res.Reason = fmt.Sprintf("fail-closed (%s): L1 disabled (the model is not calibrated for actuator approval); %s", g.cfg.FailClosed, o.reason)
-	res.Error = "l1 disabled"
+	if up, cause := g.l1Up(ctx); !up {
+		res.Decision, res.Layer, res.Error = g.cfg.FailClosed, LayerFailClosed, cause
+		res.Reason = fmt.Sprintf("fail-closed (%s): L1 %s", g.cfg.FailClosed, cause)
+		return res
+	}
+	res.Decision, res.Layer = Ask, LayerL1
+	res.Reason = "dry run: L1 is up but not consulted in dry runs; reported as ask (the call may need a human's approval); " + o.reason
 	return res
 }
 

@@ -156,7 +156,7 @@ func TestPrefixBypassNeverAllowed(t *testing.T) {
 				if res.Decision == Allow {
 					t.Errorf("%s %s %q allowed: %s", name, tool, s, res.Reason)
 				}
-				if dr := g.DryRun(Request{Tool: tool, Args: map[string]any{"mode": s}}); dr.Decision == Allow {
+				if dr := g.DryRun(context.Background(), Request{Tool: tool, Args: map[string]any{"mode": s}}); dr.Decision == Allow {
 					t.Errorf("%s dry run %q allowed", name, s)
 				}
 			}
@@ -212,19 +212,41 @@ func TestDryRun(t *testing.T) {
 	}
 	for _, c := range cases {
 		g := mustGate(t, c.cfg)
-		res := g.DryRun(Request{Tool: "do_unknown", Args: map[string]any{"value": 1}})
+		res := g.DryRun(context.Background(), Request{Tool: "do_unknown", Args: map[string]any{"value": 1}})
 		if res.Decision != c.dec || res.Layer != c.layer {
 			t.Errorf("%s: %s/%s", c.name, res.Decision, res.Layer)
 		}
-		if res := g.DryRun(Request{Tool: "do_set_led", Args: map[string]any{"value": 1}}); res.Decision != Allow {
+		if res := g.DryRun(context.Background(), Request{Tool: "do_set_led", Args: map[string]any{"value": 1}}); res.Decision != Allow {
 			t.Errorf("%s: L0 allow: %+v", c.name, res)
 		}
-		if res := g.DryRun(Request{Tool: "do_factory_reset"}); res.Decision != Deny || res.Layer != LayerL0 {
+		if res := g.DryRun(context.Background(), Request{Tool: "do_factory_reset"}); res.Decision != Deny || res.Layer != LayerL0 {
 			t.Errorf("%s: L0 deny: %+v", c.name, res)
 		}
 	}
 	if n := len(srv.Requests()); n != 0 {
 		t.Fatalf("dry run called L1 %d times", n)
+	}
+}
+
+// TestDryRunAgreesWithDecideWhenL1IsDown: with L1 enabled but its P0
+// service gone, can_do's dry run must report what the real call meets
+// (the configured fail_closed decision), not a hopeful ask — before any
+// real call has taught the gate that P0 is down, and after one has.
+func TestDryRunAgreesWithDecideWhenL1IsDown(t *testing.T) {
+	srv := p0test.New(t, p0test.Options{})
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	for _, fc := range []Decision{Deny, Ask} {
+		g := mustGate(t, Config{FailClosed: fc, L0: actuatorTable(), L1: L1Config{Enabled: true, Server: url}})
+		req := Request{Tool: "do_unknown", Args: map[string]any{"value": 1}}
+		dry := g.DryRun(context.Background(), req)
+		real := g.Decide(context.Background(), req)
+		again := g.DryRun(context.Background(), req)
+		for _, r := range []Result{dry, real, again} {
+			if r.Decision != fc || r.Layer != LayerFailClosed {
+				t.Errorf("fail_closed %s: %s/%s (%s)", fc, r.Decision, r.Layer, r.Reason)
+			}
+		}
 	}
 }
 
@@ -418,7 +440,7 @@ func TestPanicIsDeny(t *testing.T) {
 	if res.Decision != Deny || res.Layer != LayerFailClosed || res.Error == "" {
 		t.Fatalf("panic: %+v", res)
 	}
-	if res := gp.DryRun(Request{Tool: "do_set_led"}); res.Decision != Deny {
+	if res := gp.DryRun(context.Background(), Request{Tool: "do_set_led"}); res.Decision != Deny {
 		t.Fatalf("dry run panic: %+v", res)
 	}
 }

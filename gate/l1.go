@@ -135,6 +135,7 @@ type l1Answer struct {
 func (g *Gate) applyL1(ctx context.Context, res *Result, o l0) {
 	body, truncated := g.requestBody(res.Command, res.Cwd)
 	ans, f := g.askP0(ctx, body)
+	g.health.note(f == nil || !f.unavailable, causeOf(f))
 	if f != nil {
 		d := Deny
 		if f.unavailable {
@@ -161,6 +162,13 @@ func (g *Gate) applyL1(ctx context.Context, res *Result, o l0) {
 		res.Reason += "; capped at ask: " + why
 	}
 	res.Decision = d
+}
+
+func causeOf(f *l1Failure) string {
+	if f == nil {
+		return ""
+	}
+	return f.cause
 }
 
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

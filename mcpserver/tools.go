@@ -33,7 +33,7 @@ const Instructions = `physd serves physical capabilities of one site (sensors an
 Work in four steps:
 1. PLAN: call can_do with an intent {semantic_tags, action, target, value, location}. Pick an allowed candidate with confidence >= 0.7 and note its valid_until. Confidence below 0.7, an empty candidate list, or permission requires_human_approval: ask a human instead of acting.
 2. OBSERVE: call the read_* tools in context.related_reads (in parallel). quality error: stop. quality degraded: ask a human. quality stale: act with caution.
-3. EXECUTE: before valid_until, call the do_* tool with a fresh idempotency_key (a new UUID per operation; reuse it only to retry that same operation). status failed means nothing was applied; read reason and permission.
+3. EXECUTE: before valid_until, call the do_* tool with a fresh idempotency_key (a new UUID per operation; reuse it only to retry that same operation). The answer's status is one of three: success = applied and verified by reading the device back; failed = certainly nothing was applied (read reason, permission and code); partial = the write may have landed (verified false, code outcome_unknown, unverified or mismatch): read the matching read_* tool before anything else, and never send the operation again with a new key before you have looked. A tool error on a do_* call changed nothing unless its text says the outcome is unknown.
 4. VERIFY: call the read_* tools again to see the effect. Heating and ventilation act over minutes; valves take seconds to travel.
 To undo a successful do_*, apply its compensation_hint (for example "do_heater_zone_a value=0").`
 
@@ -135,7 +135,8 @@ func doTool(c *manifest.Capability) *mcp.Tool {
 		b.WriteString(" Side effects: " + strings.Join(c.SideEffects, ", ") + ".")
 	}
 	b.WriteString(" Call can_do first; pass a new idempotency_key per operation (repeats within 24 h return the recorded result without actuating again).")
-	b.WriteString(" The device is read before and after the write: the response carries previous_value, applied_value and a compensation_hint.")
+	b.WriteString(" The device is read before and after the write: the response carries previous_value, applied_value and a compensation_hint;")
+	b.WriteString(" status success = applied and verified, failed = nothing applied, partial = read the device before acting again.")
 	destructive := true
 	return &mcp.Tool{
 		Name:        c.ToolName(),
@@ -260,6 +261,9 @@ func (ts *toolSet) handleRead(tool string) mcp.ToolHandler {
 		if err := decodeArgs(req.Params.Arguments, &in); err != nil {
 			return toolError(err), nil
 		}
+		if err := ts.checkSource(in.Source); err != nil {
+			return toolError(err), nil
+		}
 		maxAge := time.Duration(-1)
 		if in.MaxAgeMS != nil {
 			if *in.MaxAgeMS < 0 {
@@ -298,6 +302,9 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 		if err := decodeArgs(req.Params.Arguments, &in); err != nil {
 			return toolError(err), nil
 		}
+		if err := ts.checkSource(in.Source); err != nil {
+			return toolError(err), nil
+		}
 		key := ""
 		if in.IdempotencyKey != nil {
 			key = *in.IdempotencyKey
@@ -315,6 +322,27 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 		}
 		return ts.runDo(ctx, req, dr, "")
 	}
+}
+
+// checkSource refuses a source that is not this node once routing had its
+// chance (routedLocal sends a mesh owner's calls there): a call meant for
+// another gateway must never move this gateway's actuator.
+func (ts *toolSet) checkSource(source string) error {
+	if source == "" || source == ts.n.DeviceID() {
+		return nil
+	}
+	if ts.routing == nil {
+		return &node.InputError{Field: "source", Msg: fmt.Sprintf("%q is not this gateway (%s), and this gateway has no mesh to reach others; "+
+			"omit source or send %q. Nothing was actuated", truncateArg(source), ts.n.DeviceID(), ts.n.DeviceID())}
+	}
+	return &node.InputError{Field: "source", Msg: fmt.Sprintf("%q owns no such capability in the mesh; owners are listed in the tool's source enum. Nothing was actuated", truncateArg(source))}
+}
+
+func truncateArg(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // runDo runs the do pipeline; a call that needs approval becomes an

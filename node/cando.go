@@ -146,7 +146,13 @@ func (n *Node) judge(ctx context.Context, rep *promcp.CapabilityReport, m match,
 			value = o.Value
 			cand.MatchReasons = append(cand.MatchReasons, "value_not_given: rules checked at the current value "+promcp.FormatValue(value)+"; send intent.value for a precise answer")
 		}
+		if err := n.auditErr.Load(); err != nil {
+			// What a do_ would meet now (precheck).
+			block(promcp.PermPolicyDenied, "audit_unavailable", "the audit trail cannot be written, so physd refuses actuations: "+(*err).Error(), "code=audit_unavailable")
+			return
+		}
 		v := n.guard.Evaluate(ctx, Action{Capability: c, Tool: m.cs.tool, Value: value, Caller: caller, Now: now}, true)
+		cand.RateLimit = v.Rate
 		switch v.Permission {
 		case promcp.PermAllowed:
 		case promcp.PermRequiresHumanApproval:
@@ -217,17 +223,6 @@ func intentValue(c *manifest.Capability, in *promcp.Intent, o *promcp.Observatio
 		return nil, fmt.Sprintf("%s accepts %s %s; %s is outside it", c.ToolName(), rangeText(c), c.Unit, promcp.FormatValue(v))
 	}
 	return v, ""
-}
-
-func rangeDetails(c *manifest.Capability, v any) string {
-	if c.Range == nil {
-		return ""
-	}
-	d := "min=" + promcp.FormatValue(c.Range.Min) + "; max=" + promcp.FormatValue(c.Range.Max)
-	if v != nil {
-		d += "; requested=" + promcp.FormatValue(v)
-	}
-	return d
 }
 
 func constraints(c *manifest.Capability) *promcp.Constraints {

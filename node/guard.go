@@ -41,15 +41,28 @@ type Verdict struct {
 	// ValidFor bounds how long a can_do dry run of this verdict holds
 	// (rate windows, cooldowns); zero leaves the proMCP band default.
 	ValidFor time.Duration
-	// Persist is state the guard needs durable once the actuation goes
-	// ahead (rate and cooldown history); the node commits it with the
-	// ledger's pending entry.
-	Persist []store.KV
+	// Rate is the tightest rate rule's state, for can_do candidates.
+	Rate *promcp.RateLimit
+	// Slot is the rate and cooldown reservation of an allowed real call
+	// (nil when no such rule applies, and on every other verdict).
+	Slot Slot
 }
 
-// Guard is DESIGN steps 3 (policy) and 4 (gate). Evaluate with dryRun set
-// must not consume anything (rate tokens, cooldowns, approvals): can_do
-// uses it to say what a do_ would meet.
+// Slot is a rate and cooldown reservation the guard took for one
+// actuation, counted from the moment it was taken. The node Begins it in
+// the ledger's pending commit (the history it returns is persisted there)
+// or Releases it when the call ends without touching the device (the
+// history it returns, if any, is persisted with the ledger's Forget).
+type Slot interface {
+	Begin(now time.Time) []store.KV
+	Release() []store.KV
+}
+
+// Guard is steps 3 (policy) and 4 (gate) of the do_ path (docs/design.md).
+// Evaluate with dryRun set must not consume anything (rate slots,
+// cooldowns, approvals): can_do uses it to say what a do_ would meet, and
+// it must say what the real call would decide. A real call that comes back
+// allowed holds its rate slot in Verdict.Slot; any other verdict holds none.
 type Guard interface {
 	Evaluate(ctx context.Context, a Action, dryRun bool) Verdict
 }

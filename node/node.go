@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/physd/physd/audit"
@@ -33,10 +34,25 @@ type Config struct {
 	Remote Remote
 	// OnDeviceError is called for every failed device access (metrics).
 	OnDeviceError func(bus string, err error)
-	// LedgerWindow is how long an idempotency key is remembered (≥24 h
-	// recommended by proMCP §9.2); LedgerMax bounds the entries kept.
-	LedgerWindow time.Duration
-	LedgerMax    int
+	// Ledger bounds the idempotency ledger (DefaultLedger when zero).
+	Ledger LedgerConfig
+}
+
+// LedgerConfig bounds the idempotency ledger. A key younger than
+// store.MinKeep (24 h, proMCP §9.2) is always kept; older keys go after
+// Window, or earlier, oldest first, while the ledger is past MaxKeys or
+// MaxBytes.
+type LedgerConfig struct {
+	Window     time.Duration
+	MaxKeys    int64
+	MaxBytes   int64
+	PruneEvery time.Duration // how often the running node prunes
+}
+
+// DefaultLedger is the ledger's bound: a day of keys, at most 100 000 keys
+// or 64 MiB (≈ 600 bytes a key), pruned every minute.
+func DefaultLedger() LedgerConfig {
+	return LedgerConfig{Window: 24 * time.Hour, MaxKeys: 100_000, MaxBytes: 64 << 20, PruneEvery: time.Minute}
 }
 
 // Node serves one device's capabilities.
@@ -51,8 +67,7 @@ type Node struct {
 	caps   []*capState
 	byTool map[string]*capState
 
-	ledgerWindow time.Duration
-	ledgerMax    int
+	ledger LedgerConfig
 
 	inflightMu sync.Mutex
 	inflight   map[string]chan struct{} // idempotency key -> closed when done
@@ -64,9 +79,13 @@ type Node struct {
 	// (for metrics); it must not block.
 	onDeviceErr func(bus string, err error)
 
-	doWG     sync.WaitGroup // in-flight actuations, for graceful shutdown
-	closing  chan struct{}
-	closeOne sync.Once
+	auditErr atomic.Pointer[error] // the last audit append failed: refuse actuations
+
+	lifeMu    sync.Mutex
+	closed    bool           // shutdown began: no device step starts
+	actuating sync.WaitGroup // device steps under way
+	stopPrune chan struct{}
+	pruned    chan struct{}
 }
 
 // Open opens every bus the manifest names, binds every capability to its
@@ -78,32 +97,26 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: manifest, store and audit are required")
 	}
 	n := &Node{
-		m:            cfg.Manifest,
-		store:        cfg.Store,
-		audit:        cfg.Audit,
-		guard:        cfg.Guard,
-		log:          cfg.Logger,
-		buses:        map[string]drivers.Bus{},
-		busErr:       map[string]error{},
-		byTool:       map[string]*capState{},
-		ledgerWindow: cfg.LedgerWindow,
-		ledgerMax:    cfg.LedgerMax,
-		inflight:     map[string]chan struct{}{},
-		onDeviceErr:  cfg.OnDeviceError,
-		remote:       cfg.Remote,
-		closing:      make(chan struct{}),
+		m:           cfg.Manifest,
+		store:       cfg.Store,
+		audit:       cfg.Audit,
+		guard:       cfg.Guard,
+		log:         cfg.Logger,
+		buses:       map[string]drivers.Bus{},
+		busErr:      map[string]error{},
+		byTool:      map[string]*capState{},
+		ledger:      withLedgerDefaults(cfg.Ledger),
+		inflight:    map[string]chan struct{}{},
+		onDeviceErr: cfg.OnDeviceError,
+		remote:      cfg.Remote,
+		stopPrune:   make(chan struct{}),
+		pruned:      make(chan struct{}),
 	}
 	if n.guard == nil {
 		n.guard = NoPolicy{}
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
-	}
-	if n.ledgerWindow <= 0 {
-		n.ledgerWindow = 24 * time.Hour
-	}
-	if n.ledgerMax <= 0 {
-		n.ledgerMax = 100_000
 	}
 	names := make([]string, 0, len(n.m.Buses))
 	for name := range n.m.Buses {
@@ -121,7 +134,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	var bindErrs []error
 	for _, c := range n.m.Capabilities {
-		cs := &capState{cap: c, tool: c.ToolName(), vocab: vocabulary(c)}
+		cs := &capState{cap: c, tool: c.ToolName(), vocab: vocabulary(c), act: newActuator()}
 		switch bus, ok := n.buses[c.Binding.Bus]; {
 		case c.Binding.Bus == "":
 			bindErrs = append(bindErrs, fmt.Errorf("%s: %s.bus: required; fix: name the bus this capability is wired to (one of buses:)", c.Binding.Pos, c.Binding.Field))
@@ -147,11 +160,59 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeBuses()
 		return nil, fmt.Errorf("ledger recovery: %w", err)
 	}
-	if _, err := n.store.Prune(time.Now().Add(-n.ledgerWindow), n.ledgerMax); err != nil {
-		n.log.Warn("ledger prune failed", "err", err)
-	}
+	n.prune()
+	go n.pruneLoop()
 	return n, nil
 }
+
+func withLedgerDefaults(c LedgerConfig) LedgerConfig {
+	d := DefaultLedger()
+	if c.Window <= 0 {
+		c.Window = d.Window
+	}
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = d.MaxKeys
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = d.MaxBytes
+	}
+	if c.PruneEvery <= 0 {
+		c.PruneEvery = d.PruneEvery
+	}
+	return c
+}
+
+// pruneLoop keeps the ledger within its bounds while the node runs (a
+// daemon runs for months), and writes deferred ledger records.
+func (n *Node) pruneLoop() {
+	defer close(n.pruned)
+	t := time.NewTicker(n.ledger.PruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			n.prune()
+		case <-n.stopPrune:
+			return
+		}
+	}
+}
+
+func (n *Node) prune() {
+	removed, err := n.store.Prune(store.PruneOptions{Now: time.Now(), Window: n.ledger.Window,
+		MaxKeys: n.ledger.MaxKeys, MaxBytes: n.ledger.MaxBytes})
+	if err == nil {
+		err = n.store.Flush()
+	}
+	if err != nil {
+		n.log.Warn("ledger prune failed", "err", err)
+	} else if removed > 0 {
+		n.log.Debug("ledger pruned", "removed", removed)
+	}
+}
+
+// LedgerStats reports the idempotency ledger's size (for /metrics).
+func (n *Node) LedgerStats() store.LedgerStats { return n.store.LedgerStats() }
 
 // Manifest is the manifest the node serves.
 func (n *Node) Manifest() *manifest.Manifest { return n.m }
@@ -177,6 +238,12 @@ func (n *Node) Ready() (bool, []Readiness) {
 	ok := true
 	var out []Readiness
 	out = append(out, Readiness{Name: "manifest", OK: true}, Readiness{Name: "store", OK: true})
+	if p := n.auditErr.Load(); p != nil {
+		ok = false
+		out = append(out, Readiness{Name: "audit", OK: false, Error: "the last audit append failed, actuations are refused: " + (*p).Error()})
+	} else {
+		out = append(out, Readiness{Name: "audit", OK: true})
+	}
 	names := make([]string, 0, len(n.m.Buses))
 	for name := range n.m.Buses {
 		names = append(names, name)
@@ -195,20 +262,32 @@ func (n *Node) Ready() (bool, []Readiness) {
 	return ok, out
 }
 
-// Close waits for in-flight actuations to finish (or ctx to end), then
-// closes the buses. The caller closes the store and audit log afterwards.
+// Close begins shutdown: no device step starts after it is called (calls
+// still deciding are refused when they reach their device step), and it
+// waits for the steps under way — each bounded by its capability's timeouts
+// and settle time — before it closes the buses. If ctx ends first the
+// buses stay open (closing one under a write would turn a known outcome
+// into an unknown one) and the error names what is still running; the
+// pending ledger entries make the next start resolve them. The caller
+// closes the store and audit log afterwards.
 func (n *Node) Close(ctx context.Context) error {
-	n.closeOne.Do(func() { close(n.closing) })
+	n.lifeMu.Lock()
+	already := n.closed
+	n.closed = true
+	n.lifeMu.Unlock()
+	if !already {
+		close(n.stopPrune)
+		<-n.pruned
+	}
 	done := make(chan struct{})
-	go func() { n.doWG.Wait(); close(done) }()
-	var err error
+	go func() { n.actuating.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
-		err = fmt.Errorf("shutdown: actuations still in flight: %w", ctx.Err())
+		return fmt.Errorf("shutdown: actuations still in flight (their buses stay open; the next start resolves them from the ledger): %w", ctx.Err())
 	}
 	n.closeBuses()
-	return err
+	return nil
 }
 
 func (n *Node) closeBuses() {

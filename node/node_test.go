@@ -189,20 +189,23 @@ func TestConcurrentSameKey(t *testing.T) {
 	}
 }
 
-// TestStuckActuatorFails: a write the device ignores is reported failed,
-// not success, because the read-back disagrees.
-func TestStuckActuatorFails(t *testing.T) {
+// TestStuckActuatorIsPartial: a write the device acknowledges but does not
+// show is not success, and not failed either (the write may land later, or
+// a local override may have reverted it): partial, code mismatch, with
+// "read before acting again".
+func TestStuckActuatorIsPartial(t *testing.T) {
 	f := open(t, t.TempDir())
 	if err := f.plant.SetFault("zone_a.heater", sim.Fault{Mode: sim.FaultStuck}); err != nil {
 		t.Fatal(err)
 	}
 	r := do(t, f.n, "do_heater_zone_a", 55, "stuck-1")
-	if r.Status != promcp.StatusFailed || r.Verified || r.Compensable || !strings.Contains(r.Reason, "did not take") {
+	if r.Status != promcp.StatusPartial || r.Verified || r.Code != promcp.CodeMismatch ||
+		!strings.Contains(r.Reason, "still shows the previous value") || !strings.Contains(r.Reason, "before acting again") {
 		t.Errorf("stuck heater: %+v", r)
 	}
-	// The failure is recorded: the same key replays it.
+	// The outcome is recorded: the same key replays it.
 	if r2 := do(t, f.n, "do_heater_zone_a", 55, "stuck-1"); r2.Status != r.Status || r2.Timestamp != r.Timestamp {
-		t.Errorf("replay of a recorded failure: %+v", r2)
+		t.Errorf("replay of a recorded partial: %+v", r2)
 	}
 }
 
@@ -223,54 +226,74 @@ func TestRefusalsAreNotRecorded(t *testing.T) {
 	}
 }
 
-// TestRecoveryOfInterruptedActuation: a crash between "device may be
-// touched" and "outcome recorded" is resolved at start, never re-actuated.
+// TestRecoveryOfInterruptedActuation: a stop between "device may be
+// touched" and "outcome recorded" is resolved at start, never re-actuated,
+// and never answered failed when the write may have landed.
 func TestRecoveryOfInterruptedActuation(t *testing.T) {
 	dir := t.TempDir()
-	f := open(t, dir)
-	// One actuation that completed and was audited, whose ledger write was
-	// lost; one that began and never got further.
-	r := do(t, f.n, "do_fan_zone_b", 70, "audited")
-	f.close()
+	// The state a kill leaves: pending keys; for one of them the answer
+	// reached the audit trail (the reply was on its way).
 	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"audited", "lost"} {
-		st.Forget(k)
-		st.Begin(store.LedgerEntry{Key: k, Tool: "do_fan_zone_b", ArgsHash: hashOf(t, dir, k), Created: time.Now(),
-			Pending: json.RawMessage(`{"value":70}`)})
+	for k, v := range map[string]string{"audited": "70", "lost": "70", "zero": "0"} {
+		st.Begin(store.LedgerEntry{Key: k, Tool: "do_fan_zone_b", ArgsHash: hashOf(t, v), Created: time.Now(),
+			Pending: json.RawMessage(`{"value":` + v + `}`)}, nil)
 	}
 	st.Close()
+	al, err := audit.Open(dir + "/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := `{"status":"success","idempotency_key":"audited","applied_value":70,"audit":{"seq":1}}`
+	al.Append(&audit.Record{Event: "do", Tool: "do_fan_zone_b", IdempotencyKey: "audited", Status: "success", Answer: json.RawMessage(answer)})
+	al.Close()
 
-	f2 := open(t, dir)
-	pending, _ := f2.st.PendingEntries()
-	if len(pending) != 0 {
+	f := open(t, dir)
+	if pending, _ := f.st.PendingEntries(); len(pending) != 0 {
 		t.Fatalf("%d entries still pending after recovery", len(pending))
 	}
-	e, _ := f2.st.Lookup("audited")
-	var got promcp.DoResult
-	json.Unmarshal(e.Response, &got)
-	if got.Status != r.Status || fmt.Sprint(got.AppliedValue) != fmt.Sprint(r.AppliedValue) || got.Audit == nil || got.Audit.Seq != r.Audit.Seq {
-		t.Errorf("audited actuation recovered as %+v, want %+v", got, r)
+	if e, _ := f.st.Lookup("audited"); e == nil || string(e.Response) != answer {
+		t.Errorf("audited actuation recovered as %s, want the audited answer byte for byte", e.Response)
 	}
-	e, _ = f2.st.Lookup("lost")
+	var got promcp.DoResult
+	// The restarted plant shows 0, not 70: the write may never have been
+	// sent, or landed and was changed since. Unknown, not failed.
+	e, _ := f.st.Lookup("lost")
 	json.Unmarshal(e.Response, &got)
-	// The restarted plant shows 0, not 70: the value did not land.
-	if got.Status != promcp.StatusFailed || !strings.Contains(got.Reason, "physd stopped") {
+	if got.Status != promcp.StatusPartial || got.Code != promcp.CodeOutcomeUnknown || got.Verified || !strings.Contains(got.Reason, "physd stopped") {
 		t.Errorf("interrupted actuation recovered as %+v", got)
 	}
-	if w := f2.plant.Stats().Points["zone_b.fan"].Writes; w != 0 {
+	// The device shows the requested value: that much is verified.
+	e, _ = f.st.Lookup("zero")
+	got = promcp.DoResult{}
+	json.Unmarshal(e.Response, &got)
+	if got.Status != promcp.StatusSuccess || !got.Verified {
+		t.Errorf("interrupted actuation whose value shows recovered as %+v", got)
+	}
+	if w := f.plant.Stats().Points["zone_b.fan"].Writes; w != 0 {
 		t.Errorf("recovery wrote %d times", w)
+	}
+	// A retry with the key returns the recovered answer and writes nothing.
+	if r := do(t, f.n, "do_fan_zone_b", 70, "lost"); r.Status != promcp.StatusPartial {
+		t.Errorf("retry after recovery: %+v", r)
+	}
+	if w := f.plant.Stats().Points["zone_b.fan"].Writes; w != 0 {
+		t.Errorf("a retry of a recovered key wrote %d times", w)
 	}
 }
 
-// hashOf obtains the ledger hash physd uses for do_fan_zone_b=70 by asking
-// a scratch node, keeping the test independent of the hash's layout.
-func hashOf(t *testing.T, _ string, _ string) string {
+// hashOf obtains the ledger hash physd uses for do_fan_zone_b=value by
+// asking a scratch node, keeping the test independent of the hash's layout.
+func hashOf(t *testing.T, value string) string {
 	t.Helper()
 	f := open(t, t.TempDir())
-	do(t, f.n, "do_fan_zone_b", 70, "probe")
+	f.plant.SetFault("zone_b.fan", sim.Fault{Mode: sim.FaultStuck}) // any recorded outcome will do
+	raw := json.RawMessage(value)
+	if _, err := f.n.Do(context.Background(), node.DoRequest{Tool: "do_fan_zone_b", Value: raw, IdempotencyKey: "probe"}); err != nil {
+		t.Fatal(err)
+	}
 	e, err := f.st.Lookup("probe")
 	if err != nil || e == nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@ package node
 import (
 	"context"
 	"errors"
-	"math"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,13 +24,26 @@ type capState struct {
 
 	last      atomic.Pointer[sample] // last successful device read
 	lastErr   atomic.Pointer[error]  // last device error, nil after a success
-	refreshMu sync.Mutex             // one device read at a time per capability
 	latencyUS atomic.Int64           // EWMA of device latency, microseconds
+
+	flightMu sync.Mutex
+	flight   *flight // the cache refresh under way, shared by its waiters
+
+	act actuator // the do_ path of this capability (actuator.go)
 }
 
 type sample struct {
-	value any
-	at    time.Time
+	value   any
+	at      time.Time // when the device reported it
+	started int64     // when the read that produced it began (unix nanos): orders the cache
+}
+
+// flight is one device read that every reader waiting for a fresh value
+// shares; it ends with the read, whatever its waiters do meanwhile.
+type flight struct {
+	done chan struct{}
+	s    *sample
+	err  error
 }
 
 // staleLimit is how long a failing capability keeps serving its last value
@@ -58,21 +71,44 @@ func (n *Node) observe(ctx context.Context, cs *capState, maxAge time.Duration) 
 	if s := cs.last.Load(); s != nil && ttl > 0 && time.Since(s.at) <= ttl {
 		return n.observation(cs, s, true, nil)
 	}
-	cs.refreshMu.Lock()
-	defer cs.refreshMu.Unlock()
-	// Another caller may have refreshed while we waited.
-	if s := cs.last.Load(); s != nil && ttl > 0 && time.Since(s.at) <= ttl {
-		return n.observation(cs, s, true, nil)
-	}
-	s, err := n.readDevice(ctx, cs)
+	s, err := n.refresh(ctx, cs)
 	if err != nil {
 		return n.observation(cs, cs.last.Load(), false, err)
 	}
 	return n.observation(cs, s, false, nil)
 }
 
+// refresh reads the device once for every caller that wants a fresh value
+// now (single flight): M concurrent readers cost one device read, a failed
+// read is not repeated M times, and each caller waits no longer than its
+// own context allows — the read itself is bounded by the capability's
+// timeout and ends even when nobody waits for it any more.
+func (n *Node) refresh(ctx context.Context, cs *capState) (*sample, error) {
+	cs.flightMu.Lock()
+	f := cs.flight
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		cs.flight = f
+		go func() {
+			f.s, f.err = n.readDevice(context.Background(), cs)
+			cs.flightMu.Lock()
+			cs.flight = nil
+			cs.flightMu.Unlock()
+			close(f.done)
+		}()
+	}
+	cs.flightMu.Unlock()
+	select {
+	case <-f.done:
+		return f.s, f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: the caller's deadline ended before the device answered (%v)", drivers.ErrTimeout, ctx.Err())
+	}
+}
+
 // readDevice reads the point within the capability's timeout and records
-// the result in the cache.
+// the result in the cache. The do_ path calls it directly: a read-back
+// must be a read that began after the write, never a shared earlier one.
 func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	if cs.point == nil {
 		return nil, cs.bindErr
@@ -98,10 +134,24 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	if r.At.IsZero() {
 		r.At = time.Now()
 	}
-	s := &sample{value: quantise(cs.cap, r.Value), at: r.At}
-	cs.last.Store(s)
+	s := &sample{value: quantise(cs.cap, r.Value), at: r.At, started: start.UnixNano()}
+	cs.remember(s)
 	cs.lastErr.Store(nil)
 	return s, nil
+}
+
+// remember caches s unless a read that began later is already cached (a
+// slow shared read must not overwrite a do_'s newer read-back).
+func (cs *capState) remember(s *sample) {
+	for {
+		old := cs.last.Load()
+		if old != nil && old.started > s.started {
+			return
+		}
+		if cs.last.CompareAndSwap(old, s) {
+			return
+		}
+	}
 }
 
 // markedDown reports whether the driver has marked this capability's
@@ -157,65 +207,4 @@ func (n *Node) observation(cs *capState, s *sample, cached bool, readErr error) 
 	o.AgeMS = max(now.Sub(o.Timestamp).Milliseconds(), 0)
 	o.Timestamp = o.Timestamp.UTC()
 	return o
-}
-
-func inRange(c *manifest.Capability, v any) bool {
-	f, ok := asFloat(v)
-	if !ok || c.Range == nil {
-		return true
-	}
-	return c.Range.Contains(f)
-}
-
-func rangeText(c *manifest.Capability) string {
-	if c.Range == nil {
-		return ""
-	}
-	return "[" + promcp.FormatValue(c.Range.Min) + ", " + promcp.FormatValue(c.Range.Max) + "]"
-}
-
-func asFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
-	case int64:
-		return float64(x), true
-	}
-	return 0, false
-}
-
-// checkValueType rejects a driver value that does not match the data type,
-// so a driver bug can never reach an agent as a good observation.
-func checkValueType(c *manifest.Capability, v any) error {
-	ok := false
-	switch c.DataType {
-	case manifest.TypeFloat:
-		f, isF := v.(float64)
-		ok = isF && !math.IsNaN(f) && !math.IsInf(f, 0)
-	case manifest.TypeInt:
-		_, ok = v.(int64)
-	case manifest.TypeBool:
-		_, ok = v.(bool)
-	case manifest.TypeString, manifest.TypeEnum:
-		_, ok = v.(string)
-	}
-	if !ok {
-		return errors.New("driver returned a value that does not match data_type " + c.DataType)
-	}
-	return nil
-}
-
-// quantise rounds a float reading to the capability's precision: the
-// manifest states the sensor's resolution, and digits beyond it are noise
-// an agent should not reason about.
-func quantise(c *manifest.Capability, v any) any {
-	f, ok := v.(float64)
-	if !ok || c.Precision <= 0 {
-		return v
-	}
-	q := math.Round(f/c.Precision) * c.Precision
-	// Trim binary representation noise (0.1*175 = 17.500000000000004).
-	digits := max(0, int(math.Ceil(-math.Log10(c.Precision))))
-	p := math.Pow10(digits)
-	return math.Round(q*p) / p
 }

@@ -2,11 +2,9 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/physd/physd/promcp"
@@ -19,6 +17,9 @@ type Check struct {
 	Role     string
 	Now      time.Time
 	Override bool // an emergency override is active: time windows are lifted
+	// Reserve takes the rate and cooldown slot (a real call); without it
+	// Evaluate records nothing (the can_do dry run).
+	Reserve bool
 }
 
 // Outcome is the policy's verdict on a Check.
@@ -30,6 +31,12 @@ type Outcome struct {
 	Notes      []string      // warnings and changes on an allowed call
 	Rule       string        // which rule decided (role, time_window, …)
 	ValidFor   time.Duration // how long a dry-run answer holds
+	// Slot is the rate and cooldown reservation of a real call that was not
+	// refused (nil when the tool has no such rule). The caller Begins it
+	// with the actuation or Releases it.
+	Slot *Reservation
+	// Rate is the tightest rate rule's state (nil without rate rules).
+	Rate *RateState
 }
 
 // QuorumFunc asks the mesh how many peers (self included) are alive and
@@ -39,91 +46,12 @@ type QuorumFunc func(ctx context.Context, need int) (alive int)
 // Standalone is the QuorumFunc of a node without a mesh.
 func Standalone(context.Context, int) int { return 1 }
 
-// StateStore persists rate and cooldown history (the bbolt store).
-type StateStore interface {
-	Get(bucket, key string) ([]byte, error)
-	Put(bucket, key string, value []byte) error
-}
-
-// StateBucket is the store bucket of the rate and cooldown history.
-const StateBucket = "policy_state"
-
-// Limiter keeps each tool's actuation history for rate and cooldown rules,
-// in memory and written through to the store, so limits survive restarts.
-type Limiter struct {
-	mu    sync.Mutex
-	store StateStore
-	hist  map[string]*history
-}
-
-type history struct {
-	Times []int64 `json:"times"` // unix nanos of recent actuations, oldest first
-}
-
-// NewLimiter loads nothing up front; each tool's history is read on first use.
-func NewLimiter(s StateStore) *Limiter { return &Limiter{store: s, hist: map[string]*history{}} }
-
-func (l *Limiter) get(tool string) *history {
-	h := l.hist[tool]
-	if h != nil {
-		return h
-	}
-	h = &history{}
-	if l.store != nil {
-		if b, err := l.store.Get(StateBucket, tool); err == nil && b != nil {
-			_ = json.Unmarshal(b, h)
-		}
-	}
-	l.hist[tool] = h
-	return h
-}
-
-// Record notes an actuation of tool at t, keeping as much history as the
-// longest window needs, and writes it to the store.
-func (l *Limiter) Record(tp *ToolPolicy, t time.Time) error {
-	key, b := l.Note(tp, t)
-	if l.store == nil || b == nil {
-		return nil
-	}
-	return l.store.Put(StateBucket, key, b)
-}
-
-// Note records an actuation in memory and returns the bytes to persist
-// under StateBucket/key (nil when the tool has no rate or cooldown rule, so
-// nothing needs remembering). The caller persists them with the actuation.
-func (l *Limiter) Note(tp *ToolPolicy, t time.Time) (key string, value []byte) {
-	if len(tp.Rates) == 0 && tp.Cooldown == 0 {
-		return tp.Tool, nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := l.get(tp.Tool)
-	keep := tp.Cooldown
-	maxCount := 1
-	for _, r := range tp.Rates {
-		keep = max(keep, r.Per)
-		maxCount = max(maxCount, r.Count)
-	}
-	h.Times = append(h.Times, t.UnixNano())
-	cut := t.Add(-keep).UnixNano()
-	i := 0
-	for i < len(h.Times)-1 && (h.Times[i] < cut || len(h.Times)-i > maxCount+1) {
-		i++
-	}
-	h.Times = append([]int64(nil), h.Times[i:]...)
-	b, _ := json.Marshal(h)
-	return tp.Tool, b
-}
-
-func (l *Limiter) times(tool string) []int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]int64(nil), l.get(tool).Times...)
-}
-
-// Evaluate judges c in the documented order without recording anything:
-// the caller records an actuation (Limiter.Record) only once it proceeds.
-// It is therefore also the can_do dry run.
+// Evaluate judges c in the documented order (role → window → range →
+// rate → cooldown → quorum → approval). With c.Reserve set, an allowed
+// call (or one that needs approval) leaves with the rate and cooldown slot
+// taken in Outcome.Slot — checked and recorded in one step before the slow
+// quorum step — and any refusal after the slot was taken gives it back.
+// Without c.Reserve nothing is recorded: the can_do dry run.
 func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum QuorumFunc) Outcome {
 	tp := p.Tools[c.Tool]
 	out := Outcome{Permission: promcp.PermAllowed, Value: c.Value}
@@ -201,44 +129,30 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 			}
 		}
 	}
-	// 4. rate, 5. cooldown
-	times := lim.times(c.Tool)
-	validFor := time.Duration(0)
-	for _, r := range tp.Rates {
-		since := c.Now.Add(-r.Per).UnixNano()
-		var in []int64
-		for _, t := range times {
-			if t > since {
-				in = append(in, t)
-			}
-		}
-		if len(in) >= r.Count {
-			// The oldest actuation in the window leaves it first.
-			retry := time.Unix(0, in[len(in)-r.Count]).Add(r.Per).Sub(c.Now)
-			return deny(promcp.PermRateLimited, "rate",
-				fmt.Sprintf("%s is limited to %s (%s); retry in %s", c.Tool, r.Text, r.Source, retry.Round(time.Millisecond)),
-				"limit="+r.Text+"; source="+r.Source+"; retry_after_ms="+ms(retry))
-		}
-		validFor = 10 * time.Second
+	// 4. rate, 5. cooldown: checked (and, for a real call, recorded) in one step.
+	var lc limitCheck
+	if c.Reserve {
+		lc, out.Slot = lim.reserve(tp, c.Now)
+	} else {
+		lc = lim.probe(tp, c.Now)
 	}
-	if tp.Cooldown > 0 && len(times) > 0 {
-		last := time.Unix(0, times[len(times)-1])
-		if wait := last.Add(tp.Cooldown).Sub(c.Now); wait > 0 {
-			return deny(promcp.PermCooldownActive, "cooldown",
-				fmt.Sprintf("%s was actuated %s ago; its cooldown is %s; retry in %s", c.Tool, c.Now.Sub(last).Round(time.Millisecond), tp.Cooldown, wait.Round(time.Millisecond)),
-				"cooldown_ms="+ms(tp.Cooldown)+"; retry_after_ms="+ms(wait))
-		}
-		validFor = 10 * time.Second
+	out.Rate = lc.rate
+	if lc.denied != nil {
+		d := *lc.denied
+		d.Value, d.Rate = c.Value, lc.rate
+		return d
 	}
+	validFor := lc.validFor
 	// 6. quorum: fresh answers from peers, decided within the mesh's deadline.
 	if tp.Quorum > 1 {
 		if quorum == nil {
 			quorum = Standalone
 		}
 		if alive := quorum(ctx, tp.Quorum); alive < tp.Quorum {
-			return deny(promcp.PermPartitionNoQuorum, "quorum",
-				fmt.Sprintf("%s needs %d live peers (self included); %d answered", c.Tool, tp.Quorum, alive),
-				fmt.Sprintf("alive=%d; required=%d", alive, tp.Quorum))
+			out.Slot.Release()
+			return Outcome{Permission: promcp.PermPartitionNoQuorum, Value: c.Value, Rule: "quorum", Rate: lc.rate,
+				Reason:  fmt.Sprintf("%s needs %d live peers (self included); %d answered", c.Tool, tp.Quorum, alive),
+				Details: fmt.Sprintf("alive=%d; required=%d", alive, tp.Quorum)}
 		}
 		validFor = time.Second
 	}
@@ -253,7 +167,9 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 				need, why = true, "outside "+a.Window.String()+" a human must approve this actuation"
 			}
 		case "above":
-			if v, ok := num(out.Value); ok && v > a.Above {
+			// The value as requested: a clamp must not hide a dangerous
+			// request from the person who approves.
+			if v, ok := num(c.Value); ok && v > a.Above {
 				need, why = true, fmt.Sprintf("values above %g %s need a human's approval", a.Above, tp.Cap.Unit)
 			}
 		}

@@ -107,6 +107,17 @@ func check(p *policy.Policy, lim *policy.Limiter, tool string, v any, role strin
 	return p.Evaluate(context.Background(), policy.Check{Tool: tool, Value: v, Role: role, Now: at}, lim, nil)
 }
 
+// actuate takes the rate and cooldown slot the way a real do_ does and
+// begins it (the device is touched); it returns the history to persist.
+func actuate(t *testing.T, p *policy.Policy, lim *policy.Limiter, tool string, v any, role string, at time.Time) (string, []byte) {
+	t.Helper()
+	o := p.Evaluate(context.Background(), policy.Check{Tool: tool, Value: v, Role: role, Now: at, Reserve: true}, lim, nil)
+	if o.Permission != promcp.PermAllowed || o.Slot == nil {
+		t.Fatalf("actuate %s: %+v", tool, o)
+	}
+	return o.Slot.Begin(at)
+}
+
 func TestPolicyMatrix(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, p := load(t, pol)
@@ -151,12 +162,11 @@ func TestPolicyMatrix(t *testing.T) {
 		// Simulated time runs from noon on.
 		t0 := time.Now()
 		clock := func() time.Time { return noon.Add(time.Since(t0)) }
-		tp := p.Tools["do_heater"]
 		for i := range 3 {
 			if o := check(p, lim, "do_heater", 50.0, "operator", clock()); o.Permission != promcp.PermAllowed {
 				t.Fatalf("call %d: %+v", i, o)
 			}
-			lim.Record(tp, clock())
+			actuate(t, p, lim, "do_heater", 50.0, "operator", clock())
 			time.Sleep(time.Second)
 		}
 		o = check(p, lim, "do_heater", 50.0, "operator", clock())
@@ -169,15 +179,14 @@ func TestPolicyMatrix(t *testing.T) {
 		}
 		// The manifest's 5/hour still applies: two more, then refused.
 		for range 2 {
-			lim.Record(tp, clock())
+			actuate(t, p, lim, "do_heater", 50.0, "operator", clock())
 			time.Sleep(30 * time.Second)
 		}
 		if o := check(p, lim, "do_heater", 50.0, "operator", clock()); o.Permission != promcp.PermRateLimited || !strings.Contains(o.Details, "source=manifest") {
 			t.Errorf("manifest rate: %+v", o)
 		}
 		// Cooldown: the policy's 5 s beats the manifest's 1 s.
-		fan := p.Tools["do_fan"]
-		lim.Record(fan, clock())
+		actuate(t, p, lim, "do_fan", int64(50), "", clock())
 		time.Sleep(4 * time.Second)
 		if o := check(p, lim, "do_fan", int64(50), "", clock()); o.Permission != promcp.PermCooldownActive || !strings.Contains(o.Details, "retry_after_ms=1000") {
 			t.Errorf("cooldown: %+v", o)
@@ -198,8 +207,11 @@ func TestLimitsSurviveRestart(t *testing.T) {
 	}
 	lim := policy.NewLimiter(st)
 	now := ams(t, "2026-06-10 12:00")
-	for range 3 {
-		lim.Record(p.Tools["do_heater"], now)
+	for i := range 3 {
+		k, v := actuate(t, p, lim, "do_heater", 50.0, "operator", now.Add(time.Duration(i)*time.Millisecond))
+		if err := st.Put(policy.StateBucket, k, v); err != nil {
+			t.Fatal(err)
+		}
 	}
 	st.Close()
 	st, err = store.Open(dir)

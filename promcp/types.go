@@ -192,6 +192,14 @@ type Candidate struct {
 	SideEffects        []string     `json:"side_effects,omitempty"`
 	EstimatedLatencyMS int          `json:"estimated_latency_ms"`
 	Reason             string       `json:"reason,omitempty"`
+	// RateLimit is the tightest rate rule's state (PhysMCP), when one applies.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+}
+
+// RateLimit is how many actuations a rate rule still allows in its window.
+type RateLimit struct {
+	Max                    int `json:"max"`
+	CurrentWindowRemaining int `json:"current_window_remaining"`
 }
 
 // Blocked is a matching capability that cannot be used now.

@@ -84,7 +84,8 @@ func (g *Guard) StartOverride(by, role, reason string, ttl time.Duration) (Overr
 		return Override{}, fmt.Errorf("an emergency override needs a reason")
 	}
 	if ttl <= 0 || ttl > e.MaxTTL {
-		ttl = e.MaxTTL
+		return Override{}, fmt.Errorf("ttl_s: an emergency override lasts 1 to %d seconds (emergency.override_token_ttl_seconds); got %d: send the time you need, at most the maximum",
+			int64(e.MaxTTL/time.Second), int64(ttl/time.Second))
 	}
 	o := Override{By: by, Reason: reason, Until: time.Now().Add(ttl).UTC()}
 	g.mu.Lock()
@@ -112,40 +113,42 @@ func (g *Guard) ActiveOverride() *Override {
 	return &o
 }
 
-// Evaluate runs the policy, then the gate. Only a real (not dry) allowed
-// call is recorded against rate and cooldown limits.
+// Evaluate runs the policy, then the gate (docs/design.md "The actuator").
+// A real call leaves allowed with its rate and cooldown slot in
+// Verdict.Slot, taken before the slow steps (quorum, L1); every other
+// outcome has given the slot back. A dry run records nothing.
 func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.Verdict {
 	rs := g.rules.Load()
 	ov := g.ActiveOverride()
-	out := rs.pol.Evaluate(ctx, policy.Check{Tool: a.Tool, Value: a.Value, Role: a.Caller.Role, Now: a.Now, Override: ov != nil}, g.lim, g.quorum)
-	v := node.Verdict{Permission: out.Permission, Value: out.Value, Reason: out.Reason, Details: out.Details, ValidFor: out.ValidFor}
-	v.Policy = promcp.PolicyNote{Configured: true, Decision: "allowed"}
-	notes := append([]string(nil), out.Notes...)
-	if ov != nil && len(out.Notes) > 0 {
-		notes = append(notes, fmt.Sprintf("emergency override by %s until %s: %s", ov.By, ov.Until.Format(time.RFC3339), ov.Reason))
+	out := rs.pol.Evaluate(ctx, policy.Check{Tool: a.Tool, Value: a.Value, Role: a.Caller.Role, Now: a.Now,
+		Override: ov != nil, Reserve: !dryRun}, g.lim, g.quorum)
+	v := node.Verdict{Permission: out.Permission, Value: out.Value, Reason: out.Reason, Details: out.Details,
+		ValidFor: out.ValidFor, Rate: rateLimit(out.Rate)}
+	if out.Slot != nil {
+		v.Slot = slot{out.Slot}
 	}
+	defer func() {
+		if v.Permission != promcp.PermAllowed && v.Slot != nil {
+			v.Slot.Release() // never begun: nothing to persist
+			v.Slot = nil
+		}
+	}()
 	switch out.Permission {
 	case promcp.PermAllowed, promcp.PermRequiresHumanApproval:
 	default:
 		v.Policy = promcp.PolicyNote{Configured: true, Decision: "denied", Note: "rule " + out.Rule}
 		return v
 	}
-	if len(notes) > 0 {
-		v.Policy.Note = strings.Join(notes, "; ")
-		if strings.Contains(v.Policy.Note, "clamped") {
-			v.Policy.Decision = "clamped"
-		} else if strings.Contains(v.Policy.Note, "warning") {
-			v.Policy.Decision = "warned"
-		}
-		v.Reason = v.Policy.Note
-	}
+	v.Policy, v.Reason = policyNote(out, ov)
 
-	// The gate judges the value that would be written.
-	req := gate.Request{Tool: a.Tool, Args: map[string]any{"value": v.Value}, DeviceID: g.device, Caller: a.Caller.ID}
+	// The gate judges the value as the caller requested it: a clamp applies
+	// only after the gate allowed, so an L0 rule for a dangerous value sees
+	// the dangerous value.
+	req := gate.Request{Tool: a.Tool, Args: map[string]any{"value": a.Value}, DeviceID: g.device, Caller: a.Caller.ID}
 	var gr gate.Result
 	switch {
 	case dryRun:
-		gr = rs.gate.DryRun(req)
+		gr = rs.gate.DryRun(ctx, req)
 	case a.Approved:
 		// A human confirmed: re-check L0 (a rule that became deny wins),
 		// do not ask L1 again.
@@ -157,39 +160,75 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 	_, fp := gate.Canonical(a.Tool, map[string]any{"value": a.Value})
 	v.Gate = &promcp.GateNote{Decision: string(gr.Decision), Layer: string(gr.Layer), Reason: gr.Reason, Engine: gr.Engine, Fingerprint: fp}
 
+	var asks []string
 	switch gr.Decision {
 	case gate.Deny:
 		v.Permission, v.Reason = promcp.PermPolicyDenied, "the phocinae gate denied it ("+string(gr.Layer)+"): "+gr.Reason
-		v.Details = "gate=deny; layer=" + string(gr.Layer)
+		v.Details = joinDetails(v.Details, "gate=deny; layer="+string(gr.Layer))
 		if gr.Rule != "" {
 			v.Details += "; rule=" + gr.Rule
 		}
 		v.Policy.Decision = "gate_denied"
 		return v
 	case gate.Ask:
-		if !a.Approved {
-			v.Permission = promcp.PermRequiresHumanApproval
-			v.Reason = joinNonEmpty(v.Reason, "the phocinae gate asks for a human's confirmation ("+string(gr.Layer)+"): "+gr.Reason)
-		}
+		asks = append(asks, "the phocinae gate asks for a human's confirmation ("+string(gr.Layer)+"): "+gr.Reason)
 	}
-	if out.Permission == promcp.PermRequiresHumanApproval && a.Approved {
+	if out.Permission == promcp.PermRequiresHumanApproval {
+		asks = append([]string{out.Reason}, asks...)
+	}
+	switch {
+	case len(asks) > 0 && !a.Approved:
+		v.Permission = promcp.PermRequiresHumanApproval
+		v.Reason = strings.Join(asks, "; ")
+		v.Policy.Decision = "approval_required"
+	default:
 		v.Permission = promcp.PermAllowed
-	}
-	if v.Permission == promcp.PermRequiresHumanApproval && out.Permission == promcp.PermRequiresHumanApproval {
-		v.Reason = joinNonEmpty(out.Reason, v.Reason)
-	}
-	if v.Permission == promcp.PermAllowed && !dryRun {
-		// Counted now (a concurrent call sees it at once); made durable by
-		// the node in the same commit as the ledger's pending entry, before
-		// the device is touched.
-		if key, b := g.lim.Note(rs.pol.Tools[a.Tool], a.Now); b != nil {
-			v.Persist = append(v.Persist, store.KV{Bucket: policy.StateBucket, Key: key, Value: b})
-		}
 	}
 	return v
 }
 
-func joinNonEmpty(a, b string) string {
+// policyNote is the policy's decision on a call it let through, with the
+// notes of every guard that spoke (clamp, warning, override).
+func policyNote(out policy.Outcome, ov *Override) (promcp.PolicyNote, string) {
+	note := promcp.PolicyNote{Configured: true, Decision: "allowed"}
+	notes := append([]string(nil), out.Notes...)
+	if ov != nil && len(out.Notes) > 0 {
+		notes = append(notes, fmt.Sprintf("emergency override by %s until %s: %s", ov.By, ov.Until.Format(time.RFC3339), ov.Reason))
+	}
+	if len(notes) == 0 {
+		return note, ""
+	}
+	note.Note = strings.Join(notes, "; ")
+	if strings.Contains(note.Note, "clamped") {
+		note.Decision = "clamped"
+	} else if strings.Contains(note.Note, "warning") {
+		note.Decision = "warned"
+	}
+	return note, note.Note
+}
+
+// slot adapts a policy reservation to the node's Slot: the history to
+// persist travels as store writes in the ledger's own commit.
+type slot struct{ r *policy.Reservation }
+
+func (s slot) Begin(now time.Time) []store.KV { return kv(s.r.Begin(now)) }
+func (s slot) Release() []store.KV            { return kv(s.r.Release()) }
+
+func kv(key string, value []byte) []store.KV {
+	if value == nil {
+		return nil
+	}
+	return []store.KV{{Bucket: policy.StateBucket, Key: key, Value: value}}
+}
+
+func rateLimit(r *policy.RateState) *promcp.RateLimit {
+	if r == nil {
+		return nil
+	}
+	return &promcp.RateLimit{Max: r.Max, CurrentWindowRemaining: r.Remaining}
+}
+
+func joinDetails(a, b string) string {
 	switch {
 	case a == "":
 		return b

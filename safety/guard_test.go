@@ -120,12 +120,19 @@ func TestEmergencyOverride(t *testing.T) {
 		if _, err := g.StartOverride("boss", "admin", "", time.Minute); err == nil {
 			t.Error("an override without a reason")
 		}
-		o, err := g.StartOverride("boss", "admin", "storm: vent the greenhouse", time.Hour)
+		// The TTL is explicit: none, or more than the policy allows, is an
+		// error that names the bound (not a silent maximum).
+		for _, ttl := range []time.Duration{0, -time.Second, time.Hour} {
+			if _, err := g.StartOverride("boss", "admin", "storm", ttl); err == nil || !strings.Contains(err.Error(), "1 to 300 seconds") {
+				t.Errorf("ttl %s: %v", ttl, err)
+			}
+		}
+		o, err := g.StartOverride("boss", "admin", "storm: vent the greenhouse", 5*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Until(o.Until); d != 5*time.Minute {
-			t.Errorf("override lasts %s, want the policy's bound of 5m", d)
+			t.Errorf("override lasts %s, want 5m", d)
 		}
 		r := vent(t, n, 40, "k2", "operator")
 		if r.Status != promcp.StatusSuccess || !strings.Contains(r.Reason, "emergency override by boss") {

@@ -1,0 +1,308 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/promcp"
+	"github.com/physd/physd/store"
+)
+
+// The actuator is one capability's do_ path after the decision
+// (docs/design.md "The actuator"): begin → actuate → commit, or release.
+//
+//   - Decisions (policy, gate, quorum, approval) of many calls run
+//     concurrently; the rate slot each holds keeps the counts exact.
+//   - The device step (previous read, write, settle, read-back) of one
+//     capability runs for one call at a time; capabilities run in parallel.
+//   - The pending ledger entry and the rate slot are durable before the
+//     device is touched (one bbolt commit); the answer is durable before it
+//     leaves (one fsynced audit line that carries it). The ledger's done
+//     record rides on the next commit: three syncs per do_ in all.
+//   - Every path that ends without touching the device releases the slot.
+type actuator struct {
+	turn chan struct{} // capacity 1: held during a device step
+}
+
+func newActuator() actuator { return actuator{turn: make(chan struct{}, 1)} }
+
+// job is one allowed actuation.
+type job struct {
+	res    promcp.DoResult // the answer so far (decision filled in)
+	caller Caller
+	value  any    // what to write (a clamp may differ from the request)
+	hash   string // of the arguments, for the ledger
+	slot   Slot   // the rate slot, or nil
+}
+
+// execute runs an allowed job on cs's device.
+func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error) {
+	// Another call may be in its device step: wait for the turn within the
+	// caller's deadline; nothing has been touched yet, so giving up is safe.
+	select {
+	case cs.act.turn <- struct{}{}:
+	case <-ctx.Done():
+		releaseSlot(j.slot)
+		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: "actuator_busy",
+			reason: "another actuation of " + cs.tool + " was still under way when the caller's deadline ended (" + ctx.Err().Error() +
+				"). Nothing was actuated; retry with the same idempotency_key"})
+	}
+	defer func() { <-cs.act.turn }()
+	if !n.startActuation() {
+		releaseSlot(j.slot)
+		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: "shutting_down",
+			reason: ErrShuttingDown.Error() + ". Nothing was actuated; retry with the same idempotency_key once physd is back"})
+	}
+	defer n.endActuation()
+
+	// begin: from here on the device may be touched, so the key is durable
+	// first, with the rate slot, and the actuation is not abandoned when
+	// the caller hangs up.
+	entry := store.LedgerEntry{Key: j.res.IdempotencyKey, Tool: cs.tool, ArgsHash: j.hash, Created: j.res.Timestamp}
+	entry.Pending, _ = json.Marshal(map[string]any{"value": j.value, "caller": j.caller})
+	var begin func() []store.KV
+	if j.slot != nil {
+		begin = func() []store.KV { return j.slot.Begin(time.Now()) }
+	}
+	if e, err := n.store.Begin(entry, begin); err != nil {
+		releaseSlot(j.slot)
+		return nil, fmt.Errorf("ledger: %w", err)
+	} else if e != nil {
+		releaseSlot(j.slot)
+		return replay(e, cs.tool, j.hash)
+	}
+
+	a := n.actuate(context.WithoutCancel(ctx), cs, j.value)
+	if a.refused != nil {
+		// Nothing was written, or the device rejected the write: the key
+		// and the slot are given back in one commit.
+		var release func() []store.KV
+		if j.slot != nil {
+			release = j.slot.Release
+		}
+		if err := n.store.Forget(entry.Key, release); err != nil {
+			n.log.Error("ledger forget", "key", entry.Key, "err", err)
+		}
+		j.res.PreviousValue = a.previous
+		return n.refuse(j.res, j.caller, *a.refused)
+	}
+	res := j.res
+	res.Status, res.Verified, res.Code = a.status, a.verified, a.code
+	res.AppliedValue, res.PreviousValue = a.applied, a.previous
+	res.Reason = joinReason(res.Reason, a.reason)
+	res.Details = joinDetails(res.Details, a.details)
+	res.SideEffects = append(res.SideEffects, cs.cap.SideEffects...)
+	if cs.cap.Compensable && a.previous != nil {
+		hint := promcp.CompensationHint(cs.tool, a.previous)
+		res.Compensable, res.CompensationHint = true, &hint
+	}
+	entry.State = store.StateDone
+	return n.commit(res, j.caller, entry)
+}
+
+func releaseSlot(s Slot) {
+	if s != nil {
+		s.Release()
+	}
+}
+
+// commit makes the answer durable and returns it: the fsynced audit line
+// carries it (recovery replays it from there), and the ledger's done
+// record follows with the next commit. If the audit cannot be written the
+// ledger records the answer synchronously instead, the answer says so, and
+// the node refuses new do_ calls until the audit works again.
+func (n *Node) commit(res promcp.DoResult, caller Caller, entry store.LedgerEntry) ([]byte, error) {
+	var body []byte
+	_, err := n.appendAudit(func(seq uint64) (*audit.Record, error) {
+		res.Audit = &promcp.AuditNote{Seq: seq}
+		var err error
+		body, err = json.Marshal(res)
+		return doRecord("do", res, caller, body), err
+	})
+	if err == nil {
+		entry.Response = body
+		n.store.CompleteDeferred(entry)
+		n.recent.add(body)
+		return body, nil
+	}
+	n.log.Error("AUDIT WRITE FAILED after an actuation", "tool", res.Capability, "key", res.IdempotencyKey, "err", err)
+	res.Audit = nil
+	res.Reason = joinReason(res.Reason, "the audit record of this actuation could not be written ("+err.Error()+
+		"); physd refuses further actuations until the audit works again")
+	if body, err = json.Marshal(res); err != nil {
+		return nil, err
+	}
+	entry.Response = body
+	if err := n.store.Complete(entry); err != nil {
+		n.log.Error("LEDGER WRITE FAILED after an actuation", "tool", res.Capability, "key", res.IdempotencyKey, "err", err)
+		return nil, fmt.Errorf("the actuation ran (status %s: read %s before acting again) but neither its audit nor its ledger record could be written: %w",
+			res.Status, "read_"+res.Capability[len("do_"):], err)
+	}
+	n.recent.add(body)
+	return body, nil
+}
+
+// actuation is what the device step found.
+type actuation struct {
+	refused  *refusal // nothing changed on the device: answered failed
+	status   promcp.Status
+	verified bool
+	code     string
+	previous any
+	applied  any
+	reason   string
+	details  string
+}
+
+// actuate reads the previous value, writes, waits settle_ms and reads
+// back; each device access is bounded by the capability's timeout. The
+// answer follows the outcome vocabulary: success only when the read-back
+// shows the value; failed only when nothing can have changed; partial
+// (with a code and "read before you retry") for everything in between.
+func (n *Node) actuate(ctx context.Context, cs *capState, value any) actuation {
+	c := cs.cap
+	prev, err := n.readDevice(ctx, cs)
+	if err != nil {
+		return actuation{refused: &refusal{perm: promcp.PermSourceUnreachable, code: "device_offline",
+			reason:  "could not read the current value before writing, so nothing was written: " + err.Error(),
+			details: "code=device_offline"}}
+	}
+	a := actuation{previous: prev.value}
+	want := cs.expected(value)
+	if err := n.writeDevice(ctx, cs, value); err != nil {
+		if notApplied(err) {
+			a.refused = deviceRefusal(cs, err)
+			return a
+		}
+		// Sent, but the outcome is unknown (a timeout, a lost reply): look.
+		if rb, rerr := n.readDevice(ctx, cs); rerr == nil && cs.matches(rb.value, want) {
+			a.status, a.verified, a.applied = promcp.StatusSuccess, true, rb.value
+			a.reason = "the write reported an error (" + err.Error() + ") but the read-back shows the value applied"
+			return a
+		} else if rerr == nil {
+			a.details = "read_back=" + promcp.FormatValue(rb.value)
+		}
+		a.status, a.code = promcp.StatusPartial, promcp.CodeOutcomeUnknown
+		a.reason = "the write was sent but its outcome is unknown (" + err.Error() + "). " + readFirst(cs)
+		return a
+	}
+	if c.SettleMS > 0 {
+		t := time.NewTimer(time.Duration(c.SettleMS) * time.Millisecond)
+		<-t.C
+	}
+	rb, err := n.readDevice(ctx, cs)
+	switch {
+	case err != nil:
+		a.status, a.code = promcp.StatusPartial, promcp.CodeUnverified
+		a.reason = "the device acknowledged the write but the verifying read-back failed (" + err.Error() + "). " + readFirst(cs)
+	case cs.matches(rb.value, want):
+		a.status, a.verified, a.applied = promcp.StatusSuccess, true, rb.value
+	default:
+		a.status, a.code, a.applied = promcp.StatusPartial, promcp.CodeMismatch, rb.value
+		a.details = "read_back=" + promcp.FormatValue(rb.value)
+		if cs.matches(rb.value, prev.value) {
+			a.reason = "the device acknowledged the write but still shows the previous value " + promcp.FormatValue(rb.value) +
+				" (a stuck actuator, a local override, or a device that applies it later). " + readFirst(cs)
+		} else {
+			a.reason = "the read-back shows " + promcp.FormatValue(rb.value) + ", neither the requested nor the previous value. " + readFirst(cs)
+		}
+	}
+	return a
+}
+
+// readFirst is the instruction every partial answer ends with.
+func readFirst(cs *capState) string {
+	return "Read read_" + cs.cap.Name + " before acting again: a retry with the same idempotency_key returns this answer, a new key actuates again"
+}
+
+// writeDevice writes within the capability's timeout.
+func (n *Node) writeDevice(ctx context.Context, cs *capState, value any) error {
+	ctx, cancel := context.WithTimeout(ctx, cs.cap.Timeout())
+	defer cancel()
+	err := cs.point.Write(ctx, value)
+	if err != nil && n.onDeviceErr != nil {
+		n.onDeviceErr(cs.cap.Binding.Bus, err)
+	}
+	return err
+}
+
+// notApplied reports a write error after which the device certainly holds
+// what it held before (drivers.Point's contract).
+func notApplied(err error) bool {
+	return errors.Is(err, drivers.ErrOffline) || errors.Is(err, drivers.ErrBadValue) || errors.Is(err, drivers.ErrReadOnly)
+}
+
+// deviceRefusal turns a write the device rejected (or that never left)
+// into a failed answer with the device's own code and fix.
+func deviceRefusal(cs *capState, err error) *refusal {
+	code, fix, ok := drivers.CodeOf(err)
+	r := &refusal{perm: promcp.PermAllowed, code: code}
+	switch {
+	case ok:
+		r.reason = "the device rejected the write, nothing changed: " + err.Error()
+		if fix != "" {
+			r.reason += "; fix: " + fix
+		}
+		r.details = "code=" + code
+	case errors.Is(err, drivers.ErrOffline):
+		r.perm, r.code = promcp.PermSourceUnreachable, "device_offline"
+		r.reason = "the write could not reach the device, nothing changed: " + err.Error()
+		r.details = "code=device_offline"
+	default:
+		r.code = "device_rejected"
+		r.reason = "the device rejected the write, nothing changed: " + err.Error()
+	}
+	return r
+}
+
+// appendAudit appends to the audit trail and tracks its health: a failed
+// append makes the node refuse actuations (auditReady) until an append
+// succeeds again.
+func (n *Node) appendAudit(build func(seq uint64) (*audit.Record, error)) (uint64, error) {
+	seq, err := n.audit.AppendFunc(build)
+	if err != nil {
+		n.auditErr.Store(&err)
+		n.log.Error("audit append failed", "err", err)
+		return 0, err
+	}
+	n.auditErr.Store(nil)
+	return seq, nil
+}
+
+// auditReady is nil while the audit trail can be written. After a failure
+// it tries one append (an audit_check line) so the node recovers by itself
+// once the cause is gone.
+func (n *Node) auditReady() error {
+	if p := n.auditErr.Load(); p == nil {
+		return nil
+	}
+	_, err := n.appendAudit(func(uint64) (*audit.Record, error) {
+		return &audit.Record{Event: "audit_check", Reason: "the audit trail works again after a failed append"}, nil
+	})
+	return err
+}
+
+// startActuation admits one device step unless shutdown has begun; the
+// check and the count are one step, so Close never misses a step.
+func (n *Node) startActuation() bool {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.actuating.Add(1)
+	return true
+}
+
+func (n *Node) endActuation() { n.actuating.Done() }
+
+func (n *Node) closingNow() bool {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	return n.closed
+}
