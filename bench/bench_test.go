@@ -180,6 +180,24 @@ func BenchmarkDo(b *testing.B) {
 	benchCalls(b, startPhysd(b, greenhouse), "do_fan_zone_b", doArgs("bench-"+strconv.FormatInt(time.Now().UnixNano(), 36)))
 }
 
+// BenchmarkDoParallel is BenchmarkDo with GOMAXPROCS×4 concurrent clients
+// on one capability (its device steps run one at a time).
+func BenchmarkDoParallel(b *testing.B) {
+	url := startPhysd(b, greenhouse)
+	hc := rawmcp.NewHTTPClient(4 * runtime.GOMAXPROCS(0))
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var n atomic.Int64
+	b.SetParallelism(4)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			call(b, hc, url, "do_fan_zone_b", []byte(`{"value":`+strconv.FormatInt(i%101, 10)+`,"idempotency_key":"p-`+run+`-`+strconv.FormatInt(i, 10)+`"}`))
+		}
+	})
+}
+
 // BenchmarkCanDo50 is can_do against the 50-capability manifest.
 func BenchmarkCanDo50(b *testing.B) {
 	benchCalls(b, startPhysd(b, manifest50), "can_do", fixed(canDoArgs))

@@ -5,6 +5,9 @@ package metrics
 
 import (
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,7 +53,31 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.ToolCalls, m.ToolLatency, m.CacheLookups, m.DriverErrors, m.GateDecisions, m.Refusals, m.Overrides,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Resident memory split by kind: anonymous (the Go heap and stacks)
+	// apart from file-backed pages (bbolt's mmap of physd.db: page cache
+	// the kernel reclaims under pressure).
+	for _, kind := range []string{"anon", "file"} {
+		field := map[string]string{"anon": "RssAnon:", "file": "RssFile:"}[kind]
+		m.Gauge("physd_process_resident_"+kind+"_bytes", "Resident memory of kind "+kind+" (/proc/self/status "+field+").", nil,
+			func() float64 { return float64(procStatusBytes(field)) })
+	}
 	return m
+}
+
+// procStatusBytes reads one "Name: N kB" line of /proc/self/status; 0
+// where it does not exist.
+func procStatusBytes(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // Gauge registers a gauge whose value is read at scrape time (device up,

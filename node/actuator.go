@@ -64,7 +64,7 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	// first, with the rate slot, and the actuation is not abandoned when
 	// the caller hangs up.
 	entry := store.LedgerEntry{Key: j.res.IdempotencyKey, Tool: cs.tool, ArgsHash: j.hash, Created: j.res.Timestamp}
-	entry.Pending, _ = json.Marshal(map[string]any{"value": j.value, "caller": j.caller})
+	entry.Pending, _ = json.Marshal(pendingRecord{Value: j.value, Caller: j.caller})
 	var begin func() []store.KV
 	if j.slot != nil {
 		begin = func() []store.KV { return j.slot.Begin(time.Now()) }
@@ -103,6 +103,13 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	}
 	entry.State = store.StateDone
 	return n.commit(res, j.caller, entry)
+}
+
+// pendingRecord is what a pending ledger entry keeps of the call, for
+// recovery (recover.go reads it back).
+type pendingRecord struct {
+	Value  any    `json:"value"`
+	Caller Caller `json:"caller"`
 }
 
 func releaseSlot(s Slot) {

@@ -180,7 +180,7 @@ func (n *Node) refuseAs(event string, res promcp.DoResult, caller Caller, r refu
 		res.Audit = &promcp.AuditNote{Seq: seq}
 		var err error
 		body, err = json.Marshal(res)
-		return doRecord(event, res, caller, nil), err
+		return doRecord(event, res, caller, body), err
 	})
 	if err != nil {
 		res.Audit = nil
@@ -227,18 +227,13 @@ func pastTense(action string) string {
 	return action
 }
 
-// doRecord is the audit line of a do_ answer: the answer's fields for
-// people and tools that grep, and the policy and gate decision.
+// doRecord is the audit line of a do_ answer: the answer itself (with the
+// policy and gate decision, the code and details), a few of its fields
+// again for people and tools that grep, and how the caller came in.
 func doRecord(event string, res promcp.DoResult, caller Caller, answer []byte) *audit.Record {
-	d := map[string]any{"policy": res.Policy, "transport": caller.Transport}
-	if res.Gate != nil {
-		d["gate"] = res.Gate
-	}
-	if res.Details != "" {
-		d["details"] = res.Details
-	}
-	if res.Code != "" {
-		d["code"] = res.Code
+	var d map[string]any
+	if caller.Transport != "" {
+		d = map[string]any{"transport": caller.Transport}
 	}
 	return &audit.Record{
 		Event: event, Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID,

@@ -24,7 +24,7 @@ import (
 type Config struct {
 	Manifest *manifest.Manifest
 	Store    *store.Store
-	Audit    *audit.Log
+	Audit    AuditLog
 	// Guard is the policy and gate step of the do pipeline (DESIGN steps 3
 	// and 4). Nil means NoPolicy: only the manifest is enforced, and every
 	// do_ response says that no policy is configured.
@@ -55,11 +55,19 @@ func DefaultLedger() LedgerConfig {
 	return LedgerConfig{Window: 24 * time.Hour, MaxKeys: 100_000, MaxBytes: 64 << 20, PruneEvery: time.Minute}
 }
 
+// AuditLog is the audit trail the node records every do_ answer in
+// (*audit.Log). Appends are fsynced before they return: the do_ path rests
+// on that (docs/design.md "The actuator").
+type AuditLog interface {
+	AppendFunc(build func(seq uint64) (*audit.Record, error)) (uint64, error)
+	ScanSince(since time.Time, fn func(audit.Record) bool) error
+}
+
 // Node serves one device's capabilities.
 type Node struct {
 	m      *manifest.Manifest
 	store  *store.Store
-	audit  *audit.Log
+	audit  AuditLog
 	guard  Guard
 	log    *slog.Logger
 	buses  map[string]drivers.Bus

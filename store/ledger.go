@@ -14,7 +14,6 @@ import (
 //	ledger_pending  key -> LedgerEntry JSON            (few: actuations under way)
 //	ledger_done     created(8, BE ns) + key -> record  (time order: appends, pruning from the front)
 //	ledger_keys     key -> created(8)                  (the index a lookup by key needs)
-//	ledger_meta     "keys", "bytes" -> uint64          (the size of ledger_done, for the bounds)
 //
 // A done record is compact (codec.go): the answer is deflated against a
 // dictionary of do_ answers, so a key costs ≈ 300–600 bytes on disk, and
@@ -23,10 +22,6 @@ var (
 	bucketPending = []byte("ledger_pending")
 	bucketDone    = []byte("ledger_done")
 	bucketKeys    = []byte("ledger_keys")
-	bucketMeta    = []byte("ledger_meta")
-
-	metaKeys  = []byte("keys")
-	metaBytes = []byte("bytes")
 
 	// The layout of physd ≤ 0.1: JSON entries by key, and a time index.
 	bucketLegacyLedger = []byte("ledger")
@@ -51,7 +46,7 @@ type LedgerEntry struct {
 }
 
 func (s *Store) initBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketPending, bucketDone, bucketKeys, bucketMeta} {
+	for _, b := range [][]byte{bucketPending, bucketDone, bucketKeys} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
@@ -259,40 +254,7 @@ func putDone(tx *bolt.Tx, e *LedgerEntry) error {
 	if err := done.Put(k, v); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketKeys).Put([]byte(e.Key), ts); err != nil {
-		return err
-	}
-	return addMeta(tx, 1, int64(len(k)+len(v)))
-}
-
-func addMeta(tx *bolt.Tx, keys, size int64) error {
-	m := tx.Bucket(bucketMeta)
-	for _, f := range []struct {
-		name  []byte
-		delta int64
-	}{{metaKeys, keys}, {metaBytes, size}} {
-		cur := int64(0)
-		if v := m.Get(f.name); len(v) == 8 {
-			cur = int64(binary.BigEndian.Uint64(v))
-		}
-		var b [8]byte
-		binary.BigEndian.PutUint64(b[:], uint64(max(cur+f.delta, 0)))
-		if err := m.Put(f.name, b[:]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func readMeta(tx *bolt.Tx) (keys, size int64) {
-	m := tx.Bucket(bucketMeta)
-	if v := m.Get(metaKeys); len(v) == 8 {
-		keys = int64(binary.BigEndian.Uint64(v))
-	}
-	if v := m.Get(metaBytes); len(v) == 8 {
-		size = int64(binary.BigEndian.Uint64(v))
-	}
-	return keys, size
+	return tx.Bucket(bucketKeys).Put([]byte(e.Key), ts)
 }
 
 // migrateLegacy moves a ledger written by physd ≤ 0.1 (JSON entries keyed

@@ -28,7 +28,7 @@ type PruneOptions struct {
 // LedgerStats describes the ledger's size.
 type LedgerStats struct {
 	Keys      int64 `json:"keys"`       // completed keys held
-	Bytes     int64 `json:"bytes"`      // their records' bytes (keys + values)
+	Bytes     int64 `json:"bytes"`      // their records and index entries, with bbolt's element headers
 	Pending   int   `json:"pending"`    // actuations without a recorded outcome
 	FileBytes int64 `json:"file_bytes"` // physd.db on disk
 	FreeBytes int64 `json:"free_bytes"` // of which free pages (reused before the file grows)
@@ -47,10 +47,13 @@ func (s *Store) Prune(o PruneOptions) (int, error) {
 	ageCut := o.Now.Add(-o.Window).UnixNano()
 	capCut := o.Now.Add(-MinKeep).UnixNano()
 	removed := 0
+	var keys, size int64 // counted once; new keys between batches only make the bound a little late
+	if o.MaxKeys > 0 || o.MaxBytes > 0 {
+		_ = s.db.View(func(tx *bolt.Tx) error { keys, size = doneSize(tx); return nil })
+	}
 	for {
 		n := 0
 		err := s.update(func(tx *bolt.Tx) error {
-			keys, size := readMeta(tx)
 			c := tx.Bucket(bucketDone).Cursor()
 			for k, v := c.First(); k != nil && n < o.Batch; k, v = c.Next() {
 				ts := int64(binary.BigEndian.Uint64(k[:8]))
@@ -58,17 +61,13 @@ func (s *Store) Prune(o PruneOptions) (int, error) {
 				if ts >= ageCut && !(over && ts < capCut) {
 					break
 				}
-				del := int64(len(k) + len(v))
 				if err := tx.Bucket(bucketKeys).Delete(k[8:]); err != nil {
 					return err
 				}
+				keys, size = keys-1, size-recordBytes(k, v)
 				if err := c.Delete(); err != nil {
 					return err
 				}
-				if err := addMeta(tx, -1, -del); err != nil {
-					return err
-				}
-				keys, size = keys-1, size-del
 				n++
 			}
 			return nil
@@ -80,11 +79,27 @@ func (s *Store) Prune(o PruneOptions) (int, error) {
 	}
 }
 
+// recordBytes is what one completed key costs: its record and its index
+// entry, each with bbolt's 16-byte leaf element header.
+func recordBytes(k, v []byte) int64 { return int64(len(k)+len(v)+16) + int64(len(k)-8+8+16) }
+
+// doneSize counts the completed keys and their bytes (recordBytes). It
+// walks the ledger: the pruner does it once a minute, and the database's
+// pages are in the page cache anyway.
+func doneSize(tx *bolt.Tx) (keys, size int64) {
+	_ = tx.Bucket(bucketDone).ForEach(func(k, v []byte) error {
+		keys++
+		size += recordBytes(k, v)
+		return nil
+	})
+	return keys, size
+}
+
 // LedgerStats reports the ledger's size.
 func (s *Store) LedgerStats() LedgerStats {
 	var st LedgerStats
 	_ = s.db.View(func(tx *bolt.Tx) error {
-		st.Keys, st.Bytes = readMeta(tx)
+		st.Keys, st.Bytes = doneSize(tx)
 		st.Pending = tx.Bucket(bucketPending).Stats().KeyN
 		st.FileBytes = tx.Size()
 		return nil

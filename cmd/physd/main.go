@@ -351,6 +351,7 @@ func serve(f runFlags, log *slog.Logger) error {
 		}
 	}
 	registerBusMetrics(mx, n)
+	registerLedgerMetrics(mx, n)
 	if remote != nil {
 		if err := bridgeMemberlistMetrics(mx); err != nil {
 			log.Warn("memberlist metrics not exported", "err", err.Error())
