@@ -51,8 +51,8 @@ func (scriptedBus) Point(*manifest.Capability) (drivers.Point, error) {
 	}
 	return scriptedPoint{}, nil
 }
-func (scriptedBus) Health() error                                     { return nil }
-func (scriptedBus) Close() error                                      { return nil }
+func (scriptedBus) Health() error { return nil }
+func (scriptedBus) Close() error  { return nil }
 
 type scriptedPoint struct{}
 
