@@ -42,12 +42,24 @@ done
 URL="http://$ADDR/mcp"
 "$WORK/loadgen" -url "$URL" -kind do -n 20 -warmup 0 >/dev/null
 
+# ticks USER SYS: the daemon's user and system CPU in clock ticks.
+ticks() { awk '{ print $14, $15 }' "/proc/$PID/stat"; }
+HZ=$(getconf CLK_TCK)
+
 echo "== CPU per call, c=$CONC, $ROUNDS rounds of ${SECS} s each (read_ cache hits, then do_)"
 : >"$WORK/cpu.jsonl"
+: >"$WORK/split.txt"
 for r in $(seq "$ROUNDS"); do
-	"$WORK/loadgen" -url "$URL" -pid "$PID" -kind read -c "$CONC" -d "${SECS}s" -json -tag kind=read >>"$WORK/cpu.jsonl"
-	"$WORK/loadgen" -url "$URL" -pid "$PID" -kind do -c "$CONC" -d "${SECS}s" -json -tag kind=do >>"$WORK/cpu.jsonl"
+	for kind in read do; do
+		read -r u0 s0 < <(ticks)
+		"$WORK/loadgen" -url "$URL" -pid "$PID" -kind "$kind" -c "$CONC" -d "${SECS}s" -json -tag kind="$kind" >>"$WORK/cpu.jsonl"
+		read -r u1 s1 < <(ticks)
+		calls=$(tail -1 "$WORK/cpu.jsonl" | sed -n 's/.*"calls":\([0-9]*\).*/\1/p')
+		echo "$kind $((u1 - u0)) $((s1 - s0)) $calls" >>"$WORK/split.txt"
+	done
 done
+awk -v hz="$HZ" '{ u[$1] += $2; s[$1] += $3; c[$1] += $4 }
+	END { for (k in u) printf "%-5s user %.0f µs/call, system %.0f µs/call (the kernel: syscalls, fsync)\n", k, u[k] * 1e6 / hz / c[k], s[k] * 1e6 / hz / c[k] }' "$WORK/split.txt"
 awk '
 	{
 		kind = ""; cpu = 0; calls = 0; p50 = 0

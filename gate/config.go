@@ -1,5 +1,5 @@
 // Package gate is physd's phocinae approval gate: every do_<cap> actuation
-// passes it before it touches hardware (DESIGN step 4).
+// passes it before it touches hardware (docs/design.md, "The actuation path").
 //
 // The chain follows upstream phocinae-guard (research/phocinae.md A4) with the
 // changes of Part B:

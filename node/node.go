@@ -25,7 +25,7 @@ type Config struct {
 	Manifest *manifest.Manifest
 	Store    *store.Store
 	Audit    AuditLog
-	// Guard is the policy and gate step of the do pipeline (DESIGN steps 3
+	// Guard is the policy and gate step of the do_ path (docs/design.md, steps 3
 	// and 4). Nil means NoPolicy: only the manifest is enforced, and every
 	// do_ response says that no policy is configured.
 	Guard  Guard

@@ -4,7 +4,7 @@
 // manifest already says (range, rate_limit, requires_permission,
 // cooldown_ms, requires_quorum): where both speak, the stricter wins.
 //
-// Evaluation order (DESIGN.md): role → time window → range guard → rate →
+// Evaluation order (docs/design.md): role → time window → range guard → rate →
 // cooldown → quorum → approval. The first refusal ends it; every refusal
 // carries a human reason and machine details ("k=v; k=v").
 package policy

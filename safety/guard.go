@@ -1,4 +1,4 @@
-// Package safety is the do_ pipeline's steps 3 and 4 (DESIGN.md): it joins
+// Package safety is the do_ path's decision phase (docs/design.md): it joins
 // the physmcp.policy.yml rules (package policy) and the phocinae gate
 // (package gate) into the node's Guard, keeps the rate and cooldown
 // history, and holds the emergency override.
