@@ -75,9 +75,9 @@ func open(_ context.Context, b *manifest.Bus, kind string) (*Bus, error) {
 	name := fmt.Sprintf("%s %s (%s)", kind, b.Name, spec.endpoint())
 	var l link
 	if kind == TypeTCP {
-		l = newTCPLink(spec.address, spec.timeout, st)
+		l = newTCPLink(spec.Address, spec.Timeout, st)
 	} else {
-		l = newRTULink(spec.serial, spec.silence, st, stop)
+		l = newRTULink(spec.Serial, spec.silence(), st, stop)
 	}
 	bus, err := start(name, spec, l, st, stop)
 	if err != nil && kind == TypeRTU {

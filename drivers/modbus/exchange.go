@@ -44,7 +44,7 @@ func (w *worker) exchange(x exch) error {
 		w.st.rejected.Add(1)
 		return fmt.Errorf("%s: %w", x.name(), err)
 	}
-	if wait := time.Until(w.lastEnd[x.unit].Add(w.spec.minGap)); wait > 0 && !w.sleep(wait) {
+	if wait := time.Until(w.lastEnd[x.unit].Add(w.spec.MinGap)); wait > 0 && !w.sleep(wait) {
 		return notSent("%s: bus closed", x.name())
 	}
 	timeout, ok := w.timeoutFor(x.ctxs)
@@ -113,7 +113,7 @@ func (w *worker) unit(id byte) *health {
 	defer w.mu.Unlock()
 	h := w.units[id]
 	if h == nil {
-		h = newHealth(fmt.Sprintf("unit %d", id), w.spec.downAfter, w.spec.backoff, w.spec.maxBackoff)
+		h = newHealth(fmt.Sprintf("unit %d", id), w.spec.DownAfter, w.spec.RetryBackoff, w.spec.MaxBackoff)
 		w.units[id] = h
 	}
 	return h
@@ -129,7 +129,7 @@ func (w *worker) timeoutFor(ctxs []context.Context) (time.Duration, bool) {
 		}
 		dl, ok := ctx.Deadline()
 		if !ok {
-			return w.spec.timeout, true
+			return w.spec.Timeout, true
 		}
 		if dl.After(latest) {
 			latest = dl
@@ -142,7 +142,7 @@ func (w *worker) timeoutFor(ctxs []context.Context) (time.Duration, bool) {
 	if left <= 0 {
 		return 0, false
 	}
-	return min(w.spec.timeout, left), true
+	return min(w.spec.Timeout, left), true
 }
 
 // sleep waits d unless the bus closes first.

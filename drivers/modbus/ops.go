@@ -25,7 +25,7 @@ func (w *worker) reads(rs []*request) {
 		}
 		live = append(live, r)
 	}
-	for _, sp := range plan(live, w.spec.coalesce, w.spec.coalesceGap) {
+	for _, sp := range plan(live, w.spec.Coalesce, w.spec.CoalesceGap) {
 		w.readSpan(sp)
 		w.link.settle()
 	}

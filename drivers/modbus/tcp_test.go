@@ -84,7 +84,7 @@ func TestTCPEveryTypeAndOrder(t *testing.T) {
 					t.Fatalf("read %v (%T), want %v", got, got, tc.value)
 				}
 				// Write: the point lays the value out in the same order.
-				wp := pointOn(t, b, fmt.Sprintf(`{name: w, kind: do, data_type: %s, binding: {type: modbus, table: holding, address: %d, data_type: %s, word_order: %s}}`,
+				wp := pointOn(t, b, fmt.Sprintf(`{name: w, kind: do, data_type: %s, binding: {type: modbus, table: holding, address: %d, data_type: %s, byte_order: %s}}`,
 					tc.capType, addr, tc.dt, order))
 				if err := writeCtx(wp, tc.value); err != nil {
 					t.Fatal(err)

@@ -48,11 +48,11 @@ type counters struct {
 func newWorker(name string, spec *busSpec, l link, st *counters, stop chan struct{}) *worker {
 	return &worker{
 		name: name, spec: spec, link: l, st: st,
-		queue:    make(chan *request, spec.queueSize),
+		queue:    make(chan *request, spec.QueueSize),
 		stop:     stop,
 		done:     make(chan struct{}),
 		units:    map[byte]*health{},
-		endpoint: newHealth(spec.endpoint(), 1, spec.backoff, spec.maxBackoff),
+		endpoint: newHealth(spec.endpoint(), 1, spec.RetryBackoff, spec.MaxBackoff),
 		lastEnd:  map[byte]time.Time{},
 	}
 }
