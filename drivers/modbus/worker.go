@@ -42,7 +42,7 @@ type counters struct {
 	requests, reads, writes, coalesced atomic.Int64
 	failures, exceptions, timeouts     atomic.Int64
 	rejected, reconnects               atomic.Int64
-	flushes, strays, discarded         atomic.Int64
+	flushes, strays, discarded, probes atomic.Int64
 }
 
 func newWorker(name string, spec *busSpec, l link, st *counters, stop chan struct{}) *worker {
