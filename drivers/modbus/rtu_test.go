@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,7 +262,11 @@ func TestRTUStrayBytesBeforeSend(t *testing.T) {
 
 func TestRTUPortErrors(t *testing.T) {
 	_, err := Open(context.Background(), busFrom(t, TypeRTU, `{port: /dev/ttyNOSUCH0, baud: 9600}`))
-	mustContain(t, err, "modbus_rtu plc (/dev/ttyNOSUCH0)", "no such file or directory", "fix:")
+	mustContain(t, err, "modbus_rtu plc (/dev/ttyNOSUCH0)", "no such file or directory", "fix:", "plugged in")
+	if code, _, _ := drivers.CodeOf(err); code != CodePortMissing || !errors.Is(err, drivers.ErrOffline) {
+		t.Fatalf("code %q (%v)", code, err)
+	}
+	// A pty has no RS-485 mode: the kernel answers TIOCSRS485 with ENOTTY.
 	ptmx, tty, perr := pty.Open()
 	if perr != nil {
 		t.Skip(perr)
@@ -267,5 +274,46 @@ func TestRTUPortErrors(t *testing.T) {
 	defer ptmx.Close()
 	defer tty.Close()
 	_, err = Open(context.Background(), busFrom(t, TypeRTU, `{port: `+tty.Name()+`, rs485: {enabled: true, delay_rts_before_send_ms: 1}}`))
-	mustContain(t, err, "RS-485", "rs485.enabled: false")
+	mustContain(t, err, "cannot do RS-485 mode", "rs485.enabled: false", "inappropriate ioctl")
+	code, fix, _ := drivers.CodeOf(err)
+	if code != CodeRS485Unsupported || strings.Contains(fix, "plugged in") {
+		t.Fatalf("code %q fix %q", code, fix)
+	}
+	// Not a tty at all.
+	_, err = Open(context.Background(), busFrom(t, TypeRTU, `{port: /dev/null}`))
+	if code, _, _ := drivers.CodeOf(err); code != CodeNotASerialPort {
+		t.Fatalf("/dev/null: code %q (%v)", code, err)
+	}
+}
+
+// What the kernel says when RS-485 mode is refused depends on the adapter
+// and kernel; each means the same thing and gets the same fix.
+func TestSerialErrorClassifier(t *testing.T) {
+	rs485 := func(errno syscall.Errno) error { return os.NewSyscallError("SYS_IOCTL (RS485)", errno) }
+	cases := []struct {
+		err   error
+		rs485 bool
+		code  string
+		fix   string
+	}{
+		{rs485(syscall.ENOTTY), true, CodeRS485Unsupported, "rs485.enabled: false"},
+		{rs485(syscall.EINVAL), true, CodeRS485Unsupported, "rs485.enabled: false"},
+		{rs485(syscall.EOPNOTSUPP), true, CodeRS485Unsupported, "rs485.enabled: false"},
+		{rs485(syscall.ENOSYS), true, CodeRS485Unsupported, "rs485.enabled: false"},
+		{syscall.ENOENT, false, CodePortMissing, "plugged in"},
+		{syscall.ENODEV, false, CodePortMissing, "plugged in"},
+		{syscall.EACCES, false, CodePortPermission, "dialout"},
+		{syscall.EBUSY, false, CodePortBusy, "another program"},
+		{errors.New("serial: could not set setting: inappropriate ioctl for device"), false, CodeNotASerialPort, "serial device"},
+		{syscall.EIO, false, CodePortError, "check port"},
+	}
+	for _, c := range cases {
+		e := &serialError{port: "/dev/ttyX", rs485: c.rs485, err: c.err}
+		if e.Code() != c.code || !strings.Contains(e.Fix(), c.fix) || !errors.Is(e, drivers.ErrOffline) {
+			t.Errorf("%v: code %q fix %q", c.err, e.Code(), e.Fix())
+		}
+		if c.code == CodeRS485Unsupported && strings.Contains(e.Fix(), "plugged in") {
+			t.Errorf("%v: RS-485 refusal told to check the plug", c.err)
+		}
+	}
 }

@@ -83,8 +83,26 @@ func TestRTUEverySecondReplyLateParallelShortDeadlines(t *testing.T) {
 		}
 		return modbustest.Fault{}
 	})
-	res := hammer(t, r, []byte{1}, 4, 200, 30*time.Millisecond) // callers wait less than the timeout
+	// Callers' deadlines from 10 to 150 ms: many shorter than the timeout.
+	res := hammer(t, r, []byte{1}, 6, 100, 10*time.Millisecond, 150*time.Millisecond)
 	res.check(t)
+}
+
+// The core of that scenario, deterministic: a caller whose deadline is
+// shorter than the timeout gives up, but its request keeps the line for
+// the full timeout, so its reply 1.4× the timeout late cannot answer the
+// next caller's read of another register of the same shape.
+func TestRTUCallerDeadlineDoesNotShortenTheWait(t *testing.T) {
+	r := newRTURig(t, "timeout_ms: 50", 1)
+	fillBank(r.bank, 1)
+	r.slave.SetFault(lateOnce(70 * time.Millisecond))
+	a, b := holdingPoint(t, r.bus, 1, 6), holdingPoint(t, r.bus, 1, 22)
+	if _, err := a.Read(ctxFor(t, 10*time.Millisecond)); !errors.Is(err, drivers.ErrTimeout) {
+		t.Fatalf("A: %v, want the caller's deadline", err)
+	}
+	if v := readOK(t, b); v != int64(regValue(1, 22)) {
+		t.Fatalf("B = %v, want %d (%d is A's late reply)", v, regValue(1, 22), regValue(1, 6))
+	}
 }
 
 // TestRTUNoMisattributionUnderFaults is the soak of issue 11's "must
@@ -125,7 +143,7 @@ func TestRTUNoMisattributionUnderFaults(t *testing.T) {
 		}
 		return f
 	})
-	res := hammer(t, r, []byte{1, 2}, 16, reads/16, 10*T)
+	res := hammer(t, r, []byte{1, 2}, 16, reads/16, T/2, 10*T)
 	res.check(t)
 	s := r.bus.Stats()
 	t.Logf("%d reads: %d correct, %d errors, 0 wrong; %d requests on the wire, %d probes, %d quarantines, %d timeouts, %d stray events (%d bytes discarded); slave: %d replies, %d dropped, %d stray injections",
@@ -167,9 +185,9 @@ func (h *hammerResult) check(t *testing.T) {
 }
 
 // hammer runs g readers doing n reads each over uint16 and uint32 points
-// of the units, with a deadline of wait per read, and tallies the results
-// against the bank's values.
-func hammer(t *testing.T, r *rtuRig, units []byte, g, n int, wait time.Duration) *hammerResult {
+// of the units, each with a deadline between minWait and maxWait, and
+// tallies the results against the bank's values.
+func hammer(t *testing.T, r *rtuRig, units []byte, g, n int, minWait, maxWait time.Duration) *hammerResult {
 	type pt struct {
 		p    drivers.Point
 		want int64
@@ -189,7 +207,7 @@ func hammer(t *testing.T, r *rtuRig, units []byte, g, n int, wait time.Duration)
 			rng := rand.New(rand.NewPCG(uint64(i), 11))
 			for range n {
 				x := pts[rng.IntN(len(pts))]
-				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				ctx, cancel := context.WithTimeout(context.Background(), minWait+time.Duration(rng.Int64N(int64(maxWait-minWait))))
 				rd, err := x.p.Read(ctx)
 				cancel()
 				switch {
