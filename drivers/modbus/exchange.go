@@ -17,7 +17,10 @@ type exch struct {
 	what  string // the registers: "holding 40001 (address 0)"
 	write bool
 	ctxs  []context.Context // the callers waiting: their latest deadline bounds the timeout
-	do    func(gb.Client) error
+	// take, for writes, claims the request just before it goes to the wire;
+	// false: its caller gave up (and was told nothing was sent).
+	take func() bool
+	do   func(gb.Client) error
 }
 
 func (x *exch) name() string { return fmt.Sprintf("unit %d %s", x.unit, x.what) }
@@ -54,6 +57,10 @@ func (w *worker) exchange(x exch) error {
 	}
 	if err := w.connect(); err != nil {
 		return notSent("%s: cannot reach %s: %v", x.name(), w.spec.endpoint(), err)
+	}
+	if x.take != nil && !x.take() {
+		w.st.rejected.Add(1)
+		return notSent("%s: the caller gave up before it was sent: %w", x.name(), drivers.ErrTimeout)
 	}
 	for attempt := 0; ; attempt++ {
 		c := w.link.client(x.unit, timeout)

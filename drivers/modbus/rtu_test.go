@@ -101,7 +101,7 @@ func TestRTUExceptions(t *testing.T) {
 	for range 3 {
 		err := readErr(t, hole, time.Second)
 		var ex *ExceptionError
-		if !errors.As(err, &ex) || ex.Code != 2 || ex.Function != 3 {
+		if !errors.As(err, &ex) || ex.Exception != 2 || ex.Function != 3 {
 			t.Fatalf("err = %v, want exception 2", err)
 		}
 		mustContain(t, err, "illegal data address", "holding 40008 (address 7)")

@@ -56,7 +56,6 @@ type rtuTransport struct {
 	timeout time.Duration // timeout_ms: never shortened by callers
 	silence time.Duration // silence_ms
 	lastRx  time.Time     // when a byte was last read
-	quietAt time.Time     // when a drain last found the line quiet
 	dirty   bool          // quarantine before the next send
 	units   map[byte]*lineUnit
 	seq     uint16 // probe sequence number, echoed by the unit
@@ -280,11 +279,9 @@ func (t *rtuTransport) quiet() error {
 		}
 		// Bytes that arrived since the last one read are still buffered,
 		// so the line has been quiet since then if the first poll finds
-		// none; a drain that found it quiet a moment ago (the check after
-		// the last reply) is as good.
-		if time.Since(t.quietAt) < t.tick && !t.dirty {
-			return nil
-		}
+		// none. (Even right after the check that follows a reply this poll
+		// is needed: a stray that lands in between would otherwise be read
+		// as the next reply.)
 		n, first, err := t.drain(t.gap, t.lastRx)
 		if err != nil {
 			return &errNotSent{err: err}
@@ -436,7 +433,6 @@ func (t *rtuTransport) drain(quiet time.Duration, since time.Time) (int, byte, e
 			return total, first, err
 		case n == 0:
 			if now.Sub(last) >= quiet {
-				t.quietAt = now
 				return total, first, nil
 			}
 		default:

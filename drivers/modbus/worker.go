@@ -78,6 +78,10 @@ func (w *worker) call(ctx context.Context, r *request) (result, error) {
 	case res := <-r.done:
 		return res, res.err
 	case <-ctx.Done():
+		if r.op != opRead && r.abandon() {
+			// The worker had not taken it: it will never be sent.
+			return result{}, notSent("%s: %s: %w before it was sent (%v)", w.name, r.what(), drivers.ErrTimeout, ctx.Err())
+		}
 		// The request may be on the wire: the outcome of a write is unknown.
 		return result{}, fmt.Errorf("%s: %s: %w (%v)", w.name, r.what(), drivers.ErrTimeout, ctx.Err())
 	case <-w.done:
