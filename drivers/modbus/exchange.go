@@ -91,9 +91,11 @@ func (w *worker) exchange(x exch) error {
 			w.mu.Unlock()
 			return notSent("%s: cannot reach %s: %v", x.name(), w.spec.endpoint(), err)
 		}
-		if attempt == 0 && w.link.reused() && isStale(err) {
-			// The peer dropped the idle connection (a restart): retry once
-			// on a fresh one.
+		if attempt == 0 && w.link.reused() && isStale(err) && (!x.write || errors.Is(err, drivers.ErrOffline)) {
+			// The peer dropped the connection (a restart): a read, or a
+			// write that certainly did not leave, is retried once on a
+			// fresh one. A write that may have landed never is: that
+			// would write twice.
 			if cerr := w.connect(); cerr != nil {
 				return notSent("%s: cannot reach %s: %v", x.name(), w.spec.endpoint(), cerr)
 			}
