@@ -21,7 +21,21 @@ type point struct {
 var (
 	_ drivers.Point       = (*point)(nil)
 	_ drivers.PointHealth = (*point)(nil)
+	_ drivers.Quantizer   = (*point)(nil)
 )
+
+// Quantize returns the value the device holds (and a read returns) after v
+// is written: the float32-rounded value on a float32 register, the
+// representable value on a scaled integer register, v itself where the
+// encoding is exact. A value the point cannot hold is refused with an
+// error wrapping drivers.ErrBadValue that names writable values.
+func (p *point) Quantize(v any) (any, error) {
+	q, err := p.s.conv.quantize(v)
+	if err != nil {
+		return nil, p.fail("%w", err)
+	}
+	return q, nil
+}
 
 func (p *point) fail(format string, args ...any) error {
 	return fmt.Errorf("%s: %s (%s): %w", p.b.name, p.s.name, p.s.what(), fmt.Errorf(format, args...))
