@@ -17,7 +17,7 @@ type bindingKeys struct {
 	DataType      *string          `yaml:"data_type"`
 	Bit           *int             `yaml:"bit"`
 	ByteOrder     *string          `yaml:"byte_order"`
-	WordOrder     *string          `yaml:"word_order"` // alias of byte_order
+	WordOrder     *string          `yaml:"word_order"` // not a key: caught to point at byte_order
 	Scale         *float64         `yaml:"scale"`
 	Offset        *float64         `yaml:"offset"`
 	WriteFunction *int             `yaml:"write_function"`
@@ -178,21 +178,19 @@ func parseBinding(c *manifest.Capability, busKind string) (*pointSpec, error) {
 	}
 	s.codec.dt = dt
 
-	// Byte order.
-	orderKey, orderVal := "byte_order", k.ByteOrder
+	// Byte order: one key. word_order was once a silent alias; it is
+	// refused so that a manifest says the order one way only.
 	if k.WordOrder != nil {
-		if k.ByteOrder != nil && !strings.EqualFold(*k.ByteOrder, *k.WordOrder) {
-			p.add(fmt.Sprintf("word_order %s disagrees with byte_order %s", *k.WordOrder, *k.ByteOrder), "keep one of them (they are the same key)", "word_order")
-		}
-		orderKey, orderVal = "word_order", k.WordOrder
+		p.add(fmt.Sprintf("word_order is not a key: the register order is byte_order (did you mean byte_order: %s?)", strings.TrimSpace(*k.WordOrder)),
+			"rename word_order to byte_order; its values are ABCD, CDAB, BADC, DCBA", "word_order")
 	}
-	if orderVal != nil {
-		o, ok := parseOrder(strings.TrimSpace(*orderVal))
+	if k.ByteOrder != nil {
+		o, ok := parseOrder(strings.TrimSpace(*k.ByteOrder))
 		switch {
 		case !ok:
-			p.add(fmt.Sprintf("unknown %s %q", orderKey, *orderVal), oneOf(orderNames)+" (ABCD is the Modbus standard, high word first)", orderKey)
+			p.add(fmt.Sprintf("unknown byte_order %q", *k.ByteOrder), oneOf(orderNames)+" (ABCD is the Modbus standard, high word first)", "byte_order")
 		case tbl.isBit():
-			p.add(fmt.Sprintf("%s does not apply to a %s", orderKey, tbl), "remove it", orderKey)
+			p.add(fmt.Sprintf("byte_order does not apply to a %s", tbl), "remove it", "byte_order")
 		default:
 			s.codec.order = o
 		}

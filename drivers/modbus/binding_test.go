@@ -130,7 +130,7 @@ func TestBindingErrors(t *testing.T) {
 		{TypeTCP, `{data_type: enum, enum_values: [a], binding: {type: modbus, address: "reg=40001", enum_map: {a: 1, c: 2}}}`, `names "c"`},
 		{TypeTCP, `{data_type: int, binding: {type: modbus, address: "reg=465535", data_type: int64}}`, "runs past the last address"},
 		{TypeTCP, `{data_type: float, binding: {type: modbus, address: "reg=40001", data_type: int16, byte_order: XYZW}}`, "unknown byte_order"},
-		{TypeTCP, `{data_type: float, binding: {type: modbus, address: "reg=40001", data_type: int32, byte_order: ABCD, word_order: CDAB}}`, "disagrees with byte_order"},
+		{TypeTCP, `{data_type: float, binding: {type: modbus, address: "reg=40001", data_type: int32, word_order: CDAB}}`, "did you mean byte_order: CDAB"},
 		{TypeTCP, `{data_type: float, binding: {type: modbus, address: "reg=40001", data_type: int17}}`, "unknown data_type"},
 		{TypeTCP, `{data_type: float, binding: {type: i2c, address: "reg=40001"}}`, "bindings of type modbus"},
 		{TypeTCP, `{data_type: float, binding: {type: modbus, address: "reg=4000"}}`, "binding.address: reg=4000"},

@@ -75,13 +75,13 @@ func open(_ context.Context, b *manifest.Bus, kind string) (*Bus, error) {
 	name := fmt.Sprintf("%s %s (%s)", kind, b.Name, spec.endpoint())
 	var l link
 	if kind == TypeTCP {
-		l = newTCPLink(spec.address, spec.timeout, st)
+		l = newTCPLink(spec.Address, spec.Timeout, st)
 	} else {
-		l = newRTULink(spec.serial, spec.silence, st, stop)
+		l = newRTULink(spec.Serial, spec.Timeout, spec.silence(), st, stop)
 	}
 	bus, err := start(name, spec, l, st, stop)
-	if err != nil && kind == TypeRTU {
-		return nil, fmt.Errorf("%s: %w; fix: check port: (a stable name from /dev/serial/by-id/ is best), that the adapter is plugged in, and that physd may open it (group dialout)", name, err)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err) // a *serialError: its message carries the fix
 	}
 	return bus, nil
 }
@@ -151,6 +151,7 @@ type Stats struct {
 	Flushes    int64 `json:"flushes"`    // RTU: waits for a silent line after an error
 	Strays     int64 `json:"strays"`     // RTU: unexpected bytes seen before a send
 	Discarded  int64 `json:"discarded"`  // RTU: bytes thrown away by flushes
+	Probes     int64 `json:"probes"`     // RTU: re-synchronisation probes (function 8) sent
 	QueueDepth int   `json:"queue_depth"`
 }
 
@@ -161,6 +162,6 @@ func (b *Bus) Stats() Stats {
 		Requests: s.requests.Load(), Reads: s.reads.Load(), Writes: s.writes.Load(), Coalesced: s.coalesced.Load(),
 		Failures: s.failures.Load(), Exceptions: s.exceptions.Load(), Timeouts: s.timeouts.Load(),
 		Rejected: s.rejected.Load(), Reconnects: s.reconnects.Load(), Flushes: s.flushes.Load(),
-		Strays: s.strays.Load(), Discarded: s.discarded.Load(), QueueDepth: len(b.w.queue),
+		Strays: s.strays.Load(), Discarded: s.discarded.Load(), Probes: s.probes.Load(), QueueDepth: len(b.w.queue),
 	}
 }

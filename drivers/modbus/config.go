@@ -27,6 +27,8 @@ type engineKeys struct {
 	QueueSize      *int  `yaml:"queue_size"`
 	Coalesce       *bool `yaml:"coalesce"`
 	CoalesceGap    *int  `yaml:"coalesce_gap"`
+	BusyRetries    *int  `yaml:"busy_retries"`
+	BusyBackoffMS  *int  `yaml:"busy_backoff_ms"`
 }
 
 type tcpKeys struct {
@@ -56,45 +58,88 @@ type rs485Keys struct {
 	RxDuringTx           *bool `yaml:"rx_during_tx"`
 }
 
-// Defaults.
-const (
-	defaultTimeout     = time.Second
-	defaultDownAfter   = 3
-	defaultBackoff     = time.Second
-	defaultMaxBackoff  = 30 * time.Second
-	defaultQueueSize   = 64
-	defaultCoalesceGap = 4
-	defaultTCPPort     = "502"
-	defaultBaud        = 19200 // the Modbus serial line spec's default
-)
+const defaultTCPPort = "502"
+
+// Config is every setting of a modbus bus, in the units the worker uses.
+// DefaultTCPConfig and DefaultRTUConfig hold the defaults, each with the
+// reason for it; the parser starts from them and the README's bus
+// reference is written from them (TestREADMEBusReference keeps the two
+// in step).
+type Config struct {
+	Timeout      time.Duration // timeout_ms: the wait for one reply; RTU adds the frames' time on the wire
+	MinGap       time.Duration // min_gap_ms: pause between the end of one request to a unit and the next
+	DownAfter    int           // down_after: consecutive failures that mark a unit down
+	RetryBackoff time.Duration // retry_backoff_ms: first retry of a down unit, doubling ...
+	MaxBackoff   time.Duration // max_backoff_ms: ... up to this
+	QueueSize    int           // queue_size: requests waiting for the bus; a full queue fails at once
+	Coalesce     bool          // coalesce: merge reads queued together
+	CoalesceGap  int           // coalesce_gap: unused registers (or bits) a merged read may span
+	BusyRetries  int           // busy_retries: resends after exception 06 (busy), within the caller's deadline
+	BusyBackoff  time.Duration // busy_backoff_ms: wait before the first resend, doubling
+
+	Address string // modbus_tcp address: host:port
+
+	Serial  serial.Config // modbus_rtu port, baud, data_bits, parity, stop_bits, rs485
+	Silence time.Duration // modbus_rtu silence_ms: quiet line required after a timeout or stray bytes; 0: Timeout
+}
+
+// DefaultTCPConfig is a modbus_tcp bus with every key left out.
+func DefaultTCPConfig() Config {
+	return Config{
+		// A PLC or gateway on a LAN answers in milliseconds; a second
+		// covers a gateway that forwards to a slow serial device.
+		Timeout:      time.Second,
+		MinGap:       0,
+		DownAfter:    3, // one lost packet is not an outage; three in a row is
+		RetryBackoff: time.Second,
+		MaxBackoff:   30 * time.Second,
+		QueueSize:    64, // a few polls of a large device; beyond that callers are better told at once
+		Coalesce:     true,
+		CoalesceGap:  4,
+		// Busy (exception 06) means "not done, ask again": a few resends
+		// spaced 100, 200, 400 ms fit inside a typical 2 s capability
+		// timeout.
+		BusyRetries: 3,
+		BusyBackoff: 100 * time.Millisecond,
+	}
+}
+
+// DefaultRTUConfig is a modbus_rtu bus with every key left out: the serial
+// line spec's defaults (19200 baud, 8 data bits, even parity, 1 stop bit),
+// and a quarantine after errors as long as the timeout, which with the
+// re-synchronisation probe keeps slow RS-485 devices' late replies from
+// ever answering another request (see the package doc).
+func DefaultRTUConfig() Config {
+	c := DefaultTCPConfig()
+	c.Serial = serial.Config{BaudRate: 19200, DataBits: 8, Parity: "E", StopBits: 1}
+	c.Silence = 0 // = Timeout
+	return c
+}
+
+// silence is the quarantine after an error: silence_ms, else timeout_ms.
+func (c *Config) silence() time.Duration {
+	if c.Silence > 0 {
+		return c.Silence
+	}
+	return c.Timeout
+}
 
 // busSpec is a validated bus entry.
 type busSpec struct {
 	kind string // TypeTCP or TypeRTU
 	name string
-
-	timeout     time.Duration // per request
-	minGap      time.Duration // per unit, between the end of one request and the next
-	downAfter   int
-	backoff     time.Duration
-	maxBackoff  time.Duration
-	queueSize   int
-	coalesce    bool
-	coalesceGap int
-
-	address string        // TCP host:port
-	serial  serial.Config // RTU; Timeout is set by the transport
-	silence time.Duration // RTU: quiet line required after an error
+	Config
 }
 
 func (s *busSpec) endpoint() string {
 	if s.kind == TypeTCP {
-		return s.address
+		return s.Address
 	}
-	return s.serial.Address
+	return s.Serial.Address
 }
 
-// parseBus decodes and validates a bus entry strictly.
+// parseBus decodes and validates a bus entry strictly, starting from the
+// type's defaults.
 func parseBus(b *manifest.Bus, kind string) (*busSpec, error) {
 	root := b.FieldPath()
 	cfg := manifest.WithoutKey(b.Config, "type")
@@ -102,60 +147,71 @@ func parseBus(b *manifest.Bus, kind string) (*busSpec, error) {
 	spec := &busSpec{kind: kind, name: b.Name}
 	var eng engineKeys
 	if kind == TypeTCP {
+		spec.Config = DefaultTCPConfig()
 		var k tcpKeys
 		if errs := manifest.DecodeNode(b.Pos.File, cfg, root, &k); len(errs) > 0 {
 			return nil, errs
 		}
 		eng = k.engineKeys
-		spec.address = tcpAddress(p, k.Address)
+		spec.Address = tcpAddress(p, k.Address)
 	} else {
+		spec.Config = DefaultRTUConfig()
 		var k rtuKeys
 		if errs := manifest.DecodeNode(b.Pos.File, cfg, root, &k); len(errs) > 0 {
 			return nil, errs
 		}
 		eng = k.engineKeys
-		parseSerial(p, &k, spec)
+		parseSerial(p, &k, &spec.Config)
 	}
-	ms := func(v *int, def time.Duration, lo, hi int, fix, key string) time.Duration {
-		if v == nil {
-			return def
-		}
-		if *v < lo || *v > hi {
-			p.add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
-			return def
-		}
-		return time.Duration(*v) * time.Millisecond
-	}
-	num := func(v *int, def, lo, hi int, fix, key string) int {
-		if v == nil {
-			return def
-		}
-		if *v < lo || *v > hi {
-			p.add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
-			return def
-		}
-		return *v
-	}
-	spec.timeout = ms(eng.TimeoutMS, defaultTimeout, 1, 60_000, "the longest a request may take, e.g. 1000", "timeout_ms")
-	spec.minGap = ms(eng.MinGapMS, 0, 0, 10_000, "a pause in ms between requests to the same unit, e.g. 20 (0 for none)", "min_gap_ms")
-	spec.downAfter = num(eng.DownAfter, defaultDownAfter, 1, 1000, "the number of consecutive failures that mark a unit down, e.g. 3", "down_after")
-	spec.backoff = ms(eng.RetryBackoffMS, defaultBackoff, 1, 3_600_000, "the first retry delay of a down unit in ms, e.g. 1000", "retry_backoff_ms")
-	spec.maxBackoff = ms(eng.MaxBackoffMS, max(defaultMaxBackoff, spec.backoff), 1, 3_600_000, "the longest retry delay in ms, e.g. 30000", "max_backoff_ms")
-	if spec.maxBackoff < spec.backoff {
-		p.add(fmt.Sprintf("max_backoff_ms (%d) is below retry_backoff_ms (%d)", spec.maxBackoff.Milliseconds(), spec.backoff.Milliseconds()),
-			"make max_backoff_ms at least retry_backoff_ms", "max_backoff_ms")
-	}
-	spec.queueSize = num(eng.QueueSize, defaultQueueSize, 1, 100_000, "the most requests waiting for the bus, e.g. 64", "queue_size")
-	spec.coalesce = eng.Coalesce == nil || *eng.Coalesce
-	spec.coalesceGap = num(eng.CoalesceGap, defaultCoalesceGap, 0, 100,
-		"how many unused registers (or bits) a merged read may span between two points, e.g. 4 (0: only adjacent)", "coalesce_gap")
-	if kind == TypeRTU && spec.silence == 0 {
-		spec.silence = spec.timeout
-	}
+	parseEngine(p, &eng, &spec.Config)
 	if err := p.err(); err != nil {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// parseEngine applies the worker's keys, shared by both bus types.
+func parseEngine(p *problems, eng *engineKeys, c *Config) {
+	ms := func(v *int, into *time.Duration, lo, hi int, fix, key string) {
+		if v == nil {
+			return
+		}
+		if *v < lo || *v > hi {
+			p.add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
+			return
+		}
+		*into = time.Duration(*v) * time.Millisecond
+	}
+	num := func(v *int, into *int, lo, hi int, fix, key string) {
+		if v == nil {
+			return
+		}
+		if *v < lo || *v > hi {
+			p.add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
+			return
+		}
+		*into = *v
+	}
+	ms(eng.TimeoutMS, &c.Timeout, 1, 60_000, "the longest a device may take to answer, e.g. 1000", "timeout_ms")
+	ms(eng.MinGapMS, &c.MinGap, 0, 10_000, "a pause in ms between requests to the same unit, e.g. 20 (0 for none)", "min_gap_ms")
+	num(eng.DownAfter, &c.DownAfter, 1, 1000, "the number of consecutive failures that mark a unit down, e.g. 3", "down_after")
+	ms(eng.RetryBackoffMS, &c.RetryBackoff, 1, 3_600_000, "the first retry delay of a down unit in ms, e.g. 1000", "retry_backoff_ms")
+	if eng.MaxBackoffMS == nil {
+		c.MaxBackoff = max(c.MaxBackoff, c.RetryBackoff)
+	}
+	ms(eng.MaxBackoffMS, &c.MaxBackoff, 1, 3_600_000, "the longest retry delay in ms, e.g. 30000", "max_backoff_ms")
+	if c.MaxBackoff < c.RetryBackoff {
+		p.add(fmt.Sprintf("max_backoff_ms (%d) is below retry_backoff_ms (%d)", c.MaxBackoff.Milliseconds(), c.RetryBackoff.Milliseconds()),
+			"make max_backoff_ms at least retry_backoff_ms", "max_backoff_ms")
+	}
+	num(eng.QueueSize, &c.QueueSize, 1, 100_000, "the most requests waiting for the bus, e.g. 64", "queue_size")
+	if eng.Coalesce != nil {
+		c.Coalesce = *eng.Coalesce
+	}
+	num(eng.CoalesceGap, &c.CoalesceGap, 0, 100,
+		"how many unused registers (or bits) a merged read may span between two points, e.g. 4 (0: only adjacent)", "coalesce_gap")
+	num(eng.BusyRetries, &c.BusyRetries, 0, 100, "how often to resend a request the device answered busy (exception 06), e.g. 3 (0: never)", "busy_retries")
+	ms(eng.BusyBackoffMS, &c.BusyBackoff, 1, 60_000, "the wait in ms before the first resend to a busy device, e.g. 100", "busy_backoff_ms")
 }
 
 func tcpAddress(p *problems, a *string) string {
@@ -187,14 +243,13 @@ var (
 	baudRates = []int{1200, 2400, 4800, 9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600}
 )
 
-func parseSerial(p *problems, k *rtuKeys, spec *busSpec) {
-	c := &spec.serial
+func parseSerial(p *problems, k *rtuKeys, cfg *Config) {
+	c := &cfg.Serial
 	if k.Port == nil || strings.TrimSpace(*k.Port) == "" {
 		p.add("a modbus_rtu bus needs a serial port", "write e.g. port: /dev/ttyUSB0 (a stable name from /dev/serial/by-id/ is better)", "port")
 	} else {
 		c.Address = strings.TrimSpace(*k.Port)
 	}
-	c.BaudRate = defaultBaud
 	if k.Baud != nil {
 		c.BaudRate = *k.Baud
 		ok := false
@@ -205,11 +260,9 @@ func parseSerial(p *problems, k *rtuKeys, spec *busSpec) {
 			p.add(fmt.Sprintf("unsupported baud %d", *k.Baud), fmt.Sprintf("use one of %v", baudRates), "baud")
 		}
 	}
-	c.DataBits = 8
 	if k.DataBits != nil && *k.DataBits != 8 {
 		p.add(fmt.Sprintf("data_bits %d: Modbus RTU uses 8 data bits", *k.DataBits), "use data_bits: 8 (7 is Modbus ASCII, which physd does not speak)", "data_bits")
 	}
-	c.Parity = "E" // the serial line spec's default
 	if k.Parity != nil {
 		c.Parity = strings.ToUpper(strings.TrimSpace(*k.Parity))
 		switch c.Parity {
@@ -224,7 +277,6 @@ func parseSerial(p *problems, k *rtuKeys, spec *busSpec) {
 			p.add(fmt.Sprintf("unknown parity %q", *k.Parity), oneOf(parities)+" (none, even, odd)", "parity")
 		}
 	}
-	c.StopBits = 1
 	if k.StopBits != nil {
 		c.StopBits = *k.StopBits
 		if c.StopBits != 1 && c.StopBits != 2 {
@@ -236,7 +288,7 @@ func parseSerial(p *problems, k *rtuKeys, spec *busSpec) {
 			p.add(fmt.Sprintf("silence_ms must be between 1 and 60000, got %d", *k.SilenceMS),
 				"use at least the slowest reply you expect from any unit on this line, in ms (default: timeout_ms)", "silence_ms")
 		} else {
-			spec.silence = time.Duration(*k.SilenceMS) * time.Millisecond
+			cfg.Silence = time.Duration(*k.SilenceMS) * time.Millisecond
 		}
 	}
 	if r := k.RS485; r != nil {
@@ -263,7 +315,7 @@ func parseSerial(p *problems, k *rtuKeys, spec *busSpec) {
 // line spec counts 11 bits whatever the parity).
 func charTime(baud int) time.Duration {
 	if baud <= 0 {
-		baud = defaultBaud
+		baud = DefaultRTUConfig().Serial.BaudRate
 	}
 	return time.Duration(11 * int64(time.Second) / int64(baud))
 }

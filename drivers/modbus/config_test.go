@@ -11,17 +11,17 @@ func TestBusConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.address != "10.0.0.5:502" || s.timeout != time.Second || s.downAfter != 3 || s.backoff != time.Second ||
-		s.maxBackoff != 30*time.Second || s.queueSize != 64 || !s.coalesce || s.coalesceGap != 4 || s.minGap != 0 {
+	if s.Address != "10.0.0.5:502" || s.Timeout != time.Second || s.DownAfter != 3 || s.RetryBackoff != time.Second ||
+		s.MaxBackoff != 30*time.Second || s.QueueSize != 64 || !s.Coalesce || s.CoalesceGap != 4 || s.MinGap != 0 {
 		t.Fatalf("tcp defaults %+v", s)
 	}
 	s, err = parseBus(busFrom(t, TypeRTU, `{port: /dev/ttyUSB0, timeout_ms: 300, rs485: {enabled: true, delay_rts_before_send_ms: 2}}`), TypeRTU)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := s.serial
+	c := s.Serial
 	if c.Address != "/dev/ttyUSB0" || c.BaudRate != 19200 || c.Parity != "E" || c.StopBits != 1 || c.DataBits != 8 ||
-		s.silence != 300*time.Millisecond || !c.RS485.Enabled || c.RS485.DelayRtsBeforeSend != 2*time.Millisecond {
+		s.silence() != 300*time.Millisecond || !c.RS485.Enabled || c.RS485.DelayRtsBeforeSend != 2*time.Millisecond {
 		t.Fatalf("rtu defaults %+v", s)
 	}
 	if g := frameGap(9600); g < 4*time.Millisecond || g > 4100*time.Microsecond {

@@ -17,7 +17,10 @@ type exch struct {
 	what  string // the registers: "holding 40001 (address 0)"
 	write bool
 	ctxs  []context.Context // the callers waiting: their latest deadline bounds the timeout
-	do    func(gb.Client) error
+	// take, for writes, claims the request just before it goes to the wire;
+	// false: its caller gave up (and was told nothing was sent).
+	take func() bool
+	do   func(gb.Client) error
 }
 
 func (x *exch) name() string { return fmt.Sprintf("unit %d %s", x.unit, x.what) }
@@ -44,7 +47,7 @@ func (w *worker) exchange(x exch) error {
 		w.st.rejected.Add(1)
 		return fmt.Errorf("%s: %w", x.name(), err)
 	}
-	if wait := time.Until(w.lastEnd[x.unit].Add(w.spec.minGap)); wait > 0 && !w.sleep(wait) {
+	if wait := time.Until(w.lastEnd[x.unit].Add(w.spec.MinGap)); wait > 0 && !w.sleep(wait) {
 		return notSent("%s: bus closed", x.name())
 	}
 	timeout, ok := w.timeoutFor(x.ctxs)
@@ -54,6 +57,10 @@ func (w *worker) exchange(x exch) error {
 	}
 	if err := w.connect(); err != nil {
 		return notSent("%s: cannot reach %s: %v", x.name(), w.spec.endpoint(), err)
+	}
+	if x.take != nil && !x.take() {
+		w.st.rejected.Add(1)
+		return notSent("%s: the caller gave up before it was sent: %w", x.name(), drivers.ErrTimeout)
 	}
 	for attempt := 0; ; attempt++ {
 		c := w.link.client(x.unit, timeout)
@@ -84,9 +91,11 @@ func (w *worker) exchange(x exch) error {
 			w.mu.Unlock()
 			return notSent("%s: cannot reach %s: %v", x.name(), w.spec.endpoint(), err)
 		}
-		if attempt == 0 && w.link.reused() && isStale(err) {
-			// The peer dropped the idle connection (a restart): retry once
-			// on a fresh one.
+		if attempt == 0 && w.link.reused() && isStale(err) && (!x.write || errors.Is(err, drivers.ErrOffline)) {
+			// The peer dropped the connection (a restart): a read, or a
+			// write that certainly did not leave, is retried once on a
+			// fresh one. A write that may have landed never is: that
+			// would write twice.
 			if cerr := w.connect(); cerr != nil {
 				return notSent("%s: cannot reach %s: %v", x.name(), w.spec.endpoint(), cerr)
 			}
@@ -113,7 +122,7 @@ func (w *worker) unit(id byte) *health {
 	defer w.mu.Unlock()
 	h := w.units[id]
 	if h == nil {
-		h = newHealth(fmt.Sprintf("unit %d", id), w.spec.downAfter, w.spec.backoff, w.spec.maxBackoff)
+		h = newHealth(fmt.Sprintf("unit %d", id), w.spec.DownAfter, w.spec.RetryBackoff, w.spec.MaxBackoff)
 		w.units[id] = h
 	}
 	return h
@@ -129,7 +138,7 @@ func (w *worker) timeoutFor(ctxs []context.Context) (time.Duration, bool) {
 		}
 		dl, ok := ctx.Deadline()
 		if !ok {
-			return w.spec.timeout, true
+			return w.spec.Timeout, true
 		}
 		if dl.After(latest) {
 			latest = dl
@@ -142,7 +151,7 @@ func (w *worker) timeoutFor(ctxs []context.Context) (time.Duration, bool) {
 	if left <= 0 {
 		return 0, false
 	}
-	return min(w.spec.timeout, left), true
+	return min(w.spec.Timeout, left), true
 }
 
 // sleep waits d unless the bus closes first.

@@ -25,7 +25,7 @@ func (w *worker) reads(rs []*request) {
 		}
 		live = append(live, r)
 	}
-	for _, sp := range plan(live, w.spec.coalesce, w.spec.coalesceGap) {
+	for _, sp := range plan(live, w.spec.Coalesce, w.spec.CoalesceGap) {
 		w.readSpan(sp)
 		w.link.settle()
 	}
@@ -136,14 +136,41 @@ func (w *worker) write(r *request) {
 	if r.op == opWriteBit {
 		err = w.writeBit(r, ctxs)
 	} else {
-		err = w.exchange(exch{unit: r.unit, fc: r.fc, what: ref(r.table, r.addr), write: true, ctxs: ctxs, do: func(c gb.Client) error {
+		err = w.exchange(exch{unit: r.unit, fc: r.fc, what: ref(r.table, r.addr), write: true, ctxs: ctxs, take: r.take, do: func(c gb.Client) error {
 			return writeTable(c, r)
 		}})
 	}
+	w.explainRefusal(r, ctxs, err)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", w.name, err)
 	}
 	r.reply(result{at: time.Now(), err: err})
+}
+
+// explainRefusal reads the register a write was refused with exception 2:
+// if the read works, the register exists and refuses writes (read-only,
+// or writable only through another table or function), which is a
+// different fix from "no such register".
+func (w *worker) explainRefusal(r *request, ctxs []context.Context, err error) {
+	var ex *ExceptionError
+	if !errors.As(err, &ex) || ex.Exception != 2 || !ex.write {
+		return
+	}
+	qty := uint16(max(len(r.regs), 1))
+	if r.table.isBit() {
+		qty = 1
+	}
+	rerr := w.exchange(exch{unit: r.unit, fc: readFC(r.table), what: ref(r.table, r.addr) + " (read to explain a refused write)", ctxs: ctxs, do: func(c gb.Client) error {
+		_, err := readTable(c, r.table, r.addr, qty)
+		return err
+	}})
+	var rex *ExceptionError
+	switch {
+	case rerr == nil:
+		ex.readable = new(true)
+	case errors.As(rerr, &rex) && rex.Exception == 2:
+		ex.readable = new(false)
+	}
 }
 
 // writeTable sends a write with the binding's function code; goburrow
@@ -174,6 +201,9 @@ func writeTable(c gb.Client, r *request) error {
 // request comes between them; the device's own logic still can (use a
 // whole register or a coil where that matters).
 func (w *worker) writeBit(r *request, ctxs []context.Context) error {
+	if !r.take() {
+		return notSent("%s: the caller gave up before it was sent: %w", r.what(), drivers.ErrTimeout)
+	}
 	var cur []byte
 	err := w.exchange(exch{unit: r.unit, fc: 3, what: ref(r.table, r.addr) + " (read before setting bit)", ctxs: ctxs, do: func(c gb.Client) error {
 		var err error
@@ -195,9 +225,8 @@ func (w *worker) writeBit(r *request, ctxs []context.Context) error {
 	if r.swap {
 		v = v<<8 | v>>8
 	}
-	wr := *r
-	wr.regs = []uint16{v}
+	wr := &request{unit: r.unit, table: r.table, addr: r.addr, fc: r.fc, regs: []uint16{v}}
 	return w.exchange(exch{unit: r.unit, fc: r.fc, what: ref(r.table, r.addr), write: true, ctxs: ctxs, do: func(c gb.Client) error {
-		return writeTable(c, &wr)
+		return writeTable(c, wr)
 	}})
 }

@@ -2,7 +2,9 @@ package modbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/physd/physd/drivers"
 )
@@ -19,7 +21,21 @@ type point struct {
 var (
 	_ drivers.Point       = (*point)(nil)
 	_ drivers.PointHealth = (*point)(nil)
+	_ drivers.Quantizer   = (*point)(nil)
 )
+
+// Quantize returns the value the device holds (and a read returns) after v
+// is written: the float32-rounded value on a float32 register, the
+// representable value on a scaled integer register, v itself where the
+// encoding is exact. A value the point cannot hold is refused with an
+// error wrapping drivers.ErrBadValue that names writable values.
+func (p *point) Quantize(v any) (any, error) {
+	q, err := p.s.conv.quantize(v)
+	if err != nil {
+		return nil, p.fail("%w", err)
+	}
+	return q, nil
+}
 
 func (p *point) fail(format string, args ...any) error {
 	return fmt.Errorf("%s: %s (%s): %w", p.b.name, p.s.name, p.s.what(), fmt.Errorf(format, args...))
@@ -28,7 +44,9 @@ func (p *point) fail(format string, args ...any) error {
 // Read reads the point's registers and converts them.
 func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 	s := p.s
-	res, err := p.b.w.call(ctx, &request{op: opRead, unit: s.unit, table: s.table, addr: s.addr, qty: s.qty()})
+	res, err := p.call(ctx, func() *request {
+		return &request{op: opRead, unit: s.unit, table: s.table, addr: s.addr, qty: s.qty()}
+	})
 	if err != nil {
 		return drivers.Reading{}, err
 	}
@@ -56,21 +74,54 @@ func (p *point) Write(ctx context.Context, v any) error {
 	if err != nil {
 		return p.fail("%w", err)
 	}
-	req := &request{op: opWrite, unit: s.unit, table: s.table, addr: s.addr, fc: s.writeFC}
+	tmpl := request{op: opWrite, unit: s.unit, table: s.table, addr: s.addr, fc: s.writeFC}
 	switch {
 	case s.table == tableCoil:
-		req.bits = []bool{r.b}
+		tmpl.bits = []bool{r.b}
 	case s.codec.dt == dtBit:
-		req.op, req.bit, req.set, req.swap = opWriteBit, s.codec.bit, r.b, s.codec.order.swapBytes()
+		tmpl.op, tmpl.bit, tmpl.set, tmpl.swap = opWriteBit, s.codec.bit, r.b, s.codec.order.swapBytes()
 	default:
 		regs, err := s.codec.encode(r)
 		if err != nil {
 			return p.fail("%v: %w", err, drivers.ErrBadValue)
 		}
-		req.regs = regs
+		tmpl.regs = regs
 	}
-	_, err = p.b.w.call(ctx, req)
+	_, err = p.call(ctx, func() *request {
+		return &request{op: tmpl.op, unit: tmpl.unit, table: tmpl.table, addr: tmpl.addr, fc: tmpl.fc,
+			regs: tmpl.regs, bits: tmpl.bits, bit: tmpl.bit, set: tmpl.set, swap: tmpl.swap}
+	})
 	return err
+}
+
+// call queues a request made by mk and resends it while the device
+// answers busy (exception 6: it did not act on it), busy_retries times at
+// most with a doubling wait, as long as ctx leaves time for the wait. The
+// bus is free for others between the attempts.
+func (p *point) call(ctx context.Context, mk func() *request) (result, error) {
+	wait := p.b.spec.BusyBackoff
+	for try := 0; ; try++ {
+		res, err := p.b.w.call(ctx, mk())
+		var ex *ExceptionError
+		if err == nil || !errors.As(err, &ex) || ex.Exception != 6 {
+			return res, err
+		}
+		ex.busy = try
+		if try >= p.b.spec.BusyRetries {
+			return res, err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return res, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		}
+		wait *= 2
+	}
 }
 
 // Health is nil unless the point's unit (or the whole endpoint) is marked

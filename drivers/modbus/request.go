@@ -3,6 +3,7 @@ package modbus
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -98,7 +99,24 @@ type request struct {
 	swap bool     // opWriteBit: the register's bytes are swapped on the wire
 
 	done chan result // buffered (1): the worker never blocks on a gone caller
+
+	// state settles, for a write whose caller gives up, whether it was
+	// sent: the worker takes it just before the wire, the caller abandons
+	// it; whoever comes first wins.
+	state atomic.Int32
 }
+
+const (
+	stateQueued int32 = iota
+	stateTaken
+	stateAbandoned
+)
+
+// take claims the request for the wire; false: the caller abandoned it.
+func (r *request) take() bool { return r.state.CompareAndSwap(stateQueued, stateTaken) }
+
+// abandon gives the request up; false: it was already taken for the wire.
+func (r *request) abandon() bool { return r.state.CompareAndSwap(stateQueued, stateAbandoned) }
 
 // result is what the worker answers.
 type result struct {

@@ -119,3 +119,38 @@ func checkReply(req, frame []byte) error {
 	}
 	return nil
 }
+
+// rtuExpectedLen is the length of a normal reply to req, for the time it
+// takes on the wire (rtuMaxFrame when it cannot be told).
+func rtuExpectedLen(req []byte) int {
+	if len(req) >= 8 {
+		switch req[1] {
+		case 1, 2:
+			return 5 + (int(binary.BigEndian.Uint16(req[4:6]))+7)/8
+		case 3, 4:
+			return 5 + 2*int(binary.BigEndian.Uint16(req[4:6]))
+		case 5, 6, 8, 15, 16:
+			return 8
+		}
+	}
+	return rtuMaxFrame
+}
+
+// probeReplyLen frames the reply to a re-synchronisation probe (function 8
+// sub-function 0 to unit id): an 8-byte echo or a 5-byte exception 0x88.
+// Anything else is a stray: a late reply to a real request, or noise.
+func probeReplyLen(id byte, got []byte) (int, error) {
+	if len(got) >= 1 && got[0] != id {
+		return 0, frameErr("reply from unit %d to a probe of unit %d", got[0], id)
+	}
+	if len(got) < 2 {
+		return 0, nil
+	}
+	switch got[1] {
+	case 8:
+		return 8, nil
+	case 8 | 0x80:
+		return rtuExceptionLen, nil
+	}
+	return 0, frameErr("reply function %d to a probe (function 8): a late reply", got[1])
+}

@@ -84,7 +84,7 @@ func TestTCPEveryTypeAndOrder(t *testing.T) {
 					t.Fatalf("read %v (%T), want %v", got, got, tc.value)
 				}
 				// Write: the point lays the value out in the same order.
-				wp := pointOn(t, b, fmt.Sprintf(`{name: w, kind: do, data_type: %s, binding: {type: modbus, table: holding, address: %d, data_type: %s, word_order: %s}}`,
+				wp := pointOn(t, b, fmt.Sprintf(`{name: w, kind: do, data_type: %s, binding: {type: modbus, table: holding, address: %d, data_type: %s, byte_order: %s}}`,
 					tc.capType, addr, tc.dt, order))
 				if err := writeCtx(wp, tc.value); err != nil {
 					t.Fatal(err)
@@ -184,13 +184,13 @@ func TestTCPBitsCoilsAndScale(t *testing.T) {
 
 func TestTCPExceptions(t *testing.T) {
 	srv, bank := peer(t)
-	b := openTCP(t, srv.Addr, "down_after: 2")
+	b := openTCP(t, srv.Addr, "down_after: 2, busy_backoff_ms: 5")
 	bank.Hole(1, modbustest.HoldingRegisters, 100)
 	hole := pointOn(t, b, `{name: h, kind: do, data_type: int, binding: {type: modbus, address: "slave=1:reg=40101", data_type: uint16}}`)
 	readErr(t, hole, time.Second)
 	err := readErr(t, hole, time.Second)
 	var ex *ExceptionError
-	if !errors.As(err, &ex) || ex.Code != 2 || ex.Function != 3 {
+	if !errors.As(err, &ex) || ex.Exception != 2 || ex.Function != 3 {
 		t.Fatalf("err = %v, want exception 2 to function 3", err)
 	}
 	mustContain(t, err, "illegal data address", "holding 40101 (address 100)", "unit 1")

@@ -42,17 +42,17 @@ type counters struct {
 	requests, reads, writes, coalesced atomic.Int64
 	failures, exceptions, timeouts     atomic.Int64
 	rejected, reconnects               atomic.Int64
-	flushes, strays, discarded         atomic.Int64
+	flushes, strays, discarded, probes atomic.Int64
 }
 
 func newWorker(name string, spec *busSpec, l link, st *counters, stop chan struct{}) *worker {
 	return &worker{
 		name: name, spec: spec, link: l, st: st,
-		queue:    make(chan *request, spec.queueSize),
+		queue:    make(chan *request, spec.QueueSize),
 		stop:     stop,
 		done:     make(chan struct{}),
 		units:    map[byte]*health{},
-		endpoint: newHealth(spec.endpoint(), 1, spec.backoff, spec.maxBackoff),
+		endpoint: newHealth(spec.endpoint(), 1, spec.RetryBackoff, spec.MaxBackoff),
 		lastEnd:  map[byte]time.Time{},
 	}
 }
@@ -78,6 +78,10 @@ func (w *worker) call(ctx context.Context, r *request) (result, error) {
 	case res := <-r.done:
 		return res, res.err
 	case <-ctx.Done():
+		if r.op != opRead && r.abandon() {
+			// The worker had not taken it: it will never be sent.
+			return result{}, notSent("%s: %s: %w before it was sent (%v)", w.name, r.what(), drivers.ErrTimeout, ctx.Err())
+		}
 		// The request may be on the wire: the outcome of a write is unknown.
 		return result{}, fmt.Errorf("%s: %s: %w (%v)", w.name, r.what(), drivers.ErrTimeout, ctx.Err())
 	case <-w.done:
