@@ -121,7 +121,13 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		rule = unknownRoute
 	}
-	if !rule.public {
+	if rule.public {
+		// Public routes answer everyone; an authenticated caller may see
+		// more (see Server.detailed).
+		if c, _, err := b.s.identify(r); err == nil && c.ID != anonymous {
+			b.s.stampCaller(r, c)
+		}
+	} else {
 		caller, status, err := b.s.identify(r)
 		if err == nil {
 			if need := rule.need(r.Method, b.s.credentialsRequired()); need != "" && policy.RoleLevel(caller.Role) < policy.RoleLevel(need) {
@@ -299,12 +305,15 @@ func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
 // (role none).
 func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
 	c := node.Caller{ID: anonymous, Role: "none", Transport: "http"}
-	auth := h.Get("Authorization")
-	if auth == "" {
+	auths := h.Values("Authorization")
+	switch {
+	case len(auths) == 0:
 		return c, nil
+	case len(auths) > 1:
+		return c, errors.New("send one Authorization header")
 	}
-	bearer, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || bearer == "" {
+	scheme, bearer, _ := strings.Cut(auths[0], " ")
+	if !strings.EqualFold(scheme, "Bearer") || bearer == "" {
 		return c, errors.New("the Authorization header must be \"Bearer <token>\"")
 	}
 	if s.opts.AuthToken != "" && hmac.Equal(sha(bearer), sha(s.opts.AuthToken)) {
@@ -365,6 +374,18 @@ func (s *Server) stampedCaller(h http.Header) (node.Caller, bool) {
 		return node.Caller{}, false
 	}
 	return c, true
+}
+
+// detailed reports whether a public route may answer r with details
+// (device id, version, readiness errors naming devices and addresses):
+// always when credentials are not required, else to an authenticated
+// viewer.
+func (s *Server) detailed(r *http.Request) bool {
+	if !s.credentialsRequired() {
+		return true
+	}
+	c, ok := s.stampedCaller(r.Header)
+	return ok && policy.RoleLevel(c.Role) >= policy.RoleLevel("viewer")
 }
 
 // authenticate is the caller of an MCP request over HTTP, given its

@@ -576,3 +576,60 @@ func TestCheckListen(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicRoutesTellNoSecrets: with credentials required, /healthz and
+// /readyz answer everyone, but the device id, version and the readiness
+// errors (which name devices and addresses) only to a viewer.
+func TestPublicRoutesTellNoSecrets(t *testing.T) {
+	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	s.plant.SetFault("*", sim.Fault{Mode: sim.FaultOffline})
+	for _, c := range []struct {
+		v        variant
+		detailed bool
+	}{{noToken, false}, {badToken, false}, {viewer, true}} {
+		_, health := s.do(t, nil, healthz, c.v)
+		code, ready := s.do(t, nil, readyz, c.v)
+		if got := strings.Contains(health, "gw_greenhouse_001"); got != c.detailed {
+			t.Errorf("/healthz as %s names the device: %v: %s", c.v.name, got, health)
+		}
+		if code != http.StatusServiceUnavailable || !strings.Contains(ready, `"bus:plant"`) {
+			t.Errorf("/readyz as %s: %d %s", c.v.name, code, ready)
+		}
+		if got := !strings.Contains(ready, "details need the viewer role"); got != c.detailed {
+			t.Errorf("/readyz as %s shows the errors: %v: %s", c.v.name, got, ready)
+		}
+	}
+}
+
+// TestAuthorizationHeaderForms: the scheme is case-insensitive (RFC 9110);
+// Basic, an empty token or two Authorization headers are refused.
+func TestAuthorizationHeaderForms(t *testing.T) {
+	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	for _, c := range []struct {
+		values []string
+		want   int
+	}{
+		{[]string{"Bearer " + viewerToken}, 200},
+		{[]string{"bearer " + viewerToken}, 200},
+		{[]string{"Basic dXNlcjpwYXNz"}, 401},
+		{[]string{"Bearer "}, 401},
+		{[]string{"Bearer"}, 401},
+		{[]string{"Bearer " + viewerToken, "Bearer " + adminToken}, 401},
+	} {
+		req, _ := http.NewRequest("GET", s.srv.URL+"/status", nil)
+		for _, v := range c.values {
+			req.Header.Add("Authorization", v)
+		}
+		resp, err := s.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Authorization %q: %d, want %d", c.values, resp.StatusCode, c.want)
+		}
+		if c.want == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), `Bearer realm="physd"`) {
+			t.Errorf("Authorization %q: WWW-Authenticate %q", c.values, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+}

@@ -219,11 +219,20 @@ func (s *Server) Handler() http.Handler {
 	return b
 }
 
-func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "device_id": s.n.DeviceID(), "version": Version})
+// serveHealth answers a liveness probe; the device id and version only to
+// a caller that may see them (Server.detailed).
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{"status": "ok"}
+	if s.detailed(r) {
+		body["device_id"], body["version"] = s.n.DeviceID(), Version
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
-func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+// serveReady answers a readiness probe: 200 or 503 with each check's name
+// and state; the errors (which may name devices and addresses) only to a
+// caller that may see them.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	ok, checks := s.n.Ready()
 	if s.opts.MeshReady != nil {
 		r := node.Readiness{Name: "mesh", OK: true}
@@ -235,6 +244,13 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	code := http.StatusOK
 	if !ok {
 		code = http.StatusServiceUnavailable
+	}
+	if !s.detailed(r) {
+		for i := range checks {
+			if checks[i].Error != "" {
+				checks[i].Error = "details need the viewer role"
+			}
+		}
 	}
 	writeJSON(w, code, map[string]any{"ready": ok, "checks": checks})
 }
