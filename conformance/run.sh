@@ -3,7 +3,7 @@
 #
 #   conformance/run.sh            # both parts below
 #   conformance/run.sh suite      # MCP conformance suite, 2026-07-28 and 2025-11-25
-#   conformance/run.sh ts         # TypeScript SDK v2 client (conformance/ts-client)
+#   conformance/run.sh ts         # TypeScript SDK v2 client (conformance/ts-client), HTTP, stdio and HTTPS
 #
 # Installs Node 22 and the pinned npm packages (package-lock.json) into
 # conformance/node_modules with `npm ci`, only when the lockfile changed;
@@ -120,10 +120,17 @@ run_suite() {
 }
 
 # --- the TypeScript client ------------------------------------------------
+# Over plain HTTP, stdio and HTTPS: a throw-away CA from conformance/testca
+# signs physd's certificate, and Node trusts it through NODE_EXTRA_CA_CERTS.
 run_ts() {
-  local log=$OUT/ts-client.log
+  local log=$OUT/ts-client.log tlsdir=$OUT/tls
+  rm -rf "$tlsdir"
+  if ! (cd "$ROOT" && go run ./conformance/testca -dir "$tlsdir") >"$OUT/testca.log" 2>&1; then
+    echo "conformance: conformance/testca failed:"; cat "$OUT/testca.log"; return 1
+  fi
   set +e
-  node "$CONF/ts-client/orchestrate.mjs" --physd "$OUT/physd" --manifest "$MANIFEST" --policy "$POLICY" >"$log" 2>&1
+  NODE_EXTRA_CA_CERTS=$tlsdir/ca.pem node "$CONF/ts-client/orchestrate.mjs" --physd "$OUT/physd" --manifest "$MANIFEST" --policy "$POLICY" \
+    --tls-dir "$tlsdir" >"$log" 2>&1
   local code=$?
   set -e
   if [ "$code" -ne 0 ]; then

@@ -95,6 +95,49 @@ type daemon struct {
 	state  string
 	stderr *syncBuffer
 	done   chan error
+	// token authenticates the harness's own HTTP calls (simulator controls,
+	// /status, /metrics): with a greenhouse policy, credentials are
+	// required on every route but /healthz and /readyz.
+	token string
+}
+
+// adminDemoToken is the greenhouse policy's admin token.
+const adminDemoToken = "greenhouse-admin-demo-token"
+
+// withPolicyToken sets the harness's token when the daemon runs a policy
+// (every policy the e2e tests use carries the greenhouse demo tokens).
+func (d *daemon) withPolicyToken(extra []string) {
+	for _, a := range extra {
+		if a == "--policy" {
+			d.token = adminDemoToken
+		}
+	}
+}
+
+// request sends an HTTP request to the daemon with the harness's token.
+func (d *daemon) request(t *testing.T, method, path, body string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, d.url(path), rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if d.token != "" {
+		req.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 type daemonOpts struct {
@@ -115,6 +158,7 @@ func startHTTP(t *testing.T, o daemonOpts) *daemon {
 	}
 	args := append([]string{"run", "--manifest", o.manifest, "--state", o.state, "--http", "127.0.0.1:0", "--sim-control"}, o.extra...)
 	d := &daemon{cmd: exec.Command(physdBin, args...), state: o.state, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	d.withPolicyToken(o.extra)
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -166,6 +210,7 @@ func startStdio(t *testing.T, version string, o daemonOpts) (*mcp.ClientSession,
 	}
 	args := append([]string{"run", "--manifest", o.manifest, "--state", o.state, "--stdio", "--http", "127.0.0.1:0", "--sim-control"}, o.extra...)
 	d := &daemon{cmd: exec.Command(physdBin, args...), state: o.state, stderr: &syncBuffer{}}
+	d.withPolicyToken(o.extra)
 	d.cmd.Stderr = d.stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "physd-e2e", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
 	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: d.cmd}, &mcp.ClientSessionOptions{ProtocolVersion: version})
@@ -230,12 +275,7 @@ func (s simState) writes(point string) uint64 { return s.Stats.Points[point].Wri
 
 func (d *daemon) sim(t *testing.T) simState {
 	t.Helper()
-	resp, err := http.Get(d.url("/sim/plant/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	_, body := d.request(t, "GET", "/sim/plant/", "")
 	var s simState
 	if err := json.Unmarshal(body, &s); err != nil {
 		t.Fatalf("sim state: %v: %s", err, body)
@@ -246,14 +286,8 @@ func (d *daemon) sim(t *testing.T) simState {
 func (d *daemon) fault(t *testing.T, point, mode string) {
 	t.Helper()
 	body := fmt.Sprintf(`{"point":%q,"mode":%q}`, point, mode)
-	resp, err := http.Post(d.url("/sim/plant/fault"), "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("fault %s %s: %d %s", point, mode, resp.StatusCode, b)
+	if code, b := d.request(t, "POST", "/sim/plant/fault", body); code != http.StatusOK {
+		t.Fatalf("fault %s %s: %d %s", point, mode, code, b)
 	}
 }
 

@@ -177,11 +177,11 @@ func TestLintStdio(t *testing.T) {
 }
 
 // TestLintWithPolicy: an operator token (--header) sees the heaters as
-// candidates; an anonymous caller sees them blocked with reasons; an
-// unknown token cannot connect (exit 2).
+// candidates; a viewer sees them blocked with reasons; an unknown token
+// cannot connect (exit 2).
 func TestLintWithPolicy(t *testing.T) {
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
-	anon := lintJSON(t, 0, d.url("/mcp"))
+	anon := lintJSON(t, 0, "--header", "Authorization: Bearer "+viewerToken, d.url("/mcp"))
 	op := lintJSON(t, 0, "--header", "Authorization: Bearer "+operatorToken, d.url("/mcp"))
 	find := func(r lintReport, check string) string {
 		for _, rt := range r.Runtime {
@@ -193,7 +193,7 @@ func TestLintWithPolicy(t *testing.T) {
 	}
 	const heater = "intent heater set heater_zone_a"
 	if s := find(anon, heater); !strings.Contains(s, "feasible=false") || !strings.Contains(s, "permission_insufficient") {
-		t.Errorf("anonymous heater probe: %q", s)
+		t.Errorf("viewer heater probe: %q", s)
 	}
 	if s := find(op, heater); !strings.Contains(s, "feasible=true") || !strings.Contains(s, "do_heater_zone_a(allowed)") {
 		t.Errorf("operator heater probe: %q", s)

@@ -46,7 +46,8 @@ func TestMetricsMoveUnderLoad(t *testing.T) {
 	call(t, cs, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"heating"}}})
 	d.fault(t, "zone_b.humidity", "offline")
 	call(t, cs, "read_humidity_zone_b", map[string]any{"max_age_ms": 0})
-	_, body := get(t, d.url("/metrics"))
+	_, raw := d.request(t, "GET", "/metrics", "")
+	body := string(raw)
 	for series, min := range map[string]float64{
 		`physd_tool_calls_total{outcome="good",permission="",tool="read_temperature_zone_a"}`:        5,
 		`physd_read_cache_total{result="hit"}`:                                                       4,

@@ -14,7 +14,10 @@ import (
 
 var greenhousePolicy = repoPath("examples/greenhouse/physmcp.policy.yml")
 
-const operatorToken = "greenhouse-operator-demo-token"
+const (
+	operatorToken = "greenhouse-operator-demo-token"
+	viewerToken   = "greenhouse-viewer-demo-token"
+)
 
 type bearer struct {
 	token string
@@ -52,15 +55,16 @@ func accept(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error
 // that cannot be asked.
 func TestPolicyOverHTTP(t *testing.T) {
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
-	anon := connectAs(t, d, "2026-07-28", "", nil)
-	r := structured(t, call(t, anon, "do_heater_zone_a", map[string]any{"value": 30, "idempotency_key": "anon-1"}))
+	wall := connectAs(t, d, "2026-07-28", viewerToken, nil)
+	r := structured(t, call(t, wall, "do_heater_zone_a", map[string]any{"value": 30, "idempotency_key": "viewer-1"}))
 	if r["status"] != "failed" || r["permission"] != "permission_insufficient" {
-		t.Errorf("anonymous heater: %v", r)
+		t.Errorf("viewer heater: %v", r)
 	}
-	// A wrong token is refused at the door.
-	code, _ := rpc(t, d, "tools/list", "", nil) // no token: anonymous, allowed
-	if code != 200 {
-		t.Errorf("anonymous tools/list: %d", code)
+	// No token, or a wrong one, is refused at the door: the policy has
+	// identities, so every route but /healthz and /readyz needs one.
+	code, _ := rpc(t, d, "tools/list", "", nil)
+	if code != http.StatusUnauthorized {
+		t.Errorf("anonymous tools/list: %d, want 401", code)
 	}
 	bad := mcp.NewClient(&mcp.Implementation{Name: "x", Version: "1"}, nil)
 	if _, err := bad.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.url("/mcp"),

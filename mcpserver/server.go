@@ -2,18 +2,17 @@ package mcpserver
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/gate"
@@ -24,17 +23,27 @@ import (
 
 // Options configure the MCP surface.
 type Options struct {
-	// AuthToken, when set, is required as "Authorization: Bearer <token>"
-	// on /mcp. It is mandatory for a non-loopback listener.
+	// AuthToken, when set, is a transport token: "Authorization: Bearer
+	// <token>" authenticates its holder as a viewer on every route.
 	AuthToken string
+	// RequireCredentials makes every route but /healthz and /readyz need an
+	// authenticated caller even without a token or policy identities (set
+	// when physd listens off loopback or takes client certificates).
+	RequireCredentials bool
+	// AllowedHosts are Host names, besides localhost, loopback IPs and the
+	// IP a connection arrived on, under which physd answers (DNS-rebinding
+	// protection), e.g. the gateway's DNS name.
+	AllowedHosts []string
+	// TLS, when set, makes Serve speak HTTPS with this configuration.
+	TLS *tls.Config
 	// StdioRole is the role of the local stdio caller.
 	StdioRole string
 	// MaxBodyBytes bounds a request body on /mcp (default 1 MiB).
 	MaxBodyBytes int64
 	Logger       *slog.Logger
-	// ExtraRoutes are mounted as given (pattern → handler), e.g. the
-	// simulator's development controls under /sim/.
-	ExtraRoutes map[string]http.Handler
+	// SimControls are the simulator's development controls by bus name,
+	// mounted at /sim/<bus>/ behind the same boundary (--sim-control).
+	SimControls map[string]http.Handler
 	// Safety is the policy and gate in force (nil: no policy). With it come
 	// approval rounds, bearer identities and the emergency override route.
 	Safety    *safety.Guard
@@ -56,11 +65,13 @@ type Options struct {
 
 // Server is the MCP face of one node.
 type Server struct {
-	start time.Time
-	n     *node.Node
-	mcp   *mcp.Server
-	opts  Options
-	log   *slog.Logger
+	start     time.Time
+	n         *node.Node
+	mcp       *mcp.Server
+	opts      Options
+	log       *slog.Logger
+	callerKey []byte                 // MACs the boundary's caller stamp
+	refusals  *prometheus.CounterVec // nil without metrics
 }
 
 // ManifestURI is the resource holding the served manifest.
@@ -93,7 +104,10 @@ func New(n *node.Node, opts Options) *Server {
 				c.TTLMs, c.CacheScope = 60_000, "public"
 			},
 		})
-	srv := &Server{start: time.Now(), n: n, mcp: s, opts: opts, log: opts.Logger}
+	srv := &Server{start: time.Now(), n: n, mcp: s, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
+	if opts.Metrics != nil {
+		srv.refusals = newRefusalCounter(opts.Metrics.Registry)
+	}
 	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
 	if opts.Safety != nil {
 		ts.approvals = opts.Approvals
@@ -142,124 +156,103 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// CheckListen refuses a non-loopback bind unless it is explicitly allowed
-// and protected by a token.
-func CheckListen(addr string, allowRemote bool, token string) error {
-	if IsLoopback(addr) {
+// Exposure is how an HTTP listener is protected; CheckListen judges it.
+type Exposure struct {
+	Addr        string
+	AllowRemote bool   // --allow-remote
+	Token       string // the transport token (--auth-token-file, PHYSD_AUTH_TOKEN)
+	ClientCerts bool   // client certificates are verified (--tls-client-ca)
+	TLS         bool   // --tls-cert and --tls-key
+	PlainHTTP   bool   // --insecure-plain-http
+}
+
+// CheckListen refuses a non-loopback bind unless it is explicitly allowed,
+// needs a credential, and either speaks TLS or was explicitly allowed to
+// carry bearer tokens in plain HTTP.
+func CheckListen(e Exposure) error {
+	if IsLoopback(e.Addr) {
 		return nil
 	}
-	if !allowRemote {
+	if !e.AllowRemote {
 		return fmt.Errorf("--http %s is not a loopback address: physd binds to 127.0.0.1 by default because tools here move real equipment; "+
-			"to listen on a network, pass --allow-remote and an auth token (--auth-token-file or PHYSD_AUTH_TOKEN)", addr)
+			"to listen on a network, pass --allow-remote, an auth token (--auth-token-file or PHYSD_AUTH_TOKEN) and --tls-cert/--tls-key", e.Addr)
 	}
-	if len(token) < 16 {
-		return fmt.Errorf("--http %s with --allow-remote needs an auth token of at least 16 characters (--auth-token-file or PHYSD_AUTH_TOKEN)", addr)
+	if len(e.Token) < 16 && !(e.Token == "" && e.ClientCerts) {
+		return fmt.Errorf("--http %s with --allow-remote needs an auth token of at least 16 characters (--auth-token-file or PHYSD_AUTH_TOKEN), "+
+			"or client certificates (--tls-client-ca with an mtls identity provider in the policy)", e.Addr)
+	}
+	if !e.TLS && !e.PlainHTTP {
+		return fmt.Errorf("--http %s is not a loopback address and plain HTTP would carry bearer tokens in the clear: "+
+			"serve TLS with --tls-cert FILE --tls-key FILE, or pass --insecure-plain-http if a TLS-terminating proxy or an isolated network protects the link", e.Addr)
 	}
 	return nil
 }
 
-// Handler serves /mcp and the operational routes on one listener.
+// Handler serves /mcp and the operational routes on one listener, every
+// one of them behind the boundary (boundary.go). This table is the whole
+// HTTP surface; README "Security" lists it.
 func (s *Server) Handler() http.Handler {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
-		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: s.opts.MaxBodyBytes, Logger: s.log})
-	// The SDK checks Host (DNS rebinding) but not Origin: a browser page on
-	// another origin must never reach a tool that moves equipment.
-	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "Forbidden: cross-origin request (Origin "+r.Header.Get("Origin")+")", http.StatusForbidden)
-	}))
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.requireOrigin(cop.Handler(s.requireAuth(mcpHandler))))
-	if s.opts.Safety != nil {
-		mux.Handle("/emergency/override", s.requireOrigin(cop.Handler(http.HandlerFunc(s.serveOverride))))
-	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "device_id": s.n.DeviceID(), "version": Version})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ok, checks := s.n.Ready()
-		if s.opts.MeshReady != nil {
-			r := node.Readiness{Name: "mesh", OK: true}
-			if err := s.opts.MeshReady(); err != nil {
-				r.OK, r.Error, ok = false, err.Error(), false
-			}
-			checks = append(checks, r)
-		}
-		code := http.StatusOK
-		if !ok {
-			code = http.StatusServiceUnavailable
-		}
-		writeJSON(w, code, map[string]any{"ready": ok, "checks": checks})
-	})
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: s.opts.MaxBodyBytes, Logger: s.log,
+			// The boundary checks Host against physd's own allow-list (the
+			// SDK's check knows only loopback) and Origin for every route.
+			DisableLocalhostProtection: true})
+	viewer := routeRule{read: "viewer", write: "viewer"}
+	b := newBoundary(s)
+	b.handle("GET /healthz", routeRule{public: true}, http.HandlerFunc(s.serveHealth))
+	b.handle("GET /readyz", routeRule{public: true}, http.HandlerFunc(s.serveReady))
+	b.handle("/mcp", viewer, mcpHandler)
+	b.handle("GET /status", viewer, http.HandlerFunc(s.serveStatus))
+	b.handle("GET /{$}", viewer, http.HandlerFunc(s.servePage))
 	if s.opts.Metrics != nil {
-		mux.Handle("GET /metrics", s.opts.Metrics.Handler())
+		b.handle("GET /metrics", viewer, s.opts.Metrics.Handler())
 	}
-	mux.HandleFunc("GET /status", s.serveStatus)
-	mux.HandleFunc("GET /{$}", s.servePage)
-	for pattern, h := range s.opts.ExtraRoutes {
-		mux.Handle(pattern, s.requireOrigin(h))
+	if s.opts.Safety != nil {
+		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Safety.Policy().Emergency.OverrideRole }},
+			http.HandlerFunc(s.serveOverride))
 	}
-	return mux
+	for bus, h := range s.opts.SimControls {
+		prefix := "/sim/" + bus
+		// Fault injection changes what every reader sees: an operator's act.
+		b.handle(prefix+"/", routeRule{read: "viewer", write: "operator"}, http.StripPrefix(prefix, h))
+	}
+	return b
 }
 
-// requireOrigin rejects any Origin that is not this server's own. Go's
-// CrossOriginProtection lets requests without Sec-Fetch-Site through when
-// Origin matches Host; an Origin naming another host (or "null") is refused
-// here for every method, as the MCP transport spec requires.
-func (s *Server) requireOrigin(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if o := r.Header.Get("Origin"); o != "" {
-			host := strings.TrimPrefix(strings.TrimPrefix(o, "http://"), "https://")
-			if o == "null" || !strings.EqualFold(host, r.Host) {
-				http.Error(w, "Forbidden: Origin "+o+" is not allowed", http.StatusForbidden)
-				return
+// serveHealth answers a liveness probe; the device id and version only to
+// a caller that may see them (Server.detailed).
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{"status": "ok"}
+	if s.detailed(r) {
+		body["device_id"], body["version"] = s.n.DeviceID(), Version
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// serveReady answers a readiness probe: 200 or 503 with each check's name
+// and state; the errors (which may name devices and addresses) only to a
+// caller that may see them.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	ok, checks := s.n.Ready()
+	if s.opts.MeshReady != nil {
+		r := node.Readiness{Name: "mesh", OK: true}
+		if err := s.opts.MeshReady(); err != nil {
+			r.OK, r.Error, ok = false, err.Error(), false
+		}
+		checks = append(checks, r)
+	}
+	code := http.StatusOK
+	if !ok {
+		code = http.StatusServiceUnavailable
+	}
+	if !s.detailed(r) {
+		for i := range checks {
+			if checks[i].Error != "" {
+				checks[i].Error = "details need the viewer role"
 			}
 		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// authenticate maps an HTTP request's bearer credential to a caller: the
-// transport token (--auth-token-file) is an anonymous caller with role
-// none; a policy identity (hashed token or JWT) carries its role; no
-// credential is anonymous, allowed only when no transport token is set.
-func (s *Server) authenticate(h http.Header) (node.Caller, error) {
-	c := node.Caller{ID: "anonymous", Role: "none", Transport: "http"}
-	bearer, has := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	if !has || bearer == "" {
-		if s.opts.AuthToken != "" {
-			return c, errors.New("send Authorization: Bearer <token>")
-		}
-		return c, nil
 	}
-	if s.opts.AuthToken != "" {
-		want := sha256.Sum256([]byte(s.opts.AuthToken))
-		got := sha256.Sum256([]byte(bearer))
-		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-			c.ID = "transport-token"
-			return c, nil
-		}
-	}
-	if s.opts.Safety != nil && s.opts.Safety.Policy().Identity.Configured() {
-		p, err := s.opts.Safety.Policy().Identity.Authenticate(bearer)
-		if err != nil {
-			return c, err
-		}
-		return node.Caller{ID: p.ID, Role: p.Role, Transport: "http"}, nil
-	}
-	return c, errors.New("the bearer token is not accepted here")
-}
-
-// requireAuth refuses a request whose credential does not authenticate.
-func (s *Server) requireAuth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.authenticate(r.Header); err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="physd"`)
-			http.Error(w, "Unauthorized: "+err.Error(), http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	writeJSON(w, code, map[string]any{"ready": ok, "checks": checks})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -278,9 +271,16 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration)
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		TLSConfig:         s.opts.TLS,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
+	go func() {
+		if s.opts.TLS != nil {
+			errc <- hs.ServeTLS(l, "", "") // certificates come from TLSConfig
+			return
+		}
+		errc <- hs.Serve(l)
+	}()
 	select {
 	case err := <-errc:
 		return err

@@ -3,8 +3,11 @@ package policy
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -18,8 +21,18 @@ type Principal struct {
 // ErrUnknownToken is returned for a bearer credential no identity accepts.
 var ErrUnknownToken = errors.New("the bearer token is not known to this policy")
 
+// ErrUnmappedCert is returned for a verified client certificate that no
+// identity.providers entry of type mtls maps to a role.
+var ErrUnmappedCert = errors.New("the client certificate is not mapped to a role by this policy")
+
+// errRoleClaim marks a JWT whose signature and claims verified but whose
+// role claim names no role: as specific as an expired token.
+var errRoleClaim = errors.New("role claim")
+
 // Authenticate maps a bearer credential to a principal: a static token by
-// its SHA-256, else a JWT from a configured issuer and audience.
+// its SHA-256, else a JWT from a configured issuer and audience. When no
+// provider accepts a JWT, the error is the most specific one any provider
+// gave (expired, wrong audience or issuer, bad signature), not the last.
 func (id *Identity) Authenticate(bearer string) (Principal, error) {
 	sum := sha256.Sum256([]byte(bearer))
 	for _, t := range id.Tokens {
@@ -27,19 +40,57 @@ func (id *Identity) Authenticate(bearer string) (Principal, error) {
 			return Principal{ID: "token:" + t.ID, Role: t.Role}, nil
 		}
 	}
-	var lastErr error = ErrUnknownToken
-	for _, p := range id.JWT {
-		pr, err := p.verify(bearer)
-		if err == nil {
-			return pr, nil
-		}
-		lastErr = err
+	if len(id.JWT) == 0 || strings.Count(bearer, ".") != 2 {
+		return Principal{}, ErrUnknownToken
 	}
-	return Principal{}, lastErr
+	return id.authenticateJWT(bearer)
 }
 
 // Configured reports whether any credential is configured.
-func (id *Identity) Configured() bool { return len(id.Tokens)+len(id.JWT) > 0 }
+func (id *Identity) Configured() bool { return len(id.Tokens)+len(id.JWT)+len(id.MTLS) > 0 }
+
+// authenticateJWT tries every provider and keeps the error of the one that
+// got furthest with the token: a provider whose key verified the signature
+// knows the real reason (expired, audience); one whose issuer matches knows
+// the signature is bad; the others only know the token is not theirs.
+func (id *Identity) authenticateJWT(raw string) (Principal, error) {
+	iss := unverifiedIssuer(raw)
+	var best error
+	bestRank := -1
+	for i := range id.JWT {
+		p := &id.JWT[i]
+		pr, err := p.verify(raw)
+		if err == nil {
+			return pr, nil
+		}
+		rank := 1
+		switch {
+		case errors.Is(err, jwt.ErrTokenInvalidClaims), errors.Is(err, errRoleClaim):
+			rank = 3
+		case iss != "" && iss == p.Issuer:
+			rank = 2
+		}
+		if rank > bestRank {
+			best, bestRank = err, rank
+		}
+	}
+	if bestRank == 1 && iss != "" {
+		// Not the list of trusted issuers: the caller is not authenticated.
+		return Principal{}, fmt.Errorf("JWT rejected: issuer %q is not trusted by this policy", iss)
+	}
+	return Principal{}, best
+}
+
+// unverifiedIssuer reads the iss claim without checking anything: it only
+// picks which provider's error to report, never whom to trust.
+func unverifiedIssuer(raw string) string {
+	claims := jwt.MapClaims{}
+	if _, _, err := jwt.NewParser().ParseUnverified(raw, claims); err != nil {
+		return ""
+	}
+	iss, _ := claims["iss"].(string)
+	return iss
+}
 
 func (p *JWTProvider) verify(raw string) (Principal, error) {
 	algs := []string{}
@@ -61,12 +112,106 @@ func (p *JWTProvider) verify(raw string) (Principal, error) {
 	}, jwt.WithValidMethods(algs), jwt.WithIssuer(p.Issuer), jwt.WithAudience(p.Audience),
 		jwt.WithExpirationRequired(), jwt.WithLeeway(30e9))
 	if err != nil {
-		return Principal{}, fmt.Errorf("JWT rejected: %w", err)
+		return Principal{}, fmt.Errorf("JWT rejected by issuer %s: %w", p.Issuer, err)
 	}
 	role, _ := claims[p.RoleClaim].(string)
 	if RoleLevel(role) < 0 {
-		return Principal{}, fmt.Errorf("JWT rejected: claim %q = %q is not a role (%v)", p.RoleClaim, role, Roles)
+		return Principal{}, fmt.Errorf("JWT rejected by issuer %s: claim %q = %q is not a role (%v): %w", p.Issuer, p.RoleClaim, role, Roles, errRoleClaim)
 	}
 	sub, _ := claims["sub"].(string)
 	return Principal{ID: "jwt:" + p.Issuer + "/" + sub, Role: role}, nil
+}
+
+// MTLSProvider maps client certificates, already verified by the TLS
+// listener (--tls-client-ca), to roles: an identity.providers entry of
+// type mtls.
+type MTLSProvider struct {
+	// CAPath and CA, when set, narrow the provider to certificates that
+	// also chain to this CA (the listener may trust several).
+	CAPath  string
+	CA      *x509.CertPool
+	Clients []CertRule
+}
+
+// CertRule gives a role to the certificates whose subject CN, or one of
+// whose subject alternative names (DNS, URI, email or IP), equals the
+// rule's value. Exactly one of CN and SAN is set.
+type CertRule struct {
+	CN   string
+	SAN  string
+	Role string
+}
+
+// AuthenticateCert maps a verified client certificate chain (leaf first)
+// to a principal: the first rule of the first provider that matches wins.
+func (id *Identity) AuthenticateCert(chain []*x509.Certificate) (Principal, error) {
+	if len(chain) == 0 {
+		return Principal{}, errors.New("no client certificate")
+	}
+	leaf := chain[0]
+	for _, p := range id.MTLS {
+		if p.CA != nil && !p.anchors(chain) {
+			continue
+		}
+		for _, r := range p.Clients {
+			if name, ok := r.match(leaf); ok {
+				return Principal{ID: "cert:" + name, Role: r.Role}, nil
+			}
+		}
+	}
+	return Principal{}, fmt.Errorf("%w: %s", ErrUnmappedCert, DescribeCert(leaf))
+}
+
+// anchors reports whether the chain verifies against the provider's own CA.
+func (p *MTLSProvider) anchors(chain []*x509.Certificate) bool {
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: p.CA, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return err == nil
+}
+
+func (r CertRule) match(c *x509.Certificate) (string, bool) {
+	if r.CN != "" {
+		return r.CN, c.Subject.CommonName == r.CN
+	}
+	for _, d := range c.DNSNames {
+		if strings.EqualFold(d, r.SAN) {
+			return r.SAN, true
+		}
+	}
+	for _, e := range c.EmailAddresses {
+		if e == r.SAN {
+			return r.SAN, true
+		}
+	}
+	for _, u := range c.URIs {
+		if u.String() == r.SAN {
+			return r.SAN, true
+		}
+	}
+	if ip := net.ParseIP(r.SAN); ip != nil {
+		for _, a := range c.IPAddresses {
+			if a.Equal(ip) {
+				return r.SAN, true
+			}
+		}
+	}
+	return "", false
+}
+
+// DescribeCert names a certificate for an error message or a log line:
+// its subject CN, SANs and serial.
+func DescribeCert(c *x509.Certificate) string {
+	var sans []string
+	sans = append(sans, c.DNSNames...)
+	sans = append(sans, c.EmailAddresses...)
+	for _, u := range c.URIs {
+		sans = append(sans, u.String())
+	}
+	for _, ip := range c.IPAddresses {
+		sans = append(sans, ip.String())
+	}
+	return fmt.Sprintf("CN=%q SAN=[%s] serial %s", c.Subject.CommonName, strings.Join(sans, " "), c.SerialNumber.Text(16))
 }

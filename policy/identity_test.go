@@ -84,3 +84,57 @@ func TestJWTRS256(t *testing.T) {
 		t.Errorf("algorithm confusion accepted as %+v", pr)
 	}
 }
+
+func rsaKeyFile(t *testing.T) string {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	path := filepath.Join(t.TempDir(), "jwt.pub")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestJWTReportsTheRealReason: with several providers, a token refused by
+// the provider whose key signed it reports that provider's reason, not
+// the last provider's "signing method HS256 is invalid" (issue 10).
+func TestJWTReportsTheRealReason(t *testing.T) {
+	secret := strings.Repeat("k", 40)
+	t.Setenv("PHYSD_TEST_JWT", secret)
+	pub := rsaKeyFile(t)
+	p, err := parseIdentity(t, `  providers:
+    - {type: jwt, issuer: https://idp.example, audience: physd, hs256_secret_env: PHYSD_TEST_JWT}
+    - {type: jwt, issuer: https://sso.example, audience: physd, rs256_public_key_file: `+pub+`}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := func(c jwt.MapClaims) string { return sign(t, jwt.SigningMethodHS256, []byte(secret), c) }
+	for _, c := range []struct {
+		name, token, want string
+	}{
+		{"expired", hs(claims("https://idp.example", "physd", "operator", -time.Hour)), "token is expired"},
+		{"wrong audience", hs(claims("https://idp.example", "plc", "operator", time.Hour)), "invalid audience"},
+		{"wrong issuer, right key", hs(claims("https://evil.example", "physd", "operator", time.Hour)), "invalid issuer"},
+		{"bad signature", sign(t, jwt.SigningMethodHS256, []byte(strings.Repeat("x", 40)), claims("https://idp.example", "physd", "operator", time.Hour)), "signature is invalid"},
+		{"not a role", hs(claims("https://idp.example", "physd", "root", time.Hour)), `"root" is not a role`},
+		{"unknown issuer", sign(t, jwt.SigningMethodHS256, []byte(strings.Repeat("y", 40)), claims("https://other.example", "physd", "admin", time.Hour)), `issuer "https://other.example" is not trusted`},
+		{"not a JWT", "just-a-guess", "not known to this policy"},
+	} {
+		pr, err := p.Identity.Authenticate(c.token)
+		if err == nil {
+			t.Errorf("%s: accepted as %+v", c.name, pr)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q does not say %q", c.name, err, c.want)
+		}
+		if strings.Contains(err.Error(), "signing method") {
+			t.Errorf("%s: reports another provider's algorithm mismatch: %v", c.name, err)
+		}
+	}
+}

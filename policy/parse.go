@@ -257,7 +257,7 @@ func (p *parser) emergency(e *rawEmergency, pol *Policy) {
 		return
 	}
 	if e.OverridePermission != nil && p.role(nil, "emergency.override_permission", *e.OverridePermission) {
-		if *e.OverridePermission == "none" {
+		if RoleLevel(*e.OverridePermission) < RoleLevel("operator") {
 			p.add(nil, "emergency.override_permission", "use supervisor or admin", "an override must need a role")
 		}
 		pol.Emergency.OverrideRole = *e.OverridePermission
@@ -308,17 +308,16 @@ func (p *parser) identity(id *rawIdentity, pol *Policy) {
 	}
 	for i, n := range id.Providers {
 		field := fmt.Sprintf("identity.providers[%d]", i)
+		if providerType(&n) == "mtls" {
+			p.mtlsProvider(&n, field, pol)
+			continue
+		}
 		var r rawProvider
 		if !p.decode(&n, field, &r) {
 			continue
 		}
-		switch r.Type {
-		case "jwt":
-		case "mtls":
-			p.add(&n, field+".type", "use type: jwt or identity.tokens; terminate mTLS in a proxy that forwards a token", "mtls is not supported by physd")
-			continue
-		default:
-			p.add(&n, field+".type", "use jwt", "unknown provider type %q", r.Type)
+		if r.Type != "jwt" {
+			p.add(&n, field+".type", "use jwt or mtls", "unknown provider type %q", r.Type)
 			continue
 		}
 		j := JWTProvider{Issuer: r.Issuer, Audience: r.Audience, RoleClaim: r.RoleClaim}
@@ -630,4 +629,74 @@ func toFloat(v any) (float64, bool) {
 func TokenHash(token string) string {
 	s := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(s[:])
+}
+
+// ---- identity.providers entries of type mtls ------------------------------
+
+type rawMTLSProvider struct {
+	Type       string      `yaml:"type"`
+	CACertPath string      `yaml:"ca_cert_path"`
+	Clients    []yaml.Node `yaml:"clients"`
+}
+
+type rawCertRule struct {
+	CN   string `yaml:"cn"`
+	SAN  string `yaml:"san"`
+	Role string `yaml:"role"`
+}
+
+// providerType reads an identity.providers entry's type: before decoding,
+// because jwt and mtls entries have different keys.
+func providerType(n *yaml.Node) string {
+	for _, kv := range pairs(n) {
+		if kv[0].Value == "type" {
+			return kv[1].Value
+		}
+	}
+	return ""
+}
+
+// mtlsProvider reads {type: mtls, ca_cert_path?, clients: [{cn|san, role}]}:
+// which verified client certificates get which role.
+func (p *parser) mtlsProvider(n *yaml.Node, field string, pol *Policy) {
+	var r rawMTLSProvider
+	if !p.decode(n, field, &r) {
+		return
+	}
+	m := MTLSProvider{CAPath: r.CACertPath}
+	if r.CACertPath != "" {
+		b, err := os.ReadFile(r.CACertPath)
+		m.CA = x509.NewCertPool()
+		if err != nil || !m.CA.AppendCertsFromPEM(b) {
+			p.add(n, field+".ca_cert_path", "a PEM file with the CA certificate(s) whose client certificates this provider maps, or remove the key to accept every CA that --tls-client-ca trusts",
+				"cannot use %s: %v", r.CACertPath, errOr(err, "no PEM certificate in it"))
+		}
+	}
+	if len(r.Clients) == 0 {
+		p.add(n, field+".clients", "list the certificates that get a role, e.g. clients: [{cn: ops-console, role: operator}, {san: scada.plant.example, role: viewer}]", "required")
+	}
+	seen := map[string]bool{}
+	for i, cn := range r.Clients {
+		cf := fmt.Sprintf("%s.clients[%d]", field, i)
+		var c rawCertRule
+		if !p.decode(&cn, cf, &c) {
+			continue
+		}
+		if (c.CN == "") == (c.SAN == "") {
+			p.add(&cn, cf, "set exactly one of cn (the subject common name) or san (a DNS, URI, email or IP subject alternative name)", "one of cn or san is required")
+			continue
+		}
+		key := "cn:" + c.CN
+		if c.SAN != "" {
+			key = "san:" + strings.ToLower(c.SAN)
+		}
+		if seen[key] {
+			p.add(&cn, cf, "map each certificate name once", "duplicate entry")
+		}
+		seen[key] = true
+		if p.role(&cn, cf+".role", c.Role) {
+			m.Clients = append(m.Clients, CertRule{CN: c.CN, SAN: c.SAN, Role: c.Role})
+		}
+	}
+	pol.Identity.MTLS = append(pol.Identity.MTLS, m)
 }

@@ -22,8 +22,11 @@ import (
 // Version is the physmcp_policy_version physd reads.
 const Version = "0.1"
 
-// Roles in ascending order of privilege.
-var Roles = []string{"none", "operator", "supervisor", "admin"}
+// Roles in ascending order of privilege. viewer (physd's addition to the
+// PhysMCP enum) may read the operational routes (/status, /, /metrics) and
+// call /mcp when credentials are required; it carries no right to actuate
+// beyond what a do_ tool grants to none.
+var Roles = []string{"none", "viewer", "operator", "supervisor", "admin"}
 
 // RoleLevel is the rank of a role (-1 when unknown).
 func RoleLevel(role string) int {
@@ -63,10 +66,12 @@ type Emergency struct {
 	AuditAll     bool
 }
 
-// Identity maps HTTP bearer credentials to roles.
+// Identity maps HTTP credentials (bearer tokens, JWTs, client
+// certificates) to roles.
 type Identity struct {
 	Tokens []Token
 	JWT    []JWTProvider
+	MTLS   []MTLSProvider
 }
 
 // Token is a static bearer token, stored only as its SHA-256.
@@ -175,6 +180,17 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 	}
 	for _, j := range p.Identity.JWT {
 		ids = append(ids, map[string]string{"type": "jwt", "issuer": j.Issuer, "audience": j.Audience, "role_claim": j.RoleClaim})
+	}
+	for _, m := range p.Identity.MTLS {
+		for _, c := range m.Clients {
+			id := map[string]string{"type": "mtls", "role": c.Role}
+			for k, v := range map[string]string{"cn": c.CN, "san": c.SAN, "ca_cert_path": m.CAPath} {
+				if v != "" {
+					id[k] = v
+				}
+			}
+			ids = append(ids, id)
+		}
 	}
 	return json.Marshal(map[string]any{
 		"physmcp_policy_version": Version,

@@ -37,6 +37,7 @@ import (
 	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
+	"github.com/physd/physd/policy"
 	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
@@ -192,6 +193,7 @@ type runFlags struct {
 	manifest, policy, httpAddr, state, tokenFile, stdioRole, logLevel string
 	stdio, allowRemote, simControl                                    bool
 	grace                                                             time.Duration
+	tls                                                               tlsFlags
 }
 
 func cmdRun(args []string, stderr io.Writer) int {
@@ -205,10 +207,11 @@ func cmdRun(args []string, stderr io.Writer) int {
 	fs.StringVar(&f.state, "state", "", "state directory for the ledger and audit (default $STATE_DIRECTORY, else ~/.local/state/physd/<device id>)")
 	fs.BoolVar(&f.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (requires an auth token)")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the bearer token required on /mcp (or set PHYSD_AUTH_TOKEN)")
-	fs.StringVar(&f.stdioRole, "stdio-role", "none", "role of the stdio caller: none, operator, supervisor or admin")
+	fs.StringVar(&f.stdioRole, "stdio-role", "none", "role of the stdio caller: none, viewer, operator, supervisor or admin")
 	fs.BoolVar(&f.simControl, "sim-control", false, "development: expose the simulator's fault controls at /sim/<bus>/ on the HTTP listener")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long in-flight calls may take to finish on SIGTERM")
+	f.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -237,9 +240,9 @@ func serve(f runFlags, log *slog.Logger) error {
 		return errors.New("--manifest is required")
 	}
 	switch f.stdioRole {
-	case "none", "operator", "supervisor", "admin":
+	case "none", "viewer", "operator", "supervisor", "admin":
 	default:
-		return fmt.Errorf("--stdio-role %q: use none, operator, supervisor or admin", f.stdioRole)
+		return fmt.Errorf("--stdio-role %q: use none, viewer, operator, supervisor or admin", f.stdioRole)
 	}
 	if f.httpAddr == "" && !f.stdio {
 		f.httpAddr = "127.0.0.1:8080"
@@ -253,7 +256,7 @@ func serve(f runFlags, log *slog.Logger) error {
 		token = strings.TrimSpace(string(b))
 	}
 	if f.httpAddr != "" {
-		if err := mcpserver.CheckListen(f.httpAddr, f.allowRemote, token); err != nil {
+		if err := checkExposure(f, token); err != nil {
 			return err
 		}
 	}
@@ -341,12 +344,11 @@ func serve(f runFlags, log *slog.Logger) error {
 		}
 	}()
 
-	extra := map[string]http.Handler{}
+	simControls := map[string]http.Handler{}
 	if f.simControl {
 		for name, b := range n.Buses() {
 			if c, ok := b.(interface{ ControlHandler() http.Handler }); ok {
-				prefix := "/sim/" + name
-				extra[prefix+"/"] = http.StripPrefix(prefix, c.ControlHandler())
+				simControls[name] = c.ControlHandler()
 			}
 		}
 	}
@@ -382,7 +384,18 @@ func serve(f runFlags, log *slog.Logger) error {
 			return 0
 		})
 	}
-	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, ExtraRoutes: extra,
+	var sec httpSecurity
+	if f.httpAddr != "" {
+		var pol *policy.Policy
+		if guard != nil {
+			pol = guard.Policy()
+		}
+		if sec, err = setupHTTPSecurity(ctx, f, pol, log); err != nil {
+			return err
+		}
+	}
+	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, SimControls: simControls,
+		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site)})
 	if guard != nil {
 		go reloadOnHUP(ctx, f, m, guard, al, log)
@@ -397,7 +410,7 @@ func serve(f runFlags, log *slog.Logger) error {
 		}
 		running++
 		go func() { errc <- srv.Serve(ctx, l, f.grace) }()
-		log.Info("listening", "addr", l.Addr().String(), "mcp", "http://"+l.Addr().String()+"/mcp")
+		log.Info("listening", "addr", l.Addr().String(), "mcp", sec.scheme+"://"+l.Addr().String()+"/mcp")
 	}
 	if f.stdio {
 		running++

@@ -15,13 +15,20 @@
 // permission requires_human_approval. Each approval case gets its own
 // daemon (do_heater_zone_a has a 15 s cooldown once it has run).
 //
-// Usage: node orchestrate.mjs --physd BIN --manifest FILE --policy FILE
+// With --tls-dir DIR (ca.pem, server.pem, server-key.pem from
+// conformance/testca; the caller puts ca.pem in NODE_EXTRA_CA_CERTS), the
+// same runs over HTTPS against physd --tls-cert/--tls-key: the orchestration
+// in both eras with a transport token, and the approval round with the
+// policy's operator token; plain HTTP to the TLS port and HTTPS without a
+// token must both fail.
+//
+// Usage: node orchestrate.mjs --physd BIN --manifest FILE --policy FILE [--tls-dir DIR]
 // Prints one line per check, then one summary line; exits 1 on any failed
 // expectation.
 
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -35,6 +42,7 @@ const { values: opt } = parseArgs({
     physd: { type: 'string' },
     manifest: { type: 'string' },
     policy: { type: 'string' },
+    'tls-dir': { type: 'string' },
     'timeout-ms': { type: 'string', default: '120000' },
   },
 });
@@ -70,24 +78,24 @@ function stateDir() {
 }
 
 // startDaemon runs physd on an ephemeral loopback port and resolves with
-// its MCP URL once it logs "ready".
+// its MCP URL (http or https, as physd logs it) once it logs "ready".
 function startDaemon(extra = []) {
   const args = ['run', '--manifest', opt.manifest, '--state', stateDir(), '--http', '127.0.0.1:0', ...extra];
   const child = spawn(opt.physd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   daemons.push(child);
   const lines = [];
   return new Promise((resolve, reject) => {
-    let addr = '';
+    let url = '';
     const timer = setTimeout(() => reject(new Error(`physd did not get ready:\n${lines.join('\n')}`)), 20000);
     child.on('exit', code => reject(new Error(`physd exited (${code}):\n${lines.join('\n')}`)));
     createInterface({ input: child.stderr }).on('line', line => {
       lines.push(line);
       let rec;
       try { rec = JSON.parse(line); } catch { return; }
-      if (rec.msg === 'listening') addr = rec.addr;
-      if (rec.msg === 'ready' && addr) {
+      if (rec.msg === 'listening') url = rec.mcp;
+      if (rec.msg === 'ready' && url) {
         clearTimeout(timer);
-        resolve(`http://${addr}/mcp`);
+        resolve(url);
       }
     });
   });
@@ -216,6 +224,38 @@ async function main() {
   await approval('http/legacy approval', 'legacy', httpTransport(p2, OPERATOR_TOKEN), 'refused');
   await approval(`stdio/${MODERN} approval`, MODERN, stdioTransport([...policy, '--stdio-role', 'operator']), 'success');
   await approval('stdio/legacy approval', 'legacy', stdioTransport([...policy, '--stdio-role', 'operator']), 'success');
+  if (opt['tls-dir']) await overTLS(opt['tls-dir']);
+}
+
+// refused connects a client that must not get in.
+async function refused(name, transport) {
+  const client = newClient(MODERN);
+  try {
+    await client.connect(transport);
+    await client.listTools();
+    check(name, false, 'connected and listed tools');
+  } catch (e) {
+    check(name, true);
+  } finally {
+    await client.close().catch(() => {});
+  }
+}
+
+// overTLS repeats the checks over HTTPS with a test CA.
+async function overTLS(dir) {
+  const token = 'ts-client-transport-token-' + randomUUID();
+  const tokenFile = join(stateDir(), 'token');
+  writeFileSync(tokenFile, token, { mode: 0o600 });
+  const tls = ['--tls-cert', join(dir, 'server.pem'), '--tls-key', join(dir, 'server-key.pem')];
+  const url = await startDaemon([...tls, '--auth-token-file', tokenFile]);
+  check('https: physd serves MCP over TLS', url.startsWith('https://'), url);
+  for (const era of [MODERN, 'legacy']) {
+    await orchestrate(`https/${era}`, era, httpTransport(url, token));
+  }
+  await refused('https: no token is refused', httpTransport(url));
+  await refused('https: plain HTTP to the TLS port is refused', httpTransport(url.replace('https://', 'http://'), token));
+  const p = await startDaemon([...tls, '--policy', opt.policy]);
+  await approval(`https/${MODERN} approval`, MODERN, httpTransport(p, OPERATOR_TOKEN), 'success');
 }
 
 function cleanup() {
@@ -237,7 +277,8 @@ try {
 clearTimeout(deadline);
 cleanup();
 if (failures.length === 0) {
-  console.log(`ts-client: ok (${checks} checks: HTTP and stdio, 2026-07-28 and legacy, approval rounds)`);
+  const https = opt['tls-dir'] ? ', HTTPS with a test CA' : '';
+  console.log(`ts-client: ok (${checks} checks: HTTP and stdio${https}, 2026-07-28 and legacy, approval rounds)`);
   process.exit(0);
 }
 console.log(`ts-client: FAILED ${failures.length} of ${checks} checks: ${failures.join('; ')}`);

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -36,10 +37,15 @@ type FaultRequest struct {
 //	POST /clear  clears every fault
 //
 // POSTs answer with the new state (as GET /). Bad input is 400 with
-// {"error": "..."}; bodies over 64 KiB are 413. Paths are matched after any
+// {"error": "..."}; bodies over 64 KiB are 413; a POST whose Content-Type
+// is not application/json is 415 (a browser page cannot send that
+// cross-site without a CORS preflight, so a plain HTML form or a
+// no-cors fetch can never inject a fault). Paths are matched after any
 // prefix the caller strips, with or without the leading slash, so both
 // http.StripPrefix("/sim/plant", h) and http.StripPrefix("/sim/plant/", h)
-// work. The handler has no authentication: mount it only in development.
+// work. The handler does not authenticate: physd mounts it (with
+// --sim-control only) behind its HTTP boundary, which checks Host, Origin
+// and the caller's role; mount it only in development.
 func (p *Plant) ControlHandler() http.Handler {
 	return http.HandlerFunc(p.serveControl)
 }
@@ -58,8 +64,7 @@ func (p *Plant) serveControl(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, p.state())
 	case "fault":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, "POST")
+		if !jsonPost(w, r) {
 			return
 		}
 		var req FaultRequest
@@ -87,8 +92,7 @@ func (p *Plant) serveControl(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, p.state())
 	case "clear":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, "POST")
+		if !jsonPost(w, r) {
 			return
 		}
 		p.ClearFaults()
@@ -96,6 +100,20 @@ func (p *Plant) serveControl(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such control %q (have GET /, POST /fault, POST /clear)", "/"+path))
 	}
+}
+
+// jsonPost admits a POST sent as application/json: 405 for another
+// method, 415 for another media type.
+func jsonPost(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, "POST")
+		return false
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "send Content-Type: application/json")
+		return false
+	}
+	return true
 }
 
 // decodeBody decodes exactly one JSON object with no unknown fields.

@@ -20,6 +20,9 @@ func do(t *testing.T, h http.Handler, method, path, body string) (int, map[strin
 		r = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, path, r)
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
@@ -129,6 +132,21 @@ func TestControlHandlerRejectsBadInput(t *testing.T) {
 		msg, _ := out["error"].(string)
 		if code != tc.code || !strings.Contains(msg, tc.want) {
 			t.Errorf("%s %s %.40q = %d %q; want %d mentioning %q", tc.method, tc.path, tc.body, code, msg, tc.code, tc.want)
+		}
+	}
+	// A form post or a no-cors fetch (a browser's only cross-site POSTs
+	// without a preflight) cannot inject a fault.
+	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		for _, path := range []string{"/fault", "/clear"} {
+			req := httptest.NewRequest("POST", path, strings.NewReader(`{"point":"*","mode":"offline"}`))
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusUnsupportedMediaType {
+				t.Errorf("POST %s as %q = %d, want 415", path, ct, rec.Code)
+			}
 		}
 	}
 	if len(p.Faults()) != 0 {

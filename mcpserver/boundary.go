@@ -1,0 +1,402 @@
+package mcpserver
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/policy"
+)
+
+// The HTTP boundary: one layer in front of every route physd serves. For
+// each request, in order:
+//
+//  1. Host must be a name of this server (DNS rebinding): localhost, a
+//     loopback IP, the IP the connection arrived on, or a configured name
+//     (Options.AllowedHosts). 403 otherwise, on every route.
+//  2. Origin, when sent, must be this server's own origin; a cross-site
+//     unsafe request without Origin (Sec-Fetch-Site) is refused too. 403.
+//  3. The caller is identified once: bearer token (transport token, policy
+//     token or JWT) and/or a verified client certificate. Each route names
+//     the least role it needs (routeRule); a missing or bad credential is
+//     401, a valid one with too low a role is 403. /healthz and /readyz are
+//     the only routes without this step.
+//  4. A POST body must be application/json: a browser cannot send that
+//     cross-site without a CORS preflight, which physd never grants. 415.
+//
+// The caller found in step 3 travels to the MCP tool handlers in an
+// internal header (see stampCaller), so a request is authenticated exactly
+// once and mTLS identities reach the tools.
+
+// routeRule is who may call a route.
+type routeRule struct {
+	// public routes skip the identity step: they tell no secrets.
+	public bool
+	// read and write are the least roles for GET/HEAD and for every other
+	// method, enforced when credentials are required (credentialsRequired).
+	read, write string
+	// writeAlways, when set, is the least role for non-GET methods even when
+	// no credentials are configured: only a policy identity can hold it.
+	writeAlways func() string
+}
+
+// unknownRoute guards what no pattern matches (404, 405): an anonymous
+// caller learns nothing about which routes exist when credentials are
+// required.
+var unknownRoute = routeRule{read: "viewer", write: "viewer"}
+
+// need is the least role r needs, or "" for anyone.
+func (rr routeRule) need(method string, credentialsRequired bool) string {
+	safe := method == http.MethodGet || method == http.MethodHead
+	if !safe && rr.writeAlways != nil {
+		return rr.writeAlways()
+	}
+	if !credentialsRequired {
+		return ""
+	}
+	if safe {
+		return rr.read
+	}
+	return rr.write
+}
+
+// boundary is the outer handler: Host, Origin, identity and media type,
+// then the route.
+type boundary struct {
+	s     *Server
+	mux   *http.ServeMux
+	rules map[string]routeRule // by mux pattern
+	hosts map[string]bool      // allowed Host names besides loopback
+	cop   *http.CrossOriginProtection
+}
+
+func newBoundary(s *Server) *boundary {
+	b := &boundary{s: s, mux: http.NewServeMux(), rules: map[string]routeRule{}, hosts: map[string]bool{},
+		cop: http.NewCrossOriginProtection()}
+	for _, h := range s.opts.AllowedHosts {
+		if n, ok := hostName(h); ok {
+			b.hosts[n] = true
+		}
+	}
+	return b
+}
+
+// handle mounts h at pattern behind rule.
+func (b *boundary) handle(pattern string, rule routeRule, h http.Handler) {
+	b.rules[pattern] = rule
+	b.mux.Handle(pattern, h)
+}
+
+func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Only the boundary may say who the caller is.
+	r.Header.Del(callerHeader)
+	hdr := w.Header()
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Referrer-Policy", "no-referrer")
+	hdr.Set("Cache-Control", "no-store")
+
+	if !b.hostAllowed(r) {
+		b.refuse(w, r, http.StatusForbidden, "host", "Forbidden: Host "+quote(r.Host)+" is not a name of this server (DNS rebinding protection); "+
+			"connect by localhost or IP, or add the name with --allowed-host")
+		return
+	}
+	if msg := b.crossOrigin(r); msg != "" {
+		b.refuse(w, r, http.StatusForbidden, "origin", "Forbidden: "+msg)
+		return
+	}
+	_, pattern := b.mux.Handler(r)
+	rule, ok := b.rules[pattern]
+	if !ok {
+		rule = unknownRoute
+	}
+	if rule.public {
+		// Public routes answer everyone; an authenticated caller may see
+		// more (see Server.detailed).
+		if c, _, err := b.s.identify(r); err == nil && c.ID != anonymous {
+			b.s.stampCaller(r, c)
+		}
+	} else {
+		caller, status, err := b.s.identify(r)
+		if err == nil {
+			if need := rule.need(r.Method, b.s.credentialsRequired()); need != "" && policy.RoleLevel(caller.Role) < policy.RoleLevel(need) {
+				if caller.ID == anonymous {
+					status, err = http.StatusUnauthorized, errors.New("this route needs the "+need+" role: send Authorization: Bearer <token> or a client certificate")
+				} else {
+					status, err = http.StatusForbidden, errors.New("this route needs the "+need+" role or higher; "+caller.ID+" has "+caller.Role)
+				}
+			}
+		}
+		if err != nil {
+			if status == http.StatusUnauthorized {
+				challenge := `Bearer realm="physd"`
+				if hasBearer(r) {
+					challenge += `, error="invalid_token"`
+				}
+				w.Header().Set("WWW-Authenticate", challenge)
+				b.refuse(w, r, status, "unauthenticated", "Unauthorized: "+err.Error())
+			} else {
+				b.refuse(w, r, status, "forbidden", "Forbidden: "+err.Error())
+			}
+			return
+		}
+		b.s.stampCaller(r, caller)
+	}
+	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+			b.refuse(w, r, http.StatusUnsupportedMediaType, "media_type", "Unsupported Media Type: send the body as Content-Type: application/json")
+			return
+		}
+	}
+	b.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed is the DNS-rebinding check. A rebinding page reaches physd
+// under the attacker's name, so only names physd knows as its own pass; an
+// IP literal cannot be rebound, but is accepted only for loopback and the
+// address the connection arrived on.
+func (b *boundary) hostAllowed(r *http.Request) bool {
+	host, ok := hostName(r.Host)
+	if !ok {
+		return false
+	}
+	if host == "localhost" || b.hosts[host] {
+		return true
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
+	return local != nil && local.IP.Equal(ip)
+}
+
+// hostName is the lower-case host of a Host header without port, brackets
+// or a trailing dot; ok is false when there is none or the port is not a
+// number.
+func hostName(hostport string) (string, bool) {
+	host := hostport
+	if h, port, err := net.SplitHostPort(hostport); err == nil {
+		for _, c := range port {
+			if c < '0' || c > '9' {
+				return "", false
+			}
+		}
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")), ".")
+	return host, host != "" && !strings.ContainsAny(host, "/@ ")
+}
+
+// crossOrigin says why a request comes from another origin, or "". The MCP
+// transport requires a 403 for any Origin that is not the server's own,
+// whatever the method; Go's CrossOriginProtection adds Sec-Fetch-Site for
+// unsafe requests that carry no Origin.
+func (b *boundary) crossOrigin(r *http.Request) string {
+	origins := r.Header.Values("Origin")
+	switch {
+	case len(origins) > 1:
+		return "more than one Origin header"
+	case len(origins) == 1:
+		o := origins[0]
+		u, err := url.Parse(o)
+		if o == "null" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+			return "Origin " + quote(o) + " is not this server's origin"
+		}
+	}
+	if err := b.cop.Check(r); err != nil {
+		return "cross-origin request (" + err.Error() + ")"
+	}
+	return ""
+}
+
+func (b *boundary) refuse(w http.ResponseWriter, r *http.Request, status int, reason, msg string) {
+	if b.s.refusals != nil {
+		b.s.refusals.WithLabelValues(reason).Inc()
+	}
+	b.s.log.Info("http request refused", "status", status, "reason", reason, "method", r.Method, "path", r.URL.Path,
+		"host", r.Host, "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
+	http.Error(w, msg, status)
+}
+
+func newRefusalCounter(reg *prometheus.Registry) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_http_refusals_total",
+		Help: "HTTP requests refused by the boundary, by reason (host, origin, unauthenticated, forbidden, media_type)."}, []string{"reason"})
+	reg.MustRegister(c)
+	return c
+}
+
+func quote(s string) string {
+	if len(s) > 100 {
+		s = s[:100] + "…"
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// ---- identity ----------------------------------------------------------
+
+// anonymous is the ID of a caller that presented no credential.
+const anonymous = "anonymous"
+
+// credentialsRequired reports whether every route but /healthz and
+// /readyz needs an authenticated caller: physd listens off loopback or
+// takes client certificates (Options.RequireCredentials), or a transport
+// token or policy identities are configured.
+func (s *Server) credentialsRequired() bool {
+	return s.opts.RequireCredentials || s.opts.AuthToken != "" ||
+		(s.opts.Safety != nil && s.opts.Safety.Policy().Identity.Configured())
+}
+
+// identify establishes the caller of an HTTP request from its bearer token
+// and its verified client certificate. With both, the two must give the
+// same role: a token cannot raise, nor silently lower, what the
+// certificate grants. status is 401 for a missing or bad credential and
+// 403 for credentials that disagree.
+func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
+	c, err := s.authenticateBearer(r.Header)
+	if r.TLS != nil {
+		c.Transport = "https"
+	}
+	if err != nil {
+		return c, http.StatusUnauthorized, err
+	}
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		return c, 0, nil
+	}
+	chain := r.TLS.VerifiedChains[0]
+	var id policy.Identity
+	if s.opts.Safety != nil {
+		id = s.opts.Safety.Policy().Identity
+	}
+	p, err := id.AuthenticateCert(chain)
+	switch {
+	case err != nil && c.ID != anonymous:
+		return c, 0, nil // an unmapped certificate only opened the TLS session; the token decides
+	case err != nil:
+		return c, http.StatusUnauthorized, err
+	case c.ID != anonymous && c.Role != p.Role:
+		return c, http.StatusForbidden, errors.New("the client certificate (" + p.ID + ", role " + p.Role + ") and the bearer token (" +
+			c.ID + ", role " + c.Role + ") disagree; send one credential, or make them name the same role")
+	case c.ID != anonymous:
+		c.ID += " via " + p.ID
+		return c, 0, nil
+	}
+	return node.Caller{ID: p.ID, Role: p.Role, Transport: c.Transport}, 0, nil
+}
+
+// authenticateBearer maps the Authorization header to a caller: the
+// transport token (--auth-token-file) is a viewer; a policy identity
+// (hashed token or JWT) carries its role; no credential is anonymous
+// (role none).
+func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
+	c := node.Caller{ID: anonymous, Role: "none", Transport: "http"}
+	auths := h.Values("Authorization")
+	switch {
+	case len(auths) == 0:
+		return c, nil
+	case len(auths) > 1:
+		return c, errors.New("send one Authorization header")
+	}
+	scheme, bearer, _ := strings.Cut(auths[0], " ")
+	if !strings.EqualFold(scheme, "Bearer") || bearer == "" {
+		return c, errors.New("the Authorization header must be \"Bearer <token>\"")
+	}
+	if s.opts.AuthToken != "" && hmac.Equal(sha(bearer), sha(s.opts.AuthToken)) {
+		return node.Caller{ID: "transport-token", Role: "viewer", Transport: "http"}, nil
+	}
+	if s.opts.Safety != nil && s.opts.Safety.Policy().Identity.Configured() {
+		p, err := s.opts.Safety.Policy().Identity.Authenticate(bearer)
+		if err != nil {
+			return c, err
+		}
+		return node.Caller{ID: p.ID, Role: p.Role, Transport: "http"}, nil
+	}
+	return c, errors.New("the bearer token is not accepted here")
+}
+
+func hasBearer(r *http.Request) bool { return r.Header.Get("Authorization") != "" }
+
+func sha(s string) []byte {
+	h := sha256.Sum256([]byte(s))
+	return h[:]
+}
+
+// callerHeader carries the boundary's verdict to the MCP tool handlers,
+// which see only the request's headers. The boundary deletes any value a
+// client sent and the value is MACed with a per-process key, so a request
+// that bypassed the boundary cannot forge it.
+const callerHeader = "Physd-Verified-Caller"
+
+func newCallerKey() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	return k
+}
+
+func (s *Server) stampCaller(r *http.Request, c node.Caller) {
+	body, _ := json.Marshal(c)
+	m := hmac.New(sha256.New, s.callerKey)
+	m.Write(body)
+	r.Header.Set(callerHeader, base64.RawURLEncoding.EncodeToString(body)+"."+base64.RawURLEncoding.EncodeToString(m.Sum(nil)))
+}
+
+// stampedCaller reads a caller the boundary stamped; ok is false when
+// there is none or it does not verify.
+func (s *Server) stampedCaller(h http.Header) (node.Caller, bool) {
+	body64, mac64, found := strings.Cut(h.Get(callerHeader), ".")
+	if !found {
+		return node.Caller{}, false
+	}
+	body, err1 := base64.RawURLEncoding.DecodeString(body64)
+	mac, err2 := base64.RawURLEncoding.DecodeString(mac64)
+	if err1 != nil || err2 != nil {
+		return node.Caller{}, false
+	}
+	m := hmac.New(sha256.New, s.callerKey)
+	m.Write(body)
+	var c node.Caller
+	if !hmac.Equal(mac, m.Sum(nil)) || json.Unmarshal(body, &c) != nil {
+		return node.Caller{}, false
+	}
+	return c, true
+}
+
+// detailed reports whether a public route may answer r with details
+// (device id, version, readiness errors naming devices and addresses):
+// always when credentials are not required, else to an authenticated
+// viewer.
+func (s *Server) detailed(r *http.Request) bool {
+	if !s.credentialsRequired() {
+		return true
+	}
+	c, ok := s.stampedCaller(r.Header)
+	return ok && policy.RoleLevel(c.Role) >= policy.RoleLevel("viewer")
+}
+
+// authenticate is the caller of an MCP request over HTTP, given its
+// headers: the one the boundary established, else (a handler mounted
+// without the boundary) the bearer token alone.
+func (s *Server) authenticate(h http.Header) (node.Caller, error) {
+	if c, ok := s.stampedCaller(h); ok {
+		return c, nil
+	}
+	if h.Get(callerHeader) != "" {
+		return node.Caller{}, errors.New("the request's caller stamp does not verify")
+	}
+	return s.authenticateBearer(h)
+}
