@@ -98,9 +98,15 @@ func (p *parser) decode(n *yaml.Node, v reflect.Value, path string) {
 			v.SetZero()
 			return
 		}
+		// Set the pointer only when its value decoded cleanly: a half-decoded
+		// zero would look like a value the user wrote (an "abc" in an
+		// integer field must not come back as a present 0).
+		before := len(p.errs)
 		e := reflect.New(t.Elem())
 		p.decode(n, e.Elem(), path)
-		v.Set(e)
+		if len(p.errs) == before {
+			v.Set(e)
+		}
 	case reflect.Interface:
 		if isNull(n) {
 			v.SetZero()

@@ -180,6 +180,11 @@ func oneOf(got string, options []string) string {
 	return fix
 }
 
+// OneOf is the fix for a value outside a set of options, with a "did you
+// mean" first when the value looks like a typo of one (for checks made
+// outside this package, such as the bus type against the driver registry).
+func OneOf(got string, options []string) string { return oneOf(got, options) }
+
 // quoteShort quotes s for a message, cutting it when it is long.
 func quoteShort(s string) string {
 	const max = 40

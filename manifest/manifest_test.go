@@ -41,7 +41,7 @@ func TestGreenhouse(t *testing.T) {
 	if bus == nil || bus.Name != "plant" || bus.Type != "sim" || bus.Field != "buses.plant" {
 		t.Fatalf("bus = %+v", bus)
 	}
-	if bus.Pos != (Pos{File: greenhouse, Line: 27, Col: 3}) {
+	if bus.Pos != (Pos{File: greenhouse, Line: 28, Col: 3}) {
 		t.Errorf("bus pos = %v", bus.Pos)
 	}
 	var keys []string
@@ -68,7 +68,7 @@ func TestGreenhouse(t *testing.T) {
 		CacheTTLMS:         2000,
 		Compensable:        false,
 		Tolerance:          0.1,
-		Pos:                Pos{File: greenhouse, Line: 41, Col: 5},
+		Pos:                Pos{File: greenhouse, Line: 42, Col: 5},
 	}
 	temp.Binding = Binding{}
 	if !reflect.DeepEqual(temp, wantTemp) {
@@ -86,7 +86,7 @@ func TestGreenhouse(t *testing.T) {
 	}
 	b := heater.Binding
 	if b.Type != "sim" || b.Bus != "plant" || b.Address != "" || b.Field != "capabilities[8].binding" ||
-		b.Pos != (Pos{File: greenhouse, Line: 142, Col: 14}) {
+		b.Pos != (Pos{File: greenhouse, Line: 143, Col: 14}) {
 		t.Errorf("binding = %+v", b)
 	}
 	var params struct {

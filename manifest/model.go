@@ -146,6 +146,9 @@ type Bus struct {
 	Type   string     `json:"type"`
 	Config *yaml.Node `json:"-"`
 	Pos    Pos        `json:"-"`
+	// TypePos is where the bus's type: value is written, for errors about
+	// the bus type (Pos is the bus name).
+	TypePos Pos `json:"-"`
 	// Field is the path used in error messages, "buses.<name>".
 	Field string `json:"-"`
 }

@@ -255,6 +255,10 @@ func (p *parser) buses(n *yaml.Node) map[string]*Bus {
 			continue
 		}
 		b.Type, _ = o.pattern("type", true, reID.MatchString, "a driver type in lowercase letters, digits and _", "sim, i2c, modbus_tcp")
+		b.TypePos = b.Pos
+		if tn := o.get("type"); tn != nil {
+			b.TypePos = p.pos(tn)
+		}
 		b.Config = rest(v, o.extra)
 		out[b.Name] = b
 	}
@@ -546,6 +550,10 @@ func (p *parser) rateLimit(n *yaml.Node, path, s string) *RateLimit {
 type rateError struct{ msg, fix string }
 
 func (e *rateError) Error() string { return e.msg + "; fix: " + e.fix }
+
+// Problem splits the error into what is wrong and how to fix it, so a
+// caller that positions it (the policy parser) does not print "fix:" twice.
+func (e *rateError) Problem() (msg, fix string) { return e.msg, e.fix }
 
 // ParseRate parses a PhysMCP rate string "N/unit" (unit sec, second, s,
 // min, minute, m, hour, h, day, d), as used by rate_limit in the manifest

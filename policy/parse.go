@@ -114,6 +114,56 @@ var ruleKeys = map[string][]string{
 type parser struct {
 	file string
 	errs manifest.Errors
+	root *yaml.Node // the document, to position errors in sections decoded into structs
+	// declared names every time window written in the file, valid or not:
+	// a rule naming a window whose own definition is wrong must not add an
+	// "unknown time window" error on top of the window's real one.
+	declared map[string]bool
+}
+
+// valueOf returns the value node of key in the mapping n, or nil.
+func valueOf(n *yaml.Node, key string) *yaml.Node {
+	for _, kv := range pairs(n) {
+		if kv[0].Value == key {
+			return kv[1]
+		}
+	}
+	return nil
+}
+
+// at returns the value node at a path of keys from the document root, or
+// the deepest mapping on the way (so an error is never without a line).
+func (p *parser) at(keys ...string) *yaml.Node {
+	n := p.root
+	for _, k := range keys {
+		v := valueOf(n, k)
+		if v == nil {
+			return n
+		}
+		n = v
+	}
+	return n
+}
+
+// elemOf returns the element of the sequence n whose text is s, or n.
+func elemOf(n *yaml.Node, s string) *yaml.Node {
+	if n != nil && n.Kind == yaml.SequenceNode {
+		for _, e := range n.Content {
+			if e.Value == s {
+				return e
+			}
+		}
+	}
+	return n
+}
+
+// addRate reports a manifest.ParseRate error at n, keeping its own fix.
+func (p *parser) addRate(n *yaml.Node, field string, err error) {
+	msg, fix := err.Error(), `write count/unit, e.g. "6/hour"`
+	if pe, ok := err.(interface{ Problem() (string, string) }); ok {
+		msg, fix = pe.Problem()
+	}
+	p.add(n, field, fix, "%s", msg)
 }
 
 func (p *parser) add(n *yaml.Node, field, fix, format string, args ...any) {
@@ -149,17 +199,13 @@ func Parse(file string, data []byte, m *manifest.Manifest) (*Policy, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	p := &parser{file: file}
+	p := &parser{file: file, root: root, declared: map[string]bool{}}
 	var raw rawPolicy
 	// Keep going after an unknown top-level key: every problem is reported
 	// at once.
 	p.decode(root, "", &raw)
 	pol := &Policy{Path: file, Tools: map[string]*ToolPolicy{}, Windows: map[string]*Window{}, Gate: raw.Gate}
-	if raw.Version == nil {
-		p.add(root, "physmcp_policy_version", `add physmcp_policy_version: "0.1" at the top`, "required")
-	} else if *raw.Version != Version {
-		p.add(root, "physmcp_policy_version", `set physmcp_policy_version: "0.1"`, "unsupported version %q", *raw.Version)
-	}
+	p.version(raw.Version)
 	p.defaults(raw.Defaults, pol)
 	p.windows(raw.TimeWindows, pol)
 	p.emergency(raw.Emergency, pol)
@@ -175,9 +221,23 @@ func Parse(file string, data []byte, m *manifest.Manifest) (*Policy, error) {
 	return pol, nil
 }
 
+// version checks physmcp_policy_version as strictly as the manifest checks
+// physmcp_version: an unquoted 0.1 is a YAML number, not the version text.
+func (p *parser) version(v *string) {
+	n := valueOf(p.root, "physmcp_policy_version")
+	switch {
+	case n == nil:
+		p.add(p.root, "physmcp_policy_version", `add physmcp_policy_version: "0.1" at the top`, "required")
+	case n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!float" || n.ShortTag() == "!!int"):
+		p.add(n, "physmcp_policy_version", `quote the version: physmcp_policy_version: "0.1"`, "the version must be a string, got the number %s", n.Value)
+	case v != nil && *v != Version:
+		p.add(n, "physmcp_policy_version", `set physmcp_policy_version: "0.1" (physd implements PhysMCP v0.1 policies only)`, "unsupported version %q", *v)
+	}
+}
+
 func (p *parser) role(n *yaml.Node, field, r string) bool {
 	if RoleLevel(r) < 0 {
-		p.add(n, field, "use one of "+strings.Join(Roles, ", "), "unknown role %q", r)
+		p.add(n, field, manifest.OneOf(r, Roles), "unknown role %q", r)
 		return false
 	}
 	return true
@@ -188,13 +248,13 @@ func (p *parser) defaults(d *rawDefaults, pol *Policy) {
 	if d == nil {
 		return
 	}
-	if d.RequirePermission != nil && p.role(nil, "defaults.require_permission", *d.RequirePermission) {
+	if d.RequirePermission != nil && p.role(p.at("defaults", "require_permission"), "defaults.require_permission", *d.RequirePermission) {
 		pol.Defaults.RequirePermission = *d.RequirePermission
 	}
 	if d.RateLimit != nil {
-		r, err := manifest.ParseRate(*d.RateLimit, "defaults.rate_limit")
+		r, err := manifest.ParseRate(*d.RateLimit, "rate_limit")
 		if err != nil {
-			p.add(nil, "defaults.rate_limit", "e.g. \"10/min\"", "%v", err)
+			p.addRate(p.at("defaults", "rate_limit"), "defaults.rate_limit", err)
 		}
 		pol.Defaults.RateLimit = r
 	}
@@ -206,20 +266,29 @@ func (p *parser) defaults(d *rawDefaults, pol *Policy) {
 func (p *parser) windows(n *yaml.Node, pol *Policy) {
 	for _, kv := range pairs(n) {
 		name, field := kv[0].Value, "time_windows."+kv[0].Value
+		p.declared[name] = true
 		var rw rawWindow
 		if !p.decode(kv[1], field, &rw) {
 			continue
 		}
+		// Each problem points at the key at fault, or at the window when
+		// the key is missing.
+		at := func(key string) *yaml.Node {
+			if v := valueOf(kv[1], key); v != nil {
+				return v
+			}
+			return kv[1]
+		}
 		w := &Window{Name: name}
 		ok := true
 		if len(rw.Days) == 0 {
-			p.add(kv[1], field+".days", "list the days the window starts on, e.g. [mon, tue, wed, thu, fri]", "required")
+			p.add(at("days"), field+".days", "list the days the window starts on, e.g. [mon, tue, wed, thu, fri]", "required")
 			ok = false
 		}
 		for _, d := range rw.Days {
 			wd, found := dayNames[strings.ToLower(d)]
 			if !found {
-				p.add(kv[1], field+".days", "use mon, tue, wed, thu, fri, sat, sun", "unknown day %q", d)
+				p.add(elemOf(at("days"), d), field+".days", "use mon, tue, wed, thu, fri, sat, sun", "unknown day %q", d)
 				ok = false
 				continue
 			}
@@ -227,11 +296,11 @@ func (p *parser) windows(n *yaml.Node, pol *Policy) {
 		}
 		var err error
 		if w.StartMin, err = parseClock(rw.Start); err != nil {
-			p.add(kv[1], field+".start", `write "HH:MM", e.g. "07:00"`, "%v", err)
+			p.add(at("start"), field+".start", `write "HH:MM", e.g. "07:00"`, "%v", err)
 			ok = false
 		}
 		if w.EndMin, err = parseClock(rw.End); err != nil {
-			p.add(kv[1], field+".end", `write "HH:MM", e.g. "19:00"; an end before the start crosses midnight`, "%v", err)
+			p.add(at("end"), field+".end", `write "HH:MM", e.g. "19:00"; an end before the start crosses midnight`, "%v", err)
 			ok = false
 		}
 		if ok && w.StartMin == w.EndMin {
@@ -239,10 +308,10 @@ func (p *parser) windows(n *yaml.Node, pol *Policy) {
 			ok = false
 		}
 		if rw.Timezone == "" {
-			p.add(kv[1], field+".timezone", "name an IANA zone, e.g. Europe/Berlin or UTC", "required")
+			p.add(at("timezone"), field+".timezone", "name an IANA zone, e.g. Europe/Berlin or UTC", "required")
 			ok = false
 		} else if w.Loc, err = time.LoadLocation(rw.Timezone); err != nil {
-			p.add(kv[1], field+".timezone", "name an IANA zone, e.g. Europe/Berlin or UTC", "unknown time zone %q", rw.Timezone)
+			p.add(at("timezone"), field+".timezone", zoneFix(rw.Timezone), "unknown time zone %q", rw.Timezone)
 			ok = false
 		}
 		if ok {
@@ -256,21 +325,21 @@ func (p *parser) emergency(e *rawEmergency, pol *Policy) {
 	if e == nil {
 		return
 	}
-	if e.OverridePermission != nil && p.role(nil, "emergency.override_permission", *e.OverridePermission) {
+	if e.OverridePermission != nil && p.role(p.at("emergency", "override_permission"), "emergency.override_permission", *e.OverridePermission) {
 		if RoleLevel(*e.OverridePermission) < RoleLevel("operator") {
-			p.add(nil, "emergency.override_permission", "use supervisor or admin", "an override must need a role")
+			p.add(p.at("emergency", "override_permission"), "emergency.override_permission", "use supervisor or admin", "an override must need a role")
 		}
 		pol.Emergency.OverrideRole = *e.OverridePermission
 	}
 	if e.OverrideTokenTTLSeconds != nil {
 		s := *e.OverrideTokenTTLSeconds
 		if s < 1 || s > 24*3600 {
-			p.add(nil, "emergency.override_token_ttl_seconds", "use 1 to 86400 seconds", "%d is out of range", s)
+			p.add(p.at("emergency", "override_token_ttl_seconds"), "emergency.override_token_ttl_seconds", "use 1 to 86400 seconds", "%d is out of range", s)
 		}
 		pol.Emergency.MaxTTL = time.Duration(s) * time.Second
 	}
 	if e.AuditAllOverrides != nil && !*e.AuditAllOverrides {
-		p.add(nil, "emergency.audit_all_overrides", "remove the key or set it to true", "physd always audits overrides")
+		p.add(p.at("emergency", "audit_all_overrides"), "emergency.audit_all_overrides", "remove the key or set it to true", "physd always audits overrides")
 	}
 }
 
@@ -479,8 +548,8 @@ func (p *parser) rule(n *yaml.Node, field string, tp *ToolPolicy, pol *Policy) {
 	}
 	win := func(name, key string) *Window {
 		w := pol.Windows[name]
-		if w == nil {
-			p.add(n, field+"."+key, "declare it under time_windows:", "unknown time window %q", name)
+		if w == nil && !p.declared[name] { // a declared but invalid window has its own error
+			p.add(elemOf(valueOf(n, key), name), field+"."+key, "declare it under time_windows:", "unknown time window %q", name)
 		}
 		return w
 	}
@@ -521,7 +590,7 @@ func (p *parser) rule(n *yaml.Node, field string, tp *ToolPolicy, pol *Policy) {
 		}
 		rl, err := manifest.ParseRate(s, "rate")
 		if err != nil {
-			p.add(n, field+".max", `e.g. "6/hour"`, "%v", err)
+			p.addRate(valueOf(n, "max"), field+".max", err)
 			return
 		}
 		tp.Rates = append(tp.Rates, Rate{rl.Count, rl.Per, rl.Source, "policy"})
@@ -600,12 +669,24 @@ func (p *parser) rangeGuard(n *yaml.Node, field string, r rawRule, tp *ToolPolic
 		return
 	}
 	if pr := c.Range; pr != nil {
-		// The stricter wins: the guard can only narrow the physical range.
 		if g.Max < pr.Min || g.Min > pr.Max {
 			p.add(n, field, fmt.Sprintf("overlap the physical range [%g, %g]", pr.Min, pr.Max), "unreachable rule: [%g, %g] lies outside the capability's range", g.Min, g.Max)
 			return
 		}
-		g.Min, g.Max = max(g.Min, pr.Min), min(g.Max, pr.Max)
+		// A bound beyond the manifest range can never apply (the range is a
+		// hard limit) and usually means another unit or another device.
+		bad := false
+		if g.Min < pr.Min {
+			p.add(valueOf(n, "min"), field+".min", fmt.Sprintf("use a min from %g to %g (the manifest range of %s), or correct the manifest range", pr.Min, pr.Max, c.Name), "min %g is below the capability's range [%g, %g]", g.Min, pr.Min, pr.Max)
+			bad = true
+		}
+		if g.Max > pr.Max {
+			p.add(valueOf(n, "max"), field+".max", fmt.Sprintf("use a max from %g to %g (the manifest range of %s), or correct the manifest range", pr.Min, pr.Max, c.Name), "max %g is above the capability's range [%g, %g]", g.Max, pr.Min, pr.Max)
+			bad = true
+		}
+		if bad {
+			return
+		}
 	}
 	if tp.Range != nil {
 		p.add(n, field, "keep one range_guard per tool", "a second range_guard")

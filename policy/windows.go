@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Window is a named time window: the days it starts on, a start and end
@@ -23,6 +24,29 @@ type Window struct {
 var dayNames = map[string]time.Weekday{
 	"sun": time.Sunday, "mon": time.Monday, "tue": time.Tuesday, "wed": time.Wednesday,
 	"thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday,
+}
+
+// zoneFix is the fix for an unknown time zone: the IANA name when only the
+// capitalisation is wrong (europe/amsterdam), else how to name a zone.
+// (Go's embedded zone data cannot be listed, so there is no spelling
+// suggestion beyond case.)
+func zoneFix(name string) string {
+	const fix = "name an IANA zone, e.g. Europe/Berlin or UTC"
+	parts := strings.FieldsFunc(strings.ToLower(name), func(r rune) bool { return r == '/' || r == '_' || r == '-' })
+	cased := []rune(strings.ToLower(name))
+	start := true
+	for i, r := range cased {
+		if start {
+			cased[i] = unicode.ToUpper(r)
+		}
+		start = r == '/' || r == '_' || r == '-'
+	}
+	if c := string(cased); len(parts) > 0 && c != name {
+		if _, err := time.LoadLocation(c); err == nil {
+			return fmt.Sprintf("did you mean %q? %s", c, fix)
+		}
+	}
+	return fix
 }
 
 func parseClock(s string) (int, error) {

@@ -2,7 +2,9 @@
 // capabilities as proMCP tools over MCP (loopback HTTP and stdio).
 //
 //	physd run --manifest FILE [--policy FILE] [--http ADDR | --stdio] [--state DIR]
-//	physd validate FILE
+//	physd validate [--policy FILE] MANIFEST
+//	physd lint …
+//	physd client-config --manifest FILE [--client KIND] [--transport stdio|http]
 //	physd version
 package main
 
@@ -55,9 +57,10 @@ Usage:
   physd run --manifest FILE [--policy FILE] [--http ADDR | --stdio] [--state DIR]
   physd validate [--policy POLICY] MANIFEST
   physd lint [--json] [--strict] [--allow-do] [--header "K: V"] <URL | tools.json | -- COMMAND...>
+  physd client-config --manifest FILE [--client claude-desktop|vscode|cursor] [--transport stdio|http]
   physd version
 
-Run "physd run -h" for the flags of run.
+Run "physd run -h" (or any command with -h) for its flags.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -67,13 +70,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		return cmdRun(args[1:], stderr)
+		return cmdRun(args[1:], stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], stdout, stderr)
 	case "lint":
 		return cmdLint(args[1:], stdout, stderr)
+	case "client-config":
+		return cmdClientConfig(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "physd", buildVersion())
+		writeVersion(stdout)
 		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
@@ -97,20 +102,16 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("physd validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	policyPath := fs.String("policy", "", "also check this physmcp.policy.yml against the manifest")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: physd validate [--policy POLICY] MANIFEST")
 		return 2
 	}
 	args = fs.Args()
-	m, err := manifest.Load(args[0])
+	m, err := loadManifest(args[0])
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	if err := checkBindings(m); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
@@ -150,7 +151,7 @@ func checkBindings(m *manifest.Manifest) error {
 	for name, b := range m.Buses {
 		if b.Type != "sim" {
 			if _, ok := drivers.Lookup(b.Type); !ok {
-				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: use one of %v", b.Pos, name, b.Type, drivers.Types()))
+				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: %s", b.TypePos, name, b.Type, manifest.OneOf(b.Type, drivers.Types())))
 				continue
 			}
 			if check := bindingChecks[b.Type]; check != nil {
@@ -191,12 +192,12 @@ var bindingChecks = map[string]func(*manifest.Capability) error{
 
 type runFlags struct {
 	manifest, policy, httpAddr, state, tokenFile, stdioRole, logLevel string
-	stdio, allowRemote, simControl                                    bool
+	stdio, allowRemote, simControl, stateInTmp                        bool
 	grace                                                             time.Duration
 	tls                                                               tlsFlags
 }
 
-func cmdRun(args []string, stderr io.Writer) int {
+func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("physd run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f runFlags
@@ -205,6 +206,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	fs.StringVar(&f.httpAddr, "http", "", "serve MCP (POST /mcp) and /healthz, /readyz on ADDR (default 127.0.0.1:8080 unless --stdio)")
 	fs.BoolVar(&f.stdio, "stdio", false, "serve MCP on stdin/stdout")
 	fs.StringVar(&f.state, "state", "", "state directory for the ledger and audit (default $STATE_DIRECTORY, else ~/.local/state/physd/<device id>)")
+	fs.BoolVar(&f.stateInTmp, "state-in-tmp", false, "with $HOME unset and no --state, keep the ledger and audit in the temporary directory (lost at reboot) instead of refusing to start")
 	fs.BoolVar(&f.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (requires an auth token)")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the bearer token required on /mcp (or set PHYSD_AUTH_TOKEN)")
 	fs.StringVar(&f.stdioRole, "stdio-role", "none", "role of the stdio caller: none, viewer, operator, supervisor or admin")
@@ -212,8 +214,8 @@ func cmdRun(args []string, stderr io.Writer) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long in-flight calls may take to finish on SIGTERM")
 	f.tls.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "physd run: unexpected argument %q\n", fs.Arg(0))
@@ -224,21 +226,23 @@ func cmdRun(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "physd run: --log-level: %v\n", err)
 		return 2
 	}
+	c, code := preflight(f, stderr)
+	if c == nil {
+		return code
+	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
-	if err := serve(f, log); err != nil {
+	if err := serve(f, c, log); err != nil {
 		log.Error("physd stopped", "err", err.Error())
 		return 1
 	}
+	log.Info("stopped")
 	return 0
 }
 
-func serve(f runFlags, log *slog.Logger) error {
+func serve(f runFlags, c *checked, log *slog.Logger) error {
 	start := time.Now()
 	tuneGC()
-	if f.manifest == "" {
-		return errors.New("--manifest is required")
-	}
 	switch f.stdioRole {
 	case "none", "viewer", "operator", "supervisor", "admin":
 	default:
@@ -260,14 +264,7 @@ func serve(f runFlags, log *slog.Logger) error {
 			return err
 		}
 	}
-	m, err := manifest.Load(f.manifest)
-	if err != nil {
-		return err
-	}
-	stateDir := f.state
-	if stateDir == "" {
-		stateDir = defaultStateDir(m.Device.ID)
-	}
+	m, stateDir := c.manifest, c.stateDir
 	st, err := store.Open(stateDir)
 	if err != nil {
 		return err
@@ -308,10 +305,7 @@ func serve(f runFlags, log *slog.Logger) error {
 		remote = &meshnode.Remote{Budget: time.Duration(m.Network.Mesh.RequestTimeoutMS) * time.Millisecond, MaxPeers: m.Network.Mesh.MaxPeers}
 	}
 	if f.policy != "" {
-		pol, g, err := loadPolicy(f.policy, m)
-		if err != nil {
-			return err
-		}
+		pol, g := c.policy, c.gate
 		for _, w := range policyWarnings(pol, g) {
 			log.Warn("policy", "warning", w)
 		}
@@ -471,18 +465,4 @@ func policyName(p string) string {
 		return "none"
 	}
 	return p
-}
-
-func defaultStateDir(deviceID string) string {
-	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
-		return d
-	}
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "physd", deviceID)
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "physd", deviceID)
-	}
-	return filepath.Join(home, ".local", "state", "physd", deviceID)
 }

@@ -1,0 +1,143 @@
+package policy
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/physd/physd/manifest"
+)
+
+// Schema returns the JSON Schema of physmcp.policy.yml as Parse reads it,
+// for editors. Each section's keys come from the Go type Parse decodes it
+// into (manifest.DecodeSchema over rawPolicy, rawWindow, rawToken …, the
+// same key matching DecodeNode applies), and the rule keys from ruleKeys,
+// so the accepted keys cannot drift from the parser; the values are
+// narrowed here to what Parse then checks (roles, days, HH:MM, rates).
+// gate is the schema of the gate: section, which the gate package decodes
+// (the policy package does not import it).
+func Schema(gate *jsonschema.Schema) *jsonschema.Schema {
+	s := manifest.DecodeSchema(reflect.TypeFor[rawPolicy]())
+	s.Schema = manifest.SchemaDraft
+	s.Title = "PhysMCP policy (physd)"
+	s.Description = "physmcp.policy.yml: PhysMCP v0.1 §6 plus physd's rules. Check a file against its manifest with: physd validate --policy POLICY MANIFEST"
+	s.Required = []string{"physmcp_policy_version"}
+	p := s.Properties
+	p["physmcp_policy_version"] = &jsonschema.Schema{Type: "string", Const: anyOf(Version), Description: `Policy version, quoted: "0.1"`}
+
+	d := p["defaults"]
+	d.Description = "Applied to every do_ tool, on top of the manifest and the rules below."
+	d.Properties["require_permission"] = roleEnum(Roles, "Least role for every do_ tool.")
+	d.Properties["rate_limit"] = rateSchema("Limit on every do_ tool, e.g. 120/hour.")
+	d.Properties["audit_all"].Description = "Audit every actuation (physd always does)."
+
+	window := manifest.DecodeSchema(reflect.TypeFor[rawWindow]())
+	window.Required = []string{"days", "start", "end", "timezone"}
+	days := make([]any, 0, 7)
+	for _, n := range []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"} {
+		days = append(days, n)
+	}
+	window.Properties["days"] = &jsonschema.Schema{Type: "array", MinItems: ptr(1), Items: &jsonschema.Schema{Type: "string", Enum: days}, Description: "Days the window starts on."}
+	clock := `^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$`
+	window.Properties["start"] = &jsonschema.Schema{Type: "string", Pattern: clock, Description: `Start, "HH:MM" local time.`}
+	window.Properties["end"] = &jsonschema.Schema{Type: "string", Pattern: clock, Description: `End, "HH:MM"; an end before the start crosses midnight.`}
+	window.Properties["timezone"] = &jsonschema.Schema{Type: "string", Pattern: `\S`, Description: "IANA zone, e.g. Europe/Amsterdam or UTC.", Examples: []any{"UTC", "Europe/Amsterdam"}}
+	p["time_windows"] = &jsonschema.Schema{Type: "object", AdditionalProperties: window, Description: "Named time windows for time_window and approval rules."}
+
+	id := p["identity"]
+	token := manifest.DecodeSchema(reflect.TypeFor[rawToken]())
+	token.Required = []string{"id", "sha256", "role"}
+	token.Properties["sha256"] = &jsonschema.Schema{Type: "string", Pattern: hexRE.String(), Description: `SHA-256 of the token in lower-case hex (printf %s "$TOKEN" | sha256sum), never the token.`}
+	token.Properties["role"] = roleEnum(Roles, "Role of the holder.")
+	id.Properties["tokens"].Items = token
+	provider := manifest.DecodeSchema(reflect.TypeFor[rawProvider]())
+	provider.Required = []string{"type", "issuer", "audience"}
+	provider.Properties["type"] = &jsonschema.Schema{Type: "string", Enum: []any{"jwt"}, Description: "jwt (terminate mTLS in a proxy that forwards a token)."}
+	id.Properties["providers"].Items = provider
+
+	e := p["emergency"]
+	e.Properties["override_permission"] = roleEnum(Roles[1:], "Role that may lift time windows for a while.")
+	e.Properties["override_token_ttl_seconds"] = &jsonschema.Schema{Type: "integer", Minimum: ptr(1.0), Maximum: ptr(86400.0), Description: "Longest override, in seconds."}
+	e.Properties["audit_all_overrides"] = &jsonschema.Schema{Type: "boolean", Enum: []any{true}, Description: "physd always audits overrides."}
+
+	capability := manifest.DecodeSchema(reflect.TypeFor[rawCapability]())
+	capability.Properties["rules"].Items = ruleSchema()
+	p["capabilities"] = &jsonschema.Schema{Type: "object", AdditionalProperties: capability,
+		PropertyNames: &jsonschema.Schema{Pattern: "^do_"}, Description: "Rules keyed by the full do_ tool name."}
+	p["gate"] = gate
+	return s
+}
+
+// ruleSchema describes one rule: every key of rawRule, the type naming
+// which of them apply (ruleKeys) and which are required.
+func ruleSchema() *jsonschema.Schema {
+	r := manifest.DecodeSchema(reflect.TypeFor[rawRule]())
+	// rawRule holds the union of the rule types' keys; a key in one and not
+	// the other would be accepted by no rule, or refused by every rule.
+	var union []string
+	for _, keys := range ruleKeys {
+		union = append(union, keys...)
+	}
+	manifest.MustCoverKeys("capabilities.<tool>.rules[]", append(union, "type"), r.Properties)
+
+	types := make([]string, 0, len(ruleKeys))
+	for t := range ruleKeys {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	r.Required = []string{"type"}
+	r.Properties["type"] = &jsonschema.Schema{Type: "string", Enum: anySlice(types), Description: "Rule type: " + fmt.Sprint(types) + "."}
+	r.Properties["require"] = &jsonschema.Schema{Type: "array", MinItems: ptr(1), Items: roleEnum(Roles, ""), Description: "permission: the roles allowed; the lowest listed and above pass."}
+	r.Properties["allow_during"].Description = "time_window: windows inside which the tool may run."
+	r.Properties["deny_during"].Description = "time_window: windows inside which it may not."
+	r.Properties["min"] = &jsonschema.Schema{Type: "number", Description: "range_guard: lowest value; inside the manifest range."}
+	r.Properties["max"] = &jsonschema.Schema{Types: []string{"number", "string"}, Description: `range_guard: highest value; rate: "N/unit", e.g. "6/hour".`}
+	r.Properties["on_violation"] = &jsonschema.Schema{Type: "string", Enum: []any{"clamp", "deny", "warn"}, Description: "range_guard: what a value outside does."}
+	r.Properties["min_peers"] = &jsonschema.Schema{Type: "integer", Minimum: ptr(1.0), Description: "quorum: gateways that must answer, self included."}
+	r.Properties["on_failure"] = &jsonschema.Schema{Type: "string", Enum: []any{"deny"}, Description: "quorum: deny (the only safe choice)."}
+	r.Properties["ms"] = &jsonschema.Schema{Type: "integer", Minimum: ptr(1.0), Description: "cooldown: least time between actuations, ms."}
+	r.Properties["when"] = &jsonschema.Schema{Type: "string", Enum: []any{"always", "outside_window", "above"}, Description: "approval: when a human must confirm."}
+	r.Properties["window"].Description = "approval (outside_window): the window inside which no approval is needed."
+	r.Properties["above"] = &jsonschema.Schema{Type: "number", Description: "approval (above): the value above which a human confirms."}
+
+	required := map[string][]string{"permission": {"require"}, "rate": {"max"}, "quorum": {"min_peers"},
+		"range_guard": {"min", "max", "on_violation"}, "cooldown": {"ms"}, "approval": {"when"}}
+	for _, t := range types {
+		names := anySlice(append([]string{"type"}, ruleKeys[t]...))
+		then := &jsonschema.Schema{PropertyNames: &jsonschema.Schema{Enum: names}, Required: required[t]}
+		switch t {
+		case "rate":
+			then.Properties = map[string]*jsonschema.Schema{"max": rateSchema("")}
+		case "range_guard":
+			then.Properties = map[string]*jsonschema.Schema{"max": {Type: "number"}}
+		}
+		r.AllOf = append(r.AllOf, &jsonschema.Schema{
+			If:   &jsonschema.Schema{Properties: map[string]*jsonschema.Schema{"type": {Const: anyOf(t)}}, Required: []string{"type"}},
+			Then: then,
+		})
+	}
+	return r
+}
+
+func roleEnum(roles []string, desc string) *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "string", Enum: anySlice(roles), Description: desc}
+}
+
+func rateSchema(desc string) *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "string", Pattern: manifest.RatePattern(), Description: desc, Examples: []any{"6/hour"}}
+}
+
+func anySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range slices.Clone(ss) {
+		out[i] = s
+	}
+	return out
+}
+
+func anyOf(v any) *any { return &v }
+
+func ptr[T any](v T) *T { return &v }
