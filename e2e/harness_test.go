@@ -104,12 +104,18 @@ type daemon struct {
 // adminDemoToken is the greenhouse policy's admin token.
 const adminDemoToken = "greenhouse-admin-demo-token"
 
+// adminDemoTokenHash is adminDemoToken's sha256 as policies list it.
+const adminDemoTokenHash = "b52aa8aa128a1e000ac3c35f0b7b16dee3a2baa5950139e03447d04d7689ea0f"
+
 // withPolicyToken sets the harness's token when the daemon runs a policy
-// (every policy the e2e tests use carries the greenhouse demo tokens).
+// that carries the greenhouse demo admin token (a token the policy does not
+// know is refused, so policies without identities get none).
 func (d *daemon) withPolicyToken(extra []string) {
-	for _, a := range extra {
-		if a == "--policy" {
-			d.token = adminDemoToken
+	for i, a := range extra {
+		if a == "--policy" && i+1 < len(extra) {
+			if b, err := os.ReadFile(extra[i+1]); err == nil && strings.Contains(string(b), adminDemoTokenHash) {
+				d.token = adminDemoToken
+			}
 		}
 	}
 }
