@@ -49,6 +49,8 @@ type Manifest struct {
 	Buses        map[string]*Bus `json:"buses,omitempty"`
 	Capabilities []*Capability   `json:"capabilities"`
 	Audit        Audit           `json:"audit"`
+	// Views are the physd extension views: (views.go).
+	Views []*View `json:"views,omitempty"`
 }
 
 // Device is the device: block.

@@ -43,7 +43,7 @@ var (
 
 // Keys accepted in each block, in the order they are listed in fixes.
 var (
-	topKeys        = []string{"physmcp_version", "device", "network", "buses", "capabilities", "audit"}
+	topKeys        = []string{"physmcp_version", "device", "network", "buses", "capabilities", "audit", "views"}
 	deviceKeys     = []string{"id", "type", "vendor", "model", "firmware_version", "hardware_revision", "location", "certification"}
 	locationKeys   = []string{"zone", "area", "description", "coordinates"}
 	coordKeys      = []string{"x", "y", "z"}
@@ -119,6 +119,7 @@ func (p *parser) manifest(root *yaml.Node) *Manifest {
 	m.Buses = p.buses(top.get("buses"))
 	p.capabilities(top.need("capabilities", ""), m)
 	m.Audit = p.audit(top.sub("audit", auditKeys, false))
+	m.Views = p.views(top.get("views"))
 	return m
 }
 

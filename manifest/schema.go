@@ -38,6 +38,7 @@ func Schema(busTypes []string) *jsonschema.Schema {
 		"buses":           busesSchema(busTypes),
 		"capabilities":    listOf(capabilitySchema(), 1, "The device's capabilities; each becomes read_<name> or do_<name>."),
 		"audit":           auditSchema(),
+		"views":           viewsSchema(),
 	})
 	s.Schema = SchemaDraft
 	s.Title = "PhysMCP device manifest (physd)"

@@ -23,6 +23,8 @@ type RemoteTool struct {
 	DataType    string
 	Unit        string
 	Zone        string
+	Area        string   // the owner's device.location.area
+	Tags        []string // semantic_tags
 	Description string
 	EnumValues  []string
 	SideEffects []string

@@ -51,6 +51,8 @@ type toolSet struct {
 	routing   *routing         // nil: no mesh
 	sourceArg bool             // local tools take an optional source (mesh)
 	authn     func(h http.Header) (node.Caller, error)
+	// scopeReport narrows a can_do report to the request's view (views.go).
+	scopeReport func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport)
 }
 
 // raw pre-serialises a schema. The SDK re-marshals every tool's input
@@ -377,6 +379,9 @@ func (ts *toolSet) handleCanDo(ctx context.Context, req *mcp.CallToolRequest) (*
 	rep, err := ts.n.CanDo(ctx, in, caller)
 	if err != nil {
 		return toolError(err), nil
+	}
+	if ts.scopeReport != nil {
+		ts.scopeReport(req.Extra, in, &rep)
 	}
 	if m := ts.metrics; m != nil {
 		m.Since("can_do", start)

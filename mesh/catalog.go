@@ -15,6 +15,7 @@ import (
 type Catalog struct {
 	DeviceID     string         `json:"device_id"`
 	Zone         string         `json:"zone,omitempty"`
+	Area         string         `json:"area,omitempty"` // device.location.area (views select on it)
 	Capabilities []CatalogEntry `json:"capabilities"`
 	// Hash is set by the mesh: the hex sha256 of the canonical catalog
 	// (see Canonical). Any value given is replaced.
@@ -41,7 +42,7 @@ type CatalogEntry struct {
 // each entry's tags sorted and de-duplicated, and Hash computed over the
 // JSON of that canonical form without the hash.
 func (c Catalog) Canonical() Catalog {
-	out := Catalog{DeviceID: c.DeviceID, Zone: c.Zone, Capabilities: make([]CatalogEntry, len(c.Capabilities))}
+	out := Catalog{DeviceID: c.DeviceID, Zone: c.Zone, Area: c.Area, Capabilities: make([]CatalogEntry, len(c.Capabilities))}
 	for i, e := range c.Capabilities {
 		e.Tags = slices.Compact(slices.Sorted(slices.Values(e.Tags)))
 		if len(e.Tags) == 0 {

@@ -1,0 +1,312 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/policy"
+	"github.com/physd/physd/promcp"
+)
+
+// What an agent is shown. Two filters apply to every tools/list, tools/call
+// and can_do, whichever endpoint or era the request came through:
+//
+//   - the view (manifest views:, served at /mcp/<view> and over stdio with
+//     --view): only the capabilities it selects, local or routed;
+//   - the caller's role (with a policy): a do_ tool of this gateway is listed
+//     only to a role its policy lets run it. A call of an unlisted do_ is
+//     still judged by the policy (permission_insufficient), so a client that
+//     cached an older list gets a clear refusal, never a different action.
+//
+// A view narrows what an agent sees; it is not a grant: the policy still
+// decides every do_. Remote tools are listed by view only: their owner's
+// policy decides their roles.
+
+// viewHeader carries the endpoint's view from the route to the handlers.
+// Every /mcp route sets or deletes it, so a client cannot choose it.
+const viewHeader = "Physd-View"
+
+// withView serves h as the endpoint of view (empty: the whole site).
+func withView(view string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(viewHeader)
+		if view != "" {
+			r.Header.Set(viewHeader, view)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// scope is what one request may see.
+type scope struct {
+	view   *manifest.View // nil: every capability
+	caller node.Caller
+	known  bool // caller established (a refused credential fails the call elsewhere)
+}
+
+func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
+	var sc scope
+	if extra != nil && extra.Header != nil {
+		sc.view = s.n.Manifest().View(extra.Header.Get(viewHeader))
+		c, err := s.authenticate(extra.Header)
+		sc.caller, sc.known = c, err == nil
+		return sc
+	}
+	sc.view = s.n.Manifest().View(s.opts.View)
+	sc.caller, sc.known = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}, true
+	return sc
+}
+
+// subjects lists the owners of tool with what a view matches them on:
+// this gateway's capability and every live owner in the mesh catalog.
+func (s *Server) subjects(tool string) []manifest.ViewSubject {
+	var out []manifest.ViewSubject
+	m := s.n.Manifest()
+	for _, c := range m.Capabilities {
+		if c.ToolName() == tool {
+			out = append(out, m.Subject(c))
+		}
+	}
+	if s.opts.Router != nil {
+		for _, t := range s.opts.Router.RemoteTools() {
+			if t.Tool == tool {
+				out = append(out, manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: capName(tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
+			}
+		}
+	}
+	return out
+}
+
+func capName(tool string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(tool, "read_"), "do_")
+}
+
+// inView lists the owners of tool the scope's view selects (all owners
+// without a view); nil when none.
+func (sc scope) inView(subjects []manifest.ViewSubject) []string {
+	var owners []string
+	for _, sub := range subjects {
+		if sc.view == nil || sc.view.Match(sub) {
+			owners = append(owners, sub.Device)
+		}
+	}
+	return owners
+}
+
+// roleMayRun reports whether the caller's role may run this gateway's do_
+// tool under the policy in force (always true without a policy).
+func (s *Server) roleMayRun(sc scope, tool string) bool {
+	if s.opts.Safety == nil {
+		return true
+	}
+	tp := s.opts.Safety.Policy().Tools[tool]
+	if tp == nil {
+		return true
+	}
+	role := sc.caller.Role
+	if role == "" {
+		role = "none"
+	}
+	return policy.RoleLevel(role) >= policy.RoleLevel(tp.MinRole)
+}
+
+// visible reports whether the scope lists tool, and which owners it may
+// route to (nil for can_do and the local-only case).
+func (s *Server) visible(sc scope, tool string) (bool, []string) {
+	if tool == "can_do" {
+		return true, nil
+	}
+	subs := s.subjects(tool)
+	if len(subs) == 0 {
+		return sc.view == nil, nil // not ours to judge; the SDK answers "unknown tool"
+	}
+	owners := sc.inView(subs)
+	if len(owners) == 0 {
+		return false, nil
+	}
+	if strings.HasPrefix(tool, "do_") && slices.Contains(owners, s.n.DeviceID()) && !s.roleMayRun(sc, tool) {
+		// The local instance is not for this role; remote owners judge their own.
+		owners = slices.DeleteFunc(owners, func(o string) bool { return o == s.n.DeviceID() })
+		if len(owners) == 0 {
+			return false, nil
+		}
+	}
+	return true, owners
+}
+
+// scopeMiddleware applies the view and the role to tools/list and
+// tools/call, in both protocol eras (the SDK routes both through its
+// receiving middleware).
+func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "tools/list":
+			res, err := next(ctx, method, req)
+			if err != nil {
+				return res, err
+			}
+			lr, ok := res.(*mcp.ListToolsResult)
+			if !ok {
+				return res, nil
+			}
+			sc := s.scopeOf(req.GetExtra())
+			out := *lr
+			out.Tools = make([]*mcp.Tool, 0, len(lr.Tools))
+			for _, t := range lr.Tools {
+				ok, owners := s.visible(sc, t.Name)
+				if !ok {
+					continue
+				}
+				out.Tools = append(out.Tools, narrowSource(t, owners, s.n.DeviceID()))
+			}
+			return &out, nil
+		case "tools/call":
+			p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
+			if !ok || p == nil {
+				break
+			}
+			sc := s.scopeOf(req.GetExtra())
+			if sc.view == nil {
+				break
+			}
+			ok, owners := s.visible(sc, p.Name)
+			if !ok {
+				return toolError(fmt.Errorf("%s is not in the view %q of this endpoint; call it through an endpoint whose view includes it, or use can_do to find what this view offers", p.Name, sc.view.Name)), nil
+			}
+			if owners != nil {
+				var in struct {
+					Source string `json:"source"`
+				}
+				_ = json.Unmarshal(p.Arguments, &in)
+				src := in.Source
+				if src == "" {
+					src = s.n.DeviceID()
+				}
+				if !slices.Contains(owners, src) {
+					return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%s on %q is not in the view %q; owners in this view: %s", p.Name, src, sc.view.Name, strings.Join(owners, ", "))}), nil
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// narrowSource returns t with its source argument limited to owners (when
+// the tool has one and the scope hides some owners).
+func narrowSource(t *mcp.Tool, owners []string, self string) *mcp.Tool {
+	raw, ok := t.InputSchema.(json.RawMessage)
+	if !ok || owners == nil {
+		return t
+	}
+	var schema map[string]any
+	if json.Unmarshal(raw, &schema) != nil {
+		return t
+	}
+	props, _ := schema["properties"].(map[string]any)
+	src, _ := props["source"].(map[string]any)
+	if src == nil {
+		return t
+	}
+	enum, hasEnum := src["enum"].([]any)
+	if !hasEnum {
+		if slices.Contains(owners, self) && len(owners) == 1 {
+			return t // a local tool whose only owner in scope is this gateway
+		}
+		enum = nil
+	}
+	var keep []any
+	for _, o := range owners {
+		keep = append(keep, o)
+	}
+	if hasEnum && len(keep) == len(enum) {
+		return t
+	}
+	src = mapsClone(src)
+	src["enum"] = keep
+	props = mapsClone(props)
+	props["source"] = src
+	schema["properties"] = props
+	b, _ := json.Marshal(schema)
+	cp := *t
+	cp.InputSchema = json.RawMessage(b)
+	return &cp
+}
+
+func mapsClone(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// scopeReport removes from a can_do report what the request's view does
+// not select, and says so in the metadata: candidates always name a tool
+// the caller can call through this endpoint.
+func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.CapabilityReport) {
+	if sc.view == nil {
+		return
+	}
+	cache := map[string][]string{}
+	in := func(tool, owner string) bool {
+		owners, ok := cache[tool]
+		if !ok {
+			owners = sc.inView(s.subjects(tool))
+			cache[tool] = owners
+		}
+		return slices.Contains(owners, owner)
+	}
+	filtered := 0
+	rep.Candidates = slices.DeleteFunc(rep.Candidates, func(c promcp.Candidate) bool {
+		out := !in(c.Capability, c.Source)
+		if out {
+			filtered++
+		}
+		return out
+	})
+	rep.Blocked = slices.DeleteFunc(rep.Blocked, func(b promcp.Blocked) bool {
+		out := !in(b.Capability, b.Source)
+		if out {
+			filtered++
+		}
+		return out
+	})
+	rep.Context.RelatedReads = slices.DeleteFunc(rep.Context.RelatedReads, func(tool string) bool {
+		return len(sc.inView(s.subjects(tool))) == 0
+	})
+	for name, st := range rep.Context.CurrentObservations {
+		src := st.Source
+		if src == "" {
+			src = s.n.DeviceID()
+		}
+		if !in("read_"+name, src) && !in("do_"+name, src) { // keyed by capability name
+			delete(rep.Context.CurrentObservations, name)
+		}
+	}
+	rep.Metadata.View = sc.view.Name
+	rep.Metadata.FilteredByView = filtered
+	rep.DeriveFeasible()
+	if !rep.Feasible && len(rep.Blocked) == 0 && len(rep.Unroutable) == 0 {
+		detail := "nothing in this view matches"
+		if filtered > 0 {
+			detail = fmt.Sprintf("%d capabilities outside the view %q matched; ask through an endpoint whose view includes them", filtered, sc.view.Name)
+		}
+		intent := req.Intent
+		if intent == nil {
+			intent = req.Query
+		}
+		outcome := ""
+		if intent != nil {
+			outcome = strings.TrimSpace(intent.Action + " " + intent.Target + " [" + strings.Join(intent.SemanticTags, ",") + "]")
+		}
+		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: outcome, Reason: promcp.UnroutableNoProducer, Detail: detail})
+	}
+}
