@@ -61,7 +61,7 @@ var (
 		"enum_values", "precision", "sample_rate_hz", "semantic_tags", "side_effects",
 		"rate_limit", "requires_permission", "requires_quorum", "quorum_size",
 		"cooldown_ms", "timeout_ms", "cacheable", "cache_ttl_ms", "zone",
-		"compensable", "settle_ms", "tolerance", "adopted_from",
+		"compensable", "settle_ms", "tolerance", "adopted_from", "family",
 	}
 )
 
@@ -289,6 +289,7 @@ func (p *parser) capabilities(n *yaml.Node, m *Manifest) {
 			m.Capabilities = append(m.Capabilities, c)
 		}
 	}
+	p.families(n, m)
 }
 
 func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[string]*yaml.Node) *Capability {
@@ -442,6 +443,13 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 			p.add(o.get("zone"), o.field("zone"), "remove zone to use device.location.zone, or name the zone", "zone must not be empty")
 		}
 		c.Zone = s
+	}
+	if s, ok := o.str("family", false); ok {
+		if !reCapName.MatchString(s) {
+			p.add(o.get("family"), o.field("family"), "name the family like a capability, e.g. heater", "invalid family %s", quoteShort(s))
+		} else {
+			c.Family = s
+		}
 	}
 	c.Compensable = isDo
 	if v, ok := o.boolean("compensable"); ok {

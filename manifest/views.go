@@ -24,7 +24,11 @@ type View struct {
 	Tags        []string `json:"tags,omitempty"`         // any of the capability's semantic_tags
 	Devices     []string `json:"devices,omitempty"`      // owner device ids
 	Capability  []string `json:"capabilities,omitempty"` // capability names (without read_/do_)
-	Pos         Pos      `json:"-"`
+	// Families, when set, decides whether the view's endpoint lists a
+	// family tool per capability family (families.go) or every instance;
+	// unset, the endpoint follows physd run --families.
+	Families *bool `json:"families,omitempty"`
+	Pos      Pos   `json:"-"`
 }
 
 // ViewSubject is what a view is matched against: one capability of one
@@ -75,7 +79,7 @@ func (m *Manifest) Subject(c *Capability) ViewSubject {
 	return ViewSubject{Device: m.Device.ID, Area: m.Device.Location.Area, Name: c.Name, Kind: c.Kind, Zone: c.Zone, Tags: c.SemanticTags}
 }
 
-var viewKeys = []string{"description", "kinds", "zones", "areas", "tags", "devices", "capabilities"}
+var viewKeys = []string{"description", "kinds", "zones", "areas", "tags", "devices", "capabilities", "families"}
 
 // views reads views: {name: {selectors}}. Names become URL path segments
 // (/mcp/<name>), so they are plain lowercase words. Zones, devices and
@@ -133,6 +137,9 @@ func (p *parser) views(n *yaml.Node) []*View {
 			}
 			return true
 		})
+		if b, ok := o.boolean("families"); ok {
+			view.Families = &b
+		}
 		out = append(out, view)
 	}
 	return out
@@ -150,6 +157,7 @@ func viewsSchema() *jsonschema.Schema {
 		"tags":         names("Capabilities with any of these semantic_tags."),
 		"devices":      names("Device ids of the owning gateways."),
 		"capabilities": names("Capability names (without read_/do_)."),
+		"families":     boolean("List one tool per capability family (zone argument) instead of every instance; default: physd run --families."),
 	})
 	return &jsonschema.Schema{Type: "object", Description: "physd extension: named subsets of the site's capabilities, each served at /mcp/<name> and over stdio with --view <name>. Every selector given must match.",
 		PropertyNames: &jsonschema.Schema{Pattern: reCapName.String()}, AdditionalProperties: view}

@@ -25,6 +25,7 @@ type RemoteTool struct {
 	Zone        string
 	Area        string   // the owner's device.location.area
 	Tags        []string // semantic_tags
+	Family      string   // the capability's family, if any
 	Description string
 	EnumValues  []string
 	SideEffects []string

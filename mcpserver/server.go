@@ -61,6 +61,10 @@ type Options struct {
 	MeshReady func() error
 	// View, when set, is the stdio caller's view (--view): a manifest views: entry.
 	View string
+	// Families makes the default endpoint and stdio list one tool per
+	// capability family instead of every instance (a view may decide
+	// otherwise for its endpoint); see families.go.
+	Families bool
 	// Router, when set, lists and routes the tools of the site's other
 	// nodes (a source argument picks the owner).
 	Router Router
@@ -75,6 +79,7 @@ type Server struct {
 	log       *slog.Logger
 	callerKey []byte // MACs the boundary's caller stamp
 	ts        *toolSet
+	fams      familyTools
 	refusals  *prometheus.CounterVec // nil without metrics
 }
 
@@ -127,6 +132,10 @@ func New(n *node.Node, opts Options) *Server {
 	s.AddReceivingMiddleware(srv.scopeMiddleware)
 	if opts.Router != nil {
 		ts.enableRouting(s, opts.Router)
+	}
+	srv.syncFamilies()
+	if opts.Router != nil {
+		opts.Router.OnChange(srv.syncFamilies)
 	}
 	srv.addPolicyResources()
 	srv.addMeshResource()

@@ -47,9 +47,10 @@ func withView(view string, h http.Handler) http.Handler {
 
 // scope is what one request may see.
 type scope struct {
-	view   *manifest.View // nil: every capability
-	caller node.Caller
-	known  bool // caller established (a refused credential fails the call elsewhere)
+	view     *manifest.View // nil: every capability
+	families bool           // list family tools instead of their members
+	caller   node.Caller
+	known    bool // caller established (a refused credential fails the call elsewhere)
 }
 
 func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
@@ -58,10 +59,14 @@ func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
 		sc.view = s.n.Manifest().View(extra.Header.Get(viewHeader))
 		c, err := s.authenticate(extra.Header)
 		sc.caller, sc.known = c, err == nil
-		return sc
+	} else {
+		sc.view = s.n.Manifest().View(s.opts.View)
+		sc.caller, sc.known = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}, true
 	}
-	sc.view = s.n.Manifest().View(s.opts.View)
-	sc.caller, sc.known = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}, true
+	sc.families = s.opts.Families
+	if sc.view != nil && sc.view.Families != nil {
+		sc.families = *sc.view.Families
+	}
 	return sc
 }
 
@@ -118,11 +123,27 @@ func (s *Server) roleMayRun(sc scope, tool string) bool {
 	return policy.RoleLevel(role) >= policy.RoleLevel(tp.MinRole)
 }
 
-// visible reports whether the scope lists tool, and which owners it may
-// route to (nil for can_do and the local-only case).
-func (s *Server) visible(sc scope, tool string) (bool, []string) {
+// visible reports whether the scope may see tool, and which owners it may
+// route to (nil for can_do and the local-only case). fams are the site's
+// families (a family tool is seen where one of its members is).
+func (s *Server) visible(sc scope, tool string, fams map[string]*family) (bool, []string) {
 	if tool == "can_do" {
 		return true, nil
+	}
+	if f := fams[tool]; f != nil {
+		var owners []string
+		for _, m := range f.members {
+			if sc.view != nil && !sc.view.Match(m.subject) {
+				continue
+			}
+			if m.local && f.kind == manifest.KindDo && !s.roleMayRun(sc, m.tool) {
+				continue
+			}
+			if !slices.Contains(owners, m.owner) {
+				owners = append(owners, m.owner)
+			}
+		}
+		return len(owners) > 0, owners
 	}
 	subs := s.subjects(tool)
 	if len(subs) == 0 {
@@ -158,11 +179,24 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return res, nil
 			}
 			sc := s.scopeOf(req.GetExtra())
+			fams := s.families()
+			members := familyOf(fams)
 			out := *lr
 			out.Tools = make([]*mcp.Tool, 0, len(lr.Tools))
 			for _, t := range lr.Tools {
-				ok, owners := s.visible(sc, t.Name)
+				f := fams[t.Name]
+				switch {
+				case f != nil && !sc.families: // a family tool where instances are served
+					continue
+				case f == nil && sc.families && members[t.Name] != "": // an instance its family serves
+					continue
+				}
+				ok, owners := s.visible(sc, t.Name, fams)
 				if !ok {
+					continue
+				}
+				if f != nil {
+					out.Tools = append(out.Tools, narrowFamily(t, f, sc))
 					continue
 				}
 				out.Tools = append(out.Tools, narrowSource(t, owners, s.n.DeviceID()))
@@ -177,7 +211,11 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if sc.view == nil {
 				break
 			}
-			ok, owners := s.visible(sc, p.Name)
+			fams := s.families()
+			ok, owners := s.visible(sc, p.Name, fams)
+			if fams[p.Name] != nil {
+				owners = nil // the family handler picks within the view
+			}
 			if !ok {
 				return toolError(fmt.Errorf("%s is not in the view %q of this endpoint; call it through an endpoint whose view includes it, or use can_do to find what this view offers", p.Name, sc.view.Name)), nil
 			}
@@ -240,6 +278,43 @@ func narrowSource(t *mcp.Tool, owners []string, self string) *mcp.Tool {
 	return &cp
 }
 
+// narrowFamily returns a family tool with its zone and source enums
+// limited to the members the scope's view selects.
+func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
+	if sc.view == nil {
+		return t
+	}
+	var zones, owners []any
+	for _, m := range f.members {
+		if !sc.view.Match(m.subject) {
+			continue
+		}
+		if !slices.Contains(zones, any(m.zone)) {
+			zones = append(zones, m.zone)
+		}
+		if !slices.Contains(owners, any(m.owner)) {
+			owners = append(owners, m.owner)
+		}
+	}
+	var schema map[string]any
+	if json.Unmarshal(t.InputSchema.(json.RawMessage), &schema) != nil {
+		return t
+	}
+	props := mapsClone(schema["properties"].(map[string]any))
+	for prop, keep := range map[string][]any{"zone": zones, "source": owners} {
+		if p, ok := props[prop].(map[string]any); ok {
+			p = mapsClone(p)
+			p["enum"] = keep
+			props[prop] = p
+		}
+	}
+	schema["properties"] = props
+	b, _ := json.Marshal(schema)
+	cp := *t
+	cp.InputSchema = json.RawMessage(b)
+	return &cp
+}
+
 func mapsClone(m map[string]any) map[string]any {
 	out := make(map[string]any, len(m))
 	for k, v := range m {
@@ -252,6 +327,9 @@ func mapsClone(m map[string]any) map[string]any {
 // not select, and says so in the metadata: candidates always name a tool
 // the caller can call through this endpoint.
 func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.CapabilityReport) {
+	if sc.families {
+		defer s.nameFamilies(rep)
+	}
 	if sc.view == nil {
 		return
 	}
@@ -309,4 +387,32 @@ func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.Capa
 		}
 		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: outcome, Reason: promcp.UnroutableNoProducer, Detail: detail})
 	}
+}
+
+// nameFamilies makes can_do name the family tool where the endpoint lists
+// families: the candidate's zone and source are the arguments that pick it.
+func (s *Server) nameFamilies(rep *promcp.CapabilityReport) {
+	fams := s.families()
+	of := familyOf(fams)
+	name := func(tool string) string {
+		if f := of[tool]; f != "" {
+			return f
+		}
+		return tool
+	}
+	for i := range rep.Candidates {
+		rep.Candidates[i].Capability = name(rep.Candidates[i].Capability)
+	}
+	for i := range rep.Blocked {
+		rep.Blocked[i].Capability = name(rep.Blocked[i].Capability)
+	}
+	for i, t := range rep.Context.RelatedReads {
+		rep.Context.RelatedReads[i] = name(t)
+	}
+	seen := map[string]bool{}
+	rep.Context.RelatedReads = slices.DeleteFunc(rep.Context.RelatedReads, func(t string) bool {
+		dup := seen[t]
+		seen[t] = true
+		return dup
+	})
 }

@@ -36,6 +36,7 @@ type CatalogEntry struct {
 	Description string   `json:"description,omitempty"`
 	EnumValues  []string `json:"enum_values,omitempty"`
 	SideEffects []string `json:"side_effects,omitempty"`
+	Family      string   `json:"family,omitempty"` // served as one tool per family where families are on
 }
 
 // Canonical returns a deep copy with entries sorted by tool, kind and zone,

@@ -42,7 +42,7 @@ func CatalogFromManifest(m *manifest.Manifest) Catalog {
 	cat := Catalog{DeviceID: m.Device.ID, Zone: m.Device.Location.Zone, Area: m.Device.Location.Area}
 	for _, c := range m.Capabilities {
 		e := CatalogEntry{Tool: c.ToolName(), Kind: c.Kind, Zone: c.Zone, Unit: c.Unit, Tags: append([]string(nil), c.SemanticTags...),
-			DataType: c.DataType, Description: c.Description, EnumValues: c.EnumValues, SideEffects: c.SideEffects}
+			DataType: c.DataType, Description: c.Description, EnumValues: c.EnumValues, SideEffects: c.SideEffects, Family: c.Family}
 		if c.Range != nil {
 			lo, hi := c.Range.Min, c.Range.Max
 			e.Min, e.Max = &lo, &hi

@@ -45,6 +45,9 @@ func TestGoldenErrors(t *testing.T) {
 		// views, warns about one that selects nothing here; run --view
 		// names the declared views.
 		{"validate_views", []string{"validate", testdata("errors", "manifest_views.yml")}},
+		// families: members that one tool cannot type, two in one zone, a
+		// family named like a capability, a bad name.
+		{"validate_families", []string{"validate", testdata("errors", "manifest_families.yml")}},
 		{"validate_views_ok", []string{"validate", testdata("errors", "manifest_views_ok.yml")}},
 		{"run_unknown_view", []string{"run", "--manifest", testdata("errors", "manifest_views_ok.yml"), "--stdio", "--view", "heatng", "--state", "unused"}},
 	}
