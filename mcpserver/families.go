@@ -204,8 +204,15 @@ func familyToolDef(f *family, mesh bool) *mcp.Tool {
 	def.Description = fmt.Sprintf("Family %s: one tool for %d capabilities; zone picks one (%s). Each call runs as that capability's own tool, with its own range and policy: %s. ",
 		template.Name, len(f.members), strings.Join(zones, ", "), strings.Join(ranges, "; ")) + def.Description
 	var schema map[string]any
-	_ = json.Unmarshal(def.InputSchema.(json.RawMessage), &schema)
-	props := schema["properties"].(map[string]any)
+	raw, _ := def.InputSchema.(json.RawMessage) // readTool and doTool build raw schemas
+	if json.Unmarshal(raw, &schema) != nil {
+		return def
+	}
+	props, _ := schema["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+		schema["properties"] = props
+	}
 	zoneEnum := make([]any, len(zones))
 	for i, z := range zones {
 		zoneEnum[i] = z

@@ -123,21 +123,19 @@ func TestFamilyCallRunsAsItsMember(t *testing.T) {
 	}
 }
 
-// TestFamilyInView: a view's family tool offers only the view's zones and
-// refuses the others; can_do names the family tool.
+// TestFamilyInView: in a view, a family with two or more members in the
+// view is its family tool (observe: read_temperature for three zones); one
+// with a single member in the view is that member's own tool (zone_a:
+// do_heater_zone_a), and the family tool still refuses the zones outside
+// the view; can_do names the tool the view lists.
 func TestFamilyInView(t *testing.T) {
-	r := newRigWith(t, mcpserver.Options{StdioRole: "operator", Families: true, View: "zone_a"})
-	res, err := r.cs.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
+	obs := newRigWith(t, mcpserver.Options{StdioRole: "operator", Families: true, View: "observe"})
+	if got, want := toolNames(t, obs.cs), []string{"can_do", "read_humidity", "read_irrigation_valve_position", "read_rain_tank_level", "read_temperature"}; !slices.Equal(got, want) {
+		t.Errorf("view observe by family:\n got %v\nwant %v", got, want)
 	}
-	for _, tl := range res.Tools {
-		if tl.Name == "do_heater" {
-			b, _ := json.Marshal(tl.InputSchema)
-			if !strings.Contains(string(b), `"enum":["zone_a"]`) {
-				t.Errorf("view zone_a: do_heater zones: %s", b)
-			}
-		}
+	r := newRigWith(t, mcpserver.Options{StdioRole: "operator", Families: true, View: "zone_a"})
+	if got, want := toolNames(t, r.cs), []string{"can_do", "do_heater_zone_a", "do_irrigation_valve", "read_humidity_zone_a", "read_irrigation_valve_position", "read_temperature_zone_a"}; !slices.Equal(got, want) {
+		t.Errorf("view zone_a by family:\n got %v\nwant %v", got, want)
 	}
 	before := r.plant.Stats().Writes
 	cres, err := r.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_heater", Arguments: map[string]any{"zone": "zone_c", "value": 20, "idempotency_key": "fv-1"}})
@@ -147,15 +145,21 @@ func TestFamilyInView(t *testing.T) {
 	if w := r.plant.Stats().Writes - before; w != 0 {
 		t.Errorf("wrote %d times outside the view", w)
 	}
-	cres, err = r.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "can_do", Arguments: map[string]any{"intent": map[string]any{"semantic_tags": []string{"heating"}, "action": "set", "location": "zone_a"}}})
-	if err != nil || cres.IsError {
-		t.Fatalf("can_do: %v %v", err, cres)
-	}
-	b, _ := json.Marshal(cres.StructuredContent)
-	var rep report
-	json.Unmarshal(b, &rep)
-	if len(rep.Candidates) == 0 || rep.Candidates[0].Capability != "do_heater" || rep.Candidates[0].Zone != "zone_a" {
-		t.Errorf("can_do candidates through a family view: %+v", rep.Candidates)
+	full := newRigWith(t, mcpserver.Options{StdioRole: "operator", Families: true})
+	for _, tc := range []struct {
+		rig  *rig
+		want string
+	}{{r, "do_heater_zone_a"}, {full, "do_heater"}} {
+		cres, err = tc.rig.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "can_do", Arguments: map[string]any{"intent": map[string]any{"semantic_tags": []string{"heating"}, "action": "set", "location": "zone_a"}}})
+		if err != nil || cres.IsError {
+			t.Fatalf("can_do: %v %v", err, cres)
+		}
+		b, _ := json.Marshal(cres.StructuredContent)
+		var rep report
+		json.Unmarshal(b, &rep)
+		if len(rep.Candidates) == 0 || rep.Candidates[0].Capability != tc.want || rep.Candidates[0].Zone != "zone_a" {
+			t.Errorf("can_do candidates: %+v, want %s first", rep.Candidates, tc.want)
+		}
 	}
 }
 

@@ -139,6 +139,7 @@ func New(n *node.Node, opts Options) *Server {
 	}
 	srv.addPolicyResources()
 	srv.addMeshResource()
+	srv.addViewsResource()
 	s.AddResource(&mcp.Resource{
 		URI: ManifestURI, Name: "manifest", Title: "PhysMCP device manifest",
 		Description: "The physmcp.manifest.yml this node serves, as JSON, with promcp_base and physmcp_version.",

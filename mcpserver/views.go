@@ -180,13 +180,14 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			sc := s.scopeOf(req.GetExtra())
 			fams := s.families()
-			members := familyOf(fams)
+			served := sc.served(fams)
+			members := familyOf(served)
 			out := *lr
 			out.Tools = make([]*mcp.Tool, 0, len(lr.Tools))
 			for _, t := range lr.Tools {
 				f := fams[t.Name]
 				switch {
-				case f != nil && !sc.families: // a family tool where instances are served
+				case f != nil && (!sc.families || served[t.Name] == nil): // instances served here
 					continue
 				case f == nil && sc.families && members[t.Name] != "": // an instance its family serves
 					continue
@@ -296,11 +297,13 @@ func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
 			owners = append(owners, m.owner)
 		}
 	}
+	raw, ok := t.InputSchema.(json.RawMessage)
 	var schema map[string]any
-	if json.Unmarshal(t.InputSchema.(json.RawMessage), &schema) != nil {
+	if !ok || json.Unmarshal(raw, &schema) != nil {
 		return t
 	}
-	props := mapsClone(schema["properties"].(map[string]any))
+	props, _ := schema["properties"].(map[string]any)
+	props = mapsClone(props)
 	for prop, keep := range map[string][]any{"zone": zones, "source": owners} {
 		if p, ok := props[prop].(map[string]any); ok {
 			p = mapsClone(p)
@@ -328,7 +331,7 @@ func mapsClone(m map[string]any) map[string]any {
 // the caller can call through this endpoint.
 func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 	if sc.families {
-		defer s.nameFamilies(rep)
+		defer s.nameFamilies(sc, rep)
 	}
 	if sc.view == nil {
 		return
@@ -391,9 +394,8 @@ func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.Capa
 
 // nameFamilies makes can_do name the family tool where the endpoint lists
 // families: the candidate's zone and source are the arguments that pick it.
-func (s *Server) nameFamilies(rep *promcp.CapabilityReport) {
-	fams := s.families()
-	of := familyOf(fams)
+func (s *Server) nameFamilies(sc scope, rep *promcp.CapabilityReport) {
+	of := familyOf(sc.served(s.families()))
 	name := func(tool string) string {
 		if f := of[tool]; f != "" {
 			return f
@@ -415,4 +417,62 @@ func (s *Server) nameFamilies(rep *promcp.CapabilityReport) {
 		seen[t] = true
 		return dup
 	})
+}
+
+// ViewsURI is the resource listing the manifest's views and where each is
+// served.
+const ViewsURI = "physmcp://views"
+
+// addViewsResource lists the views (what each selects, its endpoint, and
+// the tools it lists for this resource's caller).
+func (s *Server) addViewsResource() {
+	m := s.n.Manifest()
+	if len(m.Views) == 0 {
+		return
+	}
+	s.mcp.AddResource(&mcp.Resource{
+		URI: ViewsURI, Name: "views", Title: "Views of this site",
+		Description: "The named cuts of the site's capabilities: each view's selectors, its HTTP endpoint (/mcp/<view>) and stdio flag (--view), and the capabilities of this gateway it selects.",
+		MIMEType:    "application/json",
+	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		type entry struct {
+			*manifest.View
+			Endpoint  string   `json:"endpoint"`
+			Stdio     string   `json:"stdio"`
+			LocalCaps []string `json:"local_capabilities"`
+		}
+		var out []entry
+		for _, v := range m.Views {
+			e := entry{View: v, Endpoint: "/mcp/" + v.Name, Stdio: "--view " + v.Name, LocalCaps: []string{}}
+			for _, c := range m.Capabilities {
+				if v.Match(m.Subject(c)) {
+					e.LocalCaps = append(e.LocalCaps, c.ToolName())
+				}
+			}
+			out = append(out, e)
+		}
+		return jsonResource(ViewsURI, map[string]any{"views": out})
+	})
+}
+
+// served is the families the scope lists as family tools: those with two or
+// more members in its view (a family with one member in view is served as
+// that member's own tool).
+func (sc scope) served(fams map[string]*family) map[string]*family {
+	if sc.view == nil {
+		return fams
+	}
+	out := map[string]*family{}
+	for name, f := range fams {
+		n := 0
+		for _, m := range f.members {
+			if sc.view.Match(m.subject) {
+				n++
+			}
+		}
+		if n >= 2 {
+			out[name] = f
+		}
+	}
+	return out
 }
