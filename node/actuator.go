@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/physd/physd/audit"
@@ -194,6 +195,20 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any) actuation {
 			return a
 		} else if rerr == nil {
 			a.details = rb.details
+			if code, fix, ok := drivers.CodeOf(err); ok && rb.verify == nil && cs.matches(rb.value, prev.value) {
+				// The device answered with an error (a device failure
+				// exception) and still holds what it held: nothing applied.
+				a.refused = &refusal{perm: promcp.PermAllowed, code: code, details: "code=" + code + "; " + rb.details,
+					reason: "the device reported a failure and the read-back shows the previous value " + promcp.FormatValue(rb.value) +
+						", so nothing changed: " + err.Error()}
+				if fix != "" && !strings.Contains(err.Error(), fix) {
+					a.refused.reason += "; fix: " + fix
+				}
+				return a
+			}
+		}
+		if code, _, ok := drivers.CodeOf(err); ok {
+			a.details = joinDetails("device_code="+code, a.details)
 		}
 		a.status, a.code = promcp.StatusPartial, promcp.CodeOutcomeUnknown
 		a.reason = "the write was sent but its outcome is unknown (" + err.Error() + "). " + readFirst(cs)
@@ -297,7 +312,7 @@ func deviceRefusal(cs *capState, err error) *refusal {
 	switch {
 	case ok:
 		r.reason = "the device rejected the write, nothing changed: " + err.Error()
-		if fix != "" {
+		if fix != "" && !strings.Contains(err.Error(), fix) {
 			r.reason += "; fix: " + fix
 		}
 		r.details = "code=" + code
