@@ -60,7 +60,7 @@ func TestREADMEBusReference(t *testing.T) {
 		"address": "required", "port": "required",
 		"baud": fmt.Sprint(rtu.Serial.BaudRate), "data_bits": fmt.Sprint(rtu.Serial.DataBits),
 		"parity": rtu.Serial.Parity, "stop_bits": fmt.Sprint(rtu.Serial.StopBits),
-		"rs485.enabled": fmt.Sprint(rtu.Serial.RS485.Enabled),
+		"rs485.enabled":                  fmt.Sprint(rtu.Serial.RS485.Enabled),
 		"rs485.delay_rts_before_send_ms": ms(rtu.Serial.RS485.DelayRtsBeforeSend),
 		"rs485.delay_rts_after_send_ms":  ms(rtu.Serial.RS485.DelayRtsAfterSend),
 		"rs485.rts_high_during_send":     fmt.Sprint(rtu.Serial.RS485.RtsHighDuringSend),
