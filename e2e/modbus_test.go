@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -279,5 +280,30 @@ func TestModbusTCPDroppedFrames(t *testing.T) {
 	}
 	if counts["success"] == 0 {
 		t.Errorf("no call succeeded: %v", counts)
+	}
+}
+
+// TestModbusVerifyValidate: physd validate reports a bad verify point at
+// its line and column, with the field under binding.verify and a fix.
+func TestModbusVerifyValidate(t *testing.T) {
+	src := strings.NewReplacer("ADDR", "127.0.0.1:5020", "BUSEXTRA", "", "CAPS",
+		doCap("pump", "bool", `{type: modbus, bus: plc, table: coil, address: 5,
+      verify: {table: discrete, address: 105, expect: {true: on, false: off}}}`, "")+
+			doCap("fan", "bool", `{type: modbus, bus: plc, table: coil, address: 6, verify: {table: coil, address: 6}}`, "")).Replace(modbusManifest)
+	p := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(physdBin, "validate", p).CombinedOutput()
+	if err == nil {
+		t.Fatalf("validate accepted a bad verify point:\n%s", out)
+	}
+	for _, want := range []string{
+		p + ":18:62: capabilities[0].binding.verify.expect.true: verify.expect.true must be true, false or an integer (what the verify point shows); fix: write e.g. true: true",
+		"capabilities[1].binding.verify: verify names the written point itself (unit 1 coil 00007 (address 6)); fix: name the input or register that shows the command at another address",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("validate output lacks\n  %s\ngot:\n%s", want, out)
+		}
 	}
 }
