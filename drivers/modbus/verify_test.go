@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/drivers/modbus/modbustest"
+	"github.com/physd/physd/manifest"
 )
 
 // A bad verify point is refused at validate time with its position, the
@@ -178,4 +181,49 @@ func TestNoVerifyNoVerifier(t *testing.T) {
 	if _, ok := p.(drivers.Verifier); ok {
 		t.Fatal("a point without verify implements drivers.Verifier")
 	}
+}
+
+// FuzzVerifyBinding: any verify mapping is accepted or refused with
+// positioned errors, never a panic.
+func FuzzVerifyBinding(f *testing.F) {
+	for _, s := range []string{
+		`{table: discrete, address: 105}`,
+		`{address: "reg=10107", expect: {true: false, false: true}}`,
+		`{table: input, address: 2, data_type: uint16, expect: {true: 3, false: 0}}`,
+		`{table: holding, address: 110, data_type: float32, byte_order: CDAB, tolerance: 0.5}`,
+		`{table: holding, address: 3, data_type: bit, bit: 4}`,
+		`{unit: 300, table: coil, address: 65535}`,
+		`[1, 2]`, `~`, `{expect: [true]}`, `{address: {a: 1}}`,
+	} {
+		for _, dt := range []string{"bool", "float", "int", "enum"} {
+			f.Add(dt, s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, dt, verify string) {
+		binding := "{type: modbus, bus: plc, table: holding, address: 1, data_type: uint16, verify: " + verify + "}"
+		if dt == "bool" {
+			binding = "{type: modbus, bus: plc, table: coil, address: 1, verify: " + verify + "}"
+		}
+		src := "{name: p, kind: do, data_type: " + dt + ", enum_values: [a, b], binding: " + binding + "}"
+		var doc yaml.Node
+		if yaml.Unmarshal([]byte(src), &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+			return
+		}
+		c := capFrom(t, src)
+		for _, kind := range []string{TypeTCP, TypeRTU} {
+			err := CheckBinding(kind, c)
+			if err == nil {
+				continue
+			}
+			errs, ok := err.(manifest.Errors)
+			if !ok {
+				t.Fatalf("%s: %T %v, want manifest.Errors", src, err, err)
+			}
+			for _, e := range errs {
+				if e.Pos.File != testFile || e.Pos.Line == 0 || e.Field == "" || e.Fix == "" {
+					t.Fatalf("%s: error without position, field or fix: %+v", src, e)
+				}
+			}
+		}
+	})
 }
