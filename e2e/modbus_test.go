@@ -126,10 +126,15 @@ func TestModbusExceptions(t *testing.T) {
 		if e, ok := excs[r.Addr]; ok && r.Write {
 			return e
 		}
+		if r.Write && r.Addr == 214 {
+			// A device that fails half way: it stored something else.
+			bank.SetHolding(1, 214, r.Regs[0]+1)
+			return modbustest.DeviceFailure
+		}
 		return nil
 	})
 	var caps []string
-	for _, addr := range []int{201, 202, 203, 204, 206} {
+	for _, addr := range []int{201, 202, 203, 204, 206, 214} {
 		caps = append(caps, doCap(fmt.Sprint("ex", addr), "int",
 			fmt.Sprintf(`{type: modbus, bus: plc, table: holding, address: %d, data_type: uint16}`, addr), "    timeout_ms: 2000\n"))
 	}
@@ -167,8 +172,13 @@ func TestModbusExceptions(t *testing.T) {
 			t.Logf("busy: %d writes (1 + 3 resends) in %v", writes, took.Round(time.Millisecond))
 		}
 	}
+	// 04 after which the device holds neither value: the outcome is open.
+	a := doModbus(t, cs, "do_ex214", 7, "ex-214")
+	if a.Status != "partial" || a.Code != "outcome_unknown" || !strings.Contains(a.Details, "device_code=server_device_failure") || !strings.Contains(a.Details, "read_back=8") {
+		t.Errorf("04 with another value stored: %+v, want partial outcome_unknown naming the device code and the read-back", a)
+	}
 	for _, r := range bank.Requests() {
-		if r.Write && r.Addr != 206 && len(r.Regs) > 0 {
+		if r.Write && r.Addr != 206 && r.Addr != 214 && len(r.Regs) > 0 {
 			if got := bank.Holding(1, r.Addr, 1)[0]; got != 0 {
 				t.Errorf("holding %d = %d after a refused write", r.Addr, got)
 			}
