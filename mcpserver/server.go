@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -79,6 +80,7 @@ type Server struct {
 	log       *slog.Logger
 	callerKey []byte // MACs the boundary's caller stamp
 	ts        *toolSet
+	requests  sync.Map // Physd-Request id -> the HTTP request's context
 	fams      familyTools
 	refusals  *prometheus.CounterVec // nil without metrics
 }
@@ -230,9 +232,9 @@ func (s *Server) Handler() http.Handler {
 	b := newBoundary(s)
 	b.handle("GET /healthz", routeRule{public: true}, http.HandlerFunc(s.serveHealth))
 	b.handle("GET /readyz", routeRule{public: true}, http.HandlerFunc(s.serveReady))
-	b.handle("/mcp", viewer, withView("", mcpHandler))
+	b.handle("/mcp", viewer, s.withView("", mcpHandler))
 	for _, v := range s.n.Manifest().Views {
-		b.handle("/mcp/"+v.Name, viewer, withView(v.Name, mcpHandler))
+		b.handle("/mcp/"+v.Name, viewer, s.withView(v.Name, mcpHandler))
 	}
 	b.handle("GET /status", viewer, http.HandlerFunc(s.serveStatus))
 	b.handle("GET /{$}", viewer, http.HandlerFunc(s.servePage))

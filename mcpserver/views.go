@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -35,14 +36,47 @@ import (
 const viewHeader = "Physd-View"
 
 // withView serves h as the endpoint of view (empty: the whole site).
-func withView(view string, h http.Handler) http.Handler {
+func (s *Server) withView(view string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(viewHeader)
 		if view != "" {
 			r.Header.Set(viewHeader, view)
 		}
+		defer s.trackRequest(r)()
 		h.ServeHTTP(w, r)
 	})
+}
+
+// requestHeader names an HTTP request for the tool handlers, which the SDK
+// runs in a context that does not end when the client hangs up: a caller
+// that is gone must not be actuated later (a do_ queued behind another on
+// the same capability, waiting for an approval or the L1 gate). Every /mcp
+// route sets it; a client's value is replaced.
+const requestHeader = "Physd-Request"
+
+// trackRequest registers r's context under a fresh id in its header until
+// the returned function runs.
+func (s *Server) trackRequest(r *http.Request) func() {
+	id := rand.Text()
+	r.Header.Set(requestHeader, id)
+	s.requests.Store(id, r.Context())
+	return func() { s.requests.Delete(id) }
+}
+
+// withCaller returns ctx ended also when the HTTP request behind extra
+// ends (its client hung up). Once a device step began, the node finishes
+// it regardless (node/actuator.go): this only ends waiting.
+func (s *Server) withCaller(ctx context.Context, extra *mcp.RequestExtra) (context.Context, context.CancelFunc) {
+	if extra == nil || extra.Header == nil {
+		return ctx, func() {}
+	}
+	v, ok := s.requests.Load(extra.Header.Get(requestHeader))
+	if !ok {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(v.(context.Context), cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // scope is what one request may see.
@@ -204,6 +238,9 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			return &out, nil
 		case "tools/call":
+			var cancel context.CancelFunc
+			ctx, cancel = s.withCaller(ctx, req.GetExtra())
+			defer cancel()
 			p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
 			if !ok || p == nil {
 				break
