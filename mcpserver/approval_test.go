@@ -46,11 +46,17 @@ func newRig(t *testing.T, elicit bool) *rig { return newRigAs(t, elicit, "operat
 
 func newRigAs(t *testing.T, elicit bool, role string) *rig {
 	t.Helper()
+	return newRigPolicy(t, elicit, role, example("physmcp.policy.yml"))
+}
+
+// newRigPolicy is newRigAs with another policy file for the greenhouse.
+func newRigPolicy(t *testing.T, elicit bool, role, policyPath string) *rig {
+	t.Helper()
 	m, err := manifest.Load(example("physmcp.manifest.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.Load(example("physmcp.policy.yml"), m)
+	pol, err := policy.Load(policyPath, m)
 	if err != nil {
 		t.Fatal(err)
 	}

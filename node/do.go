@@ -97,7 +97,7 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 		return nil, fmt.Errorf("guard produced an invalid value %v for %s", v.Value, cs.tool)
 	}
 	res.Reason, res.Details = v.Reason, v.Details
-	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot})
+	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot, maxChange: v.MaxChange})
 }
 
 // doArgs checks a do_ call's arguments: the tool, the key and the value.

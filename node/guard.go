@@ -46,6 +46,11 @@ type Verdict struct {
 	// Slot is the rate and cooldown reservation of an allowed real call
 	// (nil when no such rule applies, and on every other verdict).
 	Slot Slot
+	// MaxChange, when > 0, is the largest step from the device's current
+	// value this actuation may make (the policy's max_change). The
+	// actuator checks it against its previous-value read before writing;
+	// when that read fails the call is refused, never let through.
+	MaxChange float64
 }
 
 // Slot is a rate and cooldown reservation the guard took for one

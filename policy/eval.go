@@ -37,6 +37,10 @@ type Outcome struct {
 	Slot *Reservation
 	// Rate is the tightest rate rule's state (nil without rate rules).
 	Rate *RateState
+	// MaxChange is the tool's max_change guard (nil: none). It needs the
+	// device's current value, so the actuator enforces it after its
+	// previous-value read, just before the write.
+	MaxChange *MaxChange
 }
 
 // QuorumFunc asks the mesh how many peers (self included) are alive and
@@ -178,6 +182,7 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 		}
 	}
 	out.ValidFor = validFor
+	out.MaxChange = tp.MaxChange
 	return out
 }
 

@@ -124,6 +124,9 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		Override: ov != nil, Reserve: !dryRun}, g.lim, g.quorum)
 	v := node.Verdict{Permission: out.Permission, Value: out.Value, Reason: out.Reason, Details: out.Details,
 		ValidFor: out.ValidFor, Rate: rateLimit(out.Rate)}
+	if out.MaxChange != nil {
+		v.MaxChange = out.MaxChange.Max
+	}
 	if out.Slot != nil {
 		v.Slot = slot{out.Slot}
 	}
