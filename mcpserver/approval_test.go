@@ -29,8 +29,9 @@ func example(name string) string {
 }
 
 type rig struct {
-	cs    *mcp.ClientSession
-	plant *sim.Plant
+	cs     *mcp.ClientSession
+	plant  *sim.Plant
+	server *mcpserver.Server
 }
 
 type nonces struct{ st *store.Store }
@@ -109,7 +110,7 @@ func newRigPolicy(t *testing.T, elicit bool, role, policyPath string) *rig {
 		al.Close()
 		st.Close()
 	})
-	return &rig{cs: cs, plant: n.Buses()["plant"].(*sim.Plant)}
+	return &rig{cs: cs, plant: n.Buses()["plant"].(*sim.Plant), server: srv}
 }
 
 func (r *rig) call(t *testing.T, p *mcp.CallToolParams) *mcp.CallToolResult {

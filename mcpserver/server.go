@@ -70,7 +70,8 @@ type Server struct {
 	mcp       *mcp.Server
 	opts      Options
 	log       *slog.Logger
-	callerKey []byte                 // MACs the boundary's caller stamp
+	callerKey []byte // MACs the boundary's caller stamp
+	tools     *toolSet
 	refusals  *prometheus.CounterVec // nil without metrics
 }
 
@@ -109,9 +110,11 @@ func New(n *node.Node, opts Options) *Server {
 		srv.refusals = newRefusalCounter(opts.Metrics.Registry)
 	}
 	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
-	if opts.Safety != nil {
+	if opts.Safety != nil && opts.Approvals != nil {
 		ts.approvals = opts.Approvals
+		ts.book = newApprovalBook(opts.Approvals.TTL())
 	}
+	srv.tools = ts
 	ts.register(s)
 	if opts.Router != nil {
 		ts.enableRouting(s, opts.Router)
@@ -210,6 +213,14 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Safety != nil {
 		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Safety.Policy().Emergency.OverrideRole }},
 			http.HandlerFunc(s.serveOverride))
+	}
+	if s.tools.book != nil {
+		// Listing shows what will happen; deciding always needs an
+		// identity (operator at least; the request's approver_role is
+		// checked by the handler), never the anonymous local caller.
+		rule := routeRule{read: "viewer", writeAlways: func() string { return "operator" }}
+		b.handle("/approvals", rule, http.HandlerFunc(s.serveApprovals))
+		b.handle("/approvals/{id}", rule, http.HandlerFunc(s.serveApprovals))
 	}
 	for bus, h := range s.opts.SimControls {
 		prefix := "/sim/" + bus

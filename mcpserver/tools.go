@@ -47,6 +47,7 @@ type toolSet struct {
 	n         *node.Node
 	stdioRole string
 	approvals *gate.Approvals  // nil: no approval rounds (no policy)
+	book      *approvalBook    // two-person approvals; nil without approvals
 	metrics   *metrics.Metrics // nil: not measured
 	routing   *routing         // nil: no mesh
 	sourceArg bool             // local tools take an optional source (mesh)
@@ -314,6 +315,17 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 			return toolError(err), nil
 		}
 		dr := node.DoRequest{Tool: tool, Value: in.Value, IdempotencyKey: key, Caller: caller}
+		if ts.book != nil {
+			if res, handled := ts.approvedRetry(ctx, req, dr); handled {
+				return res, nil
+			}
+			dr.RequestApproval = ts.requestApproval
+		}
+		if strings.HasPrefix(req.Params.RequestState, gate.GrantPrefix) {
+			// A grant already used for this call: the ledger's answer, or
+			// a new approval request (approvedRetry verified the rest).
+			return ts.runDo(ctx, req, dr, "")
+		}
 		if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
 			if ts.approvals == nil {
 				return toolError(errors.New("requestState: this server started no approval round")), nil
@@ -353,7 +365,9 @@ func (ts *toolSet) runDo(ctx context.Context, req *mcp.CallToolRequest, dr node.
 	ts.observeDo(dr.Tool, start, body, err)
 	var ar *node.ApprovalRequired
 	if errors.As(err, &ar) {
-		if ts.approvals != nil && canElicit(req) {
+		// Another person must approve (two-person rule): never ask the
+		// caller's own client.
+		if ts.approvals != nil && canElicit(req) && (ar.Approver == nil || ar.Approver.CallerMay) {
 			return ts.approvalRound(ar, dr.Caller, note)
 		}
 		return jsonResult(ar.Body), nil

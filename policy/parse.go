@@ -100,6 +100,9 @@ type rawRule struct {
 	When        string   `yaml:"when"`
 	Window      string   `yaml:"window"`
 	Above       *float64 `yaml:"above"`
+	// approval: who may approve (two-person rule)
+	ApproverRole string `yaml:"approver_role"`
+	SelfApproval *bool  `yaml:"self_approval"`
 }
 
 var ruleKeys = map[string][]string{
@@ -109,7 +112,7 @@ var ruleKeys = map[string][]string{
 	"quorum":      {"min_peers", "on_failure"},
 	"range_guard": {"min", "max", "on_violation"},
 	"cooldown":    {"ms"},
-	"approval":    {"when", "window", "above"},
+	"approval":    {"when", "window", "above", "approver_role", "self_approval"},
 	"max_change":  {"max"},
 }
 
@@ -652,11 +655,41 @@ func (p *parser) rule(n *yaml.Node, field string, tp *ToolPolicy, pol *Policy) {
 			p.add(n, field+".when", "use always, outside_window or above", "unknown when %q", r.When)
 			return
 		}
+		if !p.approver(n, field, r, a) {
+			return
+		}
 		if tp.Approval != nil {
 			p.add(n, field, "keep one approval rule per tool", "a second approval rule")
 		}
 		tp.Approval = a
 	}
+}
+
+// approver reads who may approve: approver_role names the least role of
+// the approver; self_approval (default false with an approver_role, true
+// without) says whether the caller may be that approver.
+func (p *parser) approver(n *yaml.Node, field string, r rawRule, a *Approval) bool {
+	a.SelfApproval = r.ApproverRole == ""
+	if r.SelfApproval != nil {
+		a.SelfApproval = *r.SelfApproval
+	}
+	if r.ApproverRole == "" {
+		if !a.SelfApproval {
+			p.add(valueOf(n, "self_approval"), field+".self_approval", "name who approves instead: approver_role: supervisor", "self_approval: false needs an approver_role")
+			return false
+		}
+		return true
+	}
+	at := valueOf(n, "approver_role")
+	if !p.role(at, field+".approver_role", r.ApproverRole) {
+		return false
+	}
+	if RoleLevel(r.ApproverRole) < RoleLevel("operator") {
+		p.add(at, field+".approver_role", "use operator, supervisor or admin", "an approver must hold a role that can act (got %s)", r.ApproverRole)
+		return false
+	}
+	a.ApproverRole = r.ApproverRole
+	return true
 }
 
 func (p *parser) rangeGuard(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {

@@ -139,6 +139,22 @@ type Approval struct {
 	When   string  // always | outside_window | above
 	Window *Window // for outside_window
 	Above  float64 // for above
+	// ApproverRole, when set, is the least role of the person who approves
+	// (a two-person rule when SelfApproval is false): the approval is given
+	// through the approvals route by an identity other than the caller.
+	ApproverRole string
+	// SelfApproval lets the caller confirm its own call (the MCP
+	// elicitation round) when it holds ApproverRole (any role without one).
+	SelfApproval bool
+}
+
+// Approver says who may approve a call by caller: the least role, and
+// whether the caller itself may (it needs the role too).
+func (a *Approval) Approver(callerRole string) (role string, callerMay bool) {
+	if a.ApproverRole == "" {
+		return "", a.SelfApproval
+	}
+	return a.ApproverRole, a.SelfApproval && RoleLevel(callerRole) >= RoleLevel(a.ApproverRole)
 }
 
 // MarshalJSON renders the effective policy for the physmcp://policy
@@ -183,6 +199,10 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 			if a.When == "above" {
 				m["above"] = a.Above
 			}
+			if a.ApproverRole != "" {
+				m["approver_role"] = a.ApproverRole
+			}
+			m["self_approval"] = a.SelfApproval
 			t.Approval = m
 		}
 		tools[name] = t

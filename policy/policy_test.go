@@ -345,3 +345,52 @@ capabilities:
 		t.Errorf("Evaluate must hand the guard to the actuator: %+v", out)
 	}
 }
+
+func TestApproverRules(t *testing.T) {
+	m, err := manifest.Parse("m.yml", []byte(man))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := `physmcp_policy_version: "0.1"
+capabilities:
+  do_heater: {rules: [{type: approval, when: always, self_approval: false}]}
+  do_fan:    {rules: [{type: approval, when: always, approver_role: viewer}]}
+  do_vent:   {rules: [{type: approval, when: always, approver_role: boss}]}
+`
+	_, err = policy.Parse("p.yml", []byte(bad), m)
+	if err == nil {
+		t.Fatal("bad approver rules accepted")
+	}
+	for _, want := range []string{
+		"p.yml:3:69: capabilities.do_heater.rules[0].self_approval: self_approval: false needs an approver_role",
+		"p.yml:4:69: capabilities.do_fan.rules[0].approver_role: an approver must hold a role that can act (got viewer)",
+		`p.yml:5:69: capabilities.do_vent.rules[0].approver_role: unknown role "boss"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q:\n%s", want, err)
+		}
+	}
+	p, err := policy.Parse("p.yml", []byte(`physmcp_policy_version: "0.1"
+capabilities:
+  do_heater: {rules: [{type: approval, when: always, approver_role: supervisor}]}
+  do_fan:    {rules: [{type: approval, when: always, approver_role: supervisor, self_approval: true}]}
+  do_vent:   {rules: [{type: approval, when: always}]}
+`), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tool, caller, role string
+		may                bool
+	}{
+		{"do_heater", "admin", "supervisor", false}, // two-person by default with an approver_role
+		{"do_fan", "supervisor", "supervisor", true},
+		{"do_fan", "operator", "supervisor", false},
+		{"do_vent", "none", "", true},
+	} {
+		role, may := p.Tools[c.tool].Approval.Approver(c.caller)
+		if role != c.role || may != c.may {
+			t.Errorf("%s by %s: approver %q, caller may %v", c.tool, c.caller, role, may)
+		}
+	}
+}

@@ -104,6 +104,8 @@ func ruleSchema() *jsonschema.Schema {
 	r.Properties["when"] = &jsonschema.Schema{Type: "string", Enum: []any{"always", "outside_window", "above"}, Description: "approval: when a human must confirm."}
 	r.Properties["window"].Description = "approval (outside_window): the window inside which no approval is needed."
 	r.Properties["above"] = &jsonschema.Schema{Type: "number", Description: "approval (above): the value above which a human confirms."}
+	r.Properties["approver_role"] = roleEnum(Roles[2:], "approval: the least role of the person who approves, through GET/POST /approvals (a two-person rule unless self_approval is true).")
+	r.Properties["self_approval"] = &jsonschema.Schema{Type: "boolean", Description: "approval: may the caller approve its own call (default true without approver_role, false with it)?"}
 
 	required := map[string][]string{"permission": {"require"}, "rate": {"max"}, "quorum": {"min_peers"},
 		"range_guard": {"min", "max", "on_violation"}, "cooldown": {"ms"}, "approval": {"when"}, "max_change": {"max"}}

@@ -143,6 +143,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		return v
 	}
 	v.Policy, v.Reason = policyNote(out, ov)
+	approved := a.Approved && approvalSatisfies(out.Approval, a)
 
 	// The gate judges the value as the caller requested it: a clamp applies
 	// only after the gate allowed, so an L0 rule for a dangerous value sees
@@ -152,7 +153,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 	switch {
 	case dryRun:
 		gr = rs.gate.DryRun(ctx, req)
-	case a.Approved:
+	case approved:
 		// A human confirmed: re-check L0 (a rule that became deny wins),
 		// do not ask L1 again.
 		gr = rs.gate.Confirmed(req)
@@ -180,14 +181,33 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		asks = append([]string{out.Reason}, asks...)
 	}
 	switch {
-	case len(asks) > 0 && !a.Approved:
+	case len(asks) > 0 && !approved:
 		v.Permission = promcp.PermRequiresHumanApproval
 		v.Reason = strings.Join(asks, "; ")
 		v.Policy.Decision = "approval_required"
+		if r := out.Approval; r != nil && r.ApproverRole != "" {
+			role, callerMay := r.Approver(a.Caller.Role)
+			v.Approver = &node.ApproverRule{Role: role, CallerMay: callerMay}
+		}
 	default:
 		v.Permission = promcp.PermAllowed
 	}
 	return v
+}
+
+// approvalSatisfies reports whether who approved meets the approval rule
+// that asked: the approver's role, and another identity than the caller
+// unless the rule lets the caller approve itself. A rule without an
+// approver role (and a gate ask) takes the caller's own confirmation.
+func approvalSatisfies(rule *policy.Approval, a node.Action) bool {
+	if rule == nil || rule.ApproverRole == "" {
+		return true
+	}
+	by := a.ApprovedBy
+	if by.ID == "" || policy.RoleLevel(by.Role) < policy.RoleLevel(rule.ApproverRole) {
+		return false
+	}
+	return by.ID != a.Caller.ID || rule.SelfApproval
 }
 
 // policyNote is the policy's decision on a call it let through, with the
