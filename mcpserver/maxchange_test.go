@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,5 +85,30 @@ func TestMaxChange(t *testing.T) {
 	r.plant.ClearFaults()
 	if res = out(t, r.call(t, heatC(20, "blind"))); res["status"] != "success" {
 		t.Fatalf("retry after the fault: %v", res)
+	}
+}
+
+// TestMaxChangeInCanDo: can_do tells the planner what the do_ will meet.
+func TestMaxChangeInCanDo(t *testing.T) {
+	r := newRigPolicy(t, false, "operator", writePolicy(t, maxChangePolicy))
+	canDo := func(v any) map[string]any {
+		return out(t, r.call(t, &mcp.CallToolParams{Name: "can_do", Arguments: map[string]any{"intent": map[string]any{
+			"semantic_tags": []string{"heating"}, "action": "set", "value": v, "location": "zone_c"}}}))
+	}
+	find := func(rep map[string]any, list string) map[string]any {
+		items, _ := rep[list].([]any)
+		for _, it := range items {
+			if m := it.(map[string]any); m["capability"] == "do_heater_zone_c" {
+				return m
+			}
+		}
+		return nil
+	}
+	if b := find(canDo(80), "blocked"); b == nil || b["code"] != "max_change_exceeded" {
+		t.Errorf("can_do 80 from 0 with max_change 10: %v", canDo(80))
+	}
+	c := find(canDo(5), "candidates")
+	if c == nil || !strings.Contains(fmt.Sprint(c["match_reasons"]), "max_change: at most 10 percent") {
+		t.Errorf("can_do 5: %v", c)
 	}
 }
