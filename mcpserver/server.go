@@ -215,10 +215,11 @@ func (s *Server) Handler() http.Handler {
 			http.HandlerFunc(s.serveOverride))
 	}
 	if s.tools.book != nil {
-		// Listing shows what will happen; deciding always needs an
-		// identity (operator at least; the request's approver_role is
-		// checked by the handler), never the anonymous local caller.
-		rule := routeRule{read: "viewer", writeAlways: func() string { return "operator" }}
+		// Listing shows what will happen (to those who may approve: it
+		// names callers and keys); deciding always needs an identity
+		// (operator at least; the request's approver_role is checked by
+		// the handler), never the anonymous local caller.
+		rule := routeRule{read: "operator", writeAlways: func() string { return "operator" }}
 		b.handle("/approvals", rule, http.HandlerFunc(s.serveApprovals))
 		b.handle("/approvals/{id}", rule, http.HandlerFunc(s.serveApprovals))
 	}

@@ -293,7 +293,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, approver
 			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
 			return
 		}
-		p.State, p.grant = "approved", token
+		p.State, p.grant, p.ExpiresAt = "approved", token, exp.UTC() // kept until the grant expires
 		out["state"], out["grant"], out["grant_expires_at"] = "approved", token, exp.UTC()
 		out["next"] = "the caller runs it by calling " + p.Tool + " again with the same arguments and idempotency_key (or with requestState set to grant), once, before grant_expires_at"
 	}

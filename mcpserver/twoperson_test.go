@@ -111,7 +111,7 @@ func TestTwoPersonApproval(t *testing.T) {
 
 	// The listing says what will happen.
 	req, _ := http.NewRequest(http.MethodGet, s.srv.URL+"/approvals", nil)
-	req.Header.Set("Authorization", "Bearer "+viewerToken)
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
