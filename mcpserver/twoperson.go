@@ -3,10 +3,12 @@ package mcpserver
 import (
 	"context"
 	"crypto/rand"
+	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"sort"
 	"strings"
@@ -196,6 +198,17 @@ func (ts *toolSet) approvedRetry(ctx context.Context, req *mcp.CallToolRequest, 
 	return res, true
 }
 
+//go:embed approvals.html
+var approvalsFS embed.FS
+
+var approvalsPage = template.Must(template.ParseFS(approvalsFS, "approvals.html"))
+
+// wantsHTML: a browser asking for the page rather than the JSON.
+func wantsHTML(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return strings.Contains(a, "text/html") && !strings.Contains(a, "application/json")
+}
+
 func grantProblem(err error) string {
 	switch {
 	case errors.Is(err, gate.ErrGrantSelf):
@@ -225,6 +238,14 @@ func (s *Server) serveApprovals(w http.ResponseWriter, r *http.Request) {
 		}
 		b.mu.Unlock()
 		sort.Slice(list, func(i, j int) bool { return list[i].RequestedAt.Before(list[j].RequestedAt) })
+		if wantsHTML(r) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+			if err := approvalsPage.Execute(w, map[string]any{"Device": s.n.DeviceID(), "List": list}); err != nil {
+				s.log.Error("approvals page", "err", err)
+			}
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"approvals": list,
 			"how": "POST /approvals/<id> with {\"decision\": \"approve\" | \"deny\", \"reason\": \"...\"}: an identity with the approver_role, other than the caller"})
 	case r.Method == http.MethodGet:

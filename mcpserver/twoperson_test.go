@@ -124,6 +124,20 @@ func TestTwoPersonApproval(t *testing.T) {
 		}
 	}
 
+	// The same list as a page for a browser (no scripts).
+	req, _ = http.NewRequest(http.MethodGet, s.srv.URL+"/approvals", nil)
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	req.Header.Set("Accept", "text/html")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(b), "do_heater_zone_c value=30 percent") ||
+		!strings.Contains(string(b), id) || strings.Contains(string(b), "<script") {
+		t.Errorf("approvals page:\n%s", b)
+	}
+
 	// Who may not decide.
 	for _, c := range []struct {
 		token string
@@ -175,7 +189,9 @@ func TestTwoPersonApprovalRuns(t *testing.T) {
 	grant := toString(m["grant"])
 	done := heatCCall(t, caller, 30, "k1", "")
 	r := out(t, done)
-	if r["status"] != "success" || !strings.Contains(toString(r["details"]), "approved_by=token:sup_b; approver_role=supervisor") || writes() != 1 {
+	gateNote, _ := r["gate"].(map[string]any)
+	if r["status"] != "success" || !strings.Contains(toString(r["details"]), "approved_by=token:sup_b; approver_role=supervisor") || writes() != 1 ||
+		gateNote["layer"] != "human_confirm" || !strings.Contains(toString(gateNote["reason"]), "approved by token:sup_b (supervisor, not the caller") {
 		t.Fatalf("approved call: %v (writes %d)", r, writes())
 	}
 	// The same key again is the recorded answer, not a second actuation.

@@ -157,6 +157,9 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		// A human confirmed: re-check L0 (a rule that became deny wins),
 		// do not ask L1 again.
 		gr = rs.gate.Confirmed(req)
+		if by := a.ApprovedBy; by.ID != "" && by.ID != a.Caller.ID && gr.Decision == gate.Allow {
+			gr.Reason = "approved by " + by.ID + " (" + by.Role + ", not the caller; grant verified, L0 re-checked)"
+		}
 	default:
 		gr = rs.gate.Decide(ctx, req)
 	}
