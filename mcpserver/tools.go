@@ -35,6 +35,7 @@ Work in four steps:
 2. OBSERVE: call the read_* tools in context.related_reads (in parallel). quality error: stop. quality degraded: ask a human. quality stale: act with caution.
 3. EXECUTE: before valid_until, call the do_* tool with a fresh idempotency_key (a new UUID per operation; reuse it only to retry that same operation). The answer's status is one of three: success = applied and verified by reading the device back; failed = certainly nothing was applied (read reason, permission and code); partial = the write may have landed (verified false, code outcome_unknown, unverified or mismatch): read the matching read_* tool before anything else, and never send the operation again with a new key before you have looked. A tool error on a do_* call changed nothing unless its text says the outcome is unknown.
 4. VERIFY: call the read_* tools again to see the effect. Heating and ventilation act over minutes; valves take seconds to travel.
+A do_* answered failed with code approval_pending needs a person other than you: tell your human the approval_id from details; once it is approved, repeat the same call with the same idempotency_key. Never try to approve it yourself.
 To undo a successful do_*, apply its compensation_hint (for example "do_heater_zone_a value=0").`
 
 var (
