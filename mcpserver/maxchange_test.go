@@ -53,7 +53,7 @@ func TestMaxChange(t *testing.T) {
 	if res["status"] != "failed" || res["code"] != "max_change_exceeded" || res["permission"] != "out_of_range" {
 		t.Fatalf("refused step: %v", res)
 	}
-	for _, want := range []string{"max_change=10", "current=8", "requested=80", "step=72"} {
+	for _, want := range []string{"max_change=10", "current=8", "value=80", "step=72"} {
 		if !strings.Contains(res["details"].(string), want) {
 			t.Errorf("details lack %q: %v", want, res["details"])
 		}

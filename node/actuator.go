@@ -266,7 +266,7 @@ func checkStep(cs *capState, current, value any, max float64) *refusal {
 		reason: fmt.Sprintf("%s %s is %g %s away from the current value %s %s; %s moves at most %g %s in one actuation (max_change). "+
 			"Nothing was written: check the value for a typo, or approach it in steps of at most %g",
 			promcp.FormatValue(value), unit, step, unit, promcp.FormatValue(current), unit, cs.tool, max, unit, max),
-		details: fmt.Sprintf("max_change=%g; current=%s; requested=%s; step=%g", max, promcp.FormatValue(current), promcp.FormatValue(value), step)}
+		details: fmt.Sprintf("max_change=%g; current=%s; value=%s; step=%g", max, promcp.FormatValue(current), promcp.FormatValue(value), step)}
 }
 
 // readFirst is the instruction every partial answer ends with.
