@@ -18,16 +18,19 @@ type session struct {
 	name string
 	cs   *mcp.ClientSession
 	d    *daemon
+	role string // the caller's role: none over HTTP without a policy, operator over stdio
 }
 
-// sessions starts one daemon per transport and era.
+// sessions starts one daemon per transport and era, without a policy file:
+// the manifest's own limits hold (do_heater_zone_a requires the operator
+// role, which only the stdio caller has here).
 func sessions(t *testing.T) []session {
 	var out []session
 	for _, era := range eras {
 		d := startHTTP(t, daemonOpts{})
-		out = append(out, session{"http/" + era, connectHTTP(t, d, era), d})
-		cs, sd := startStdio(t, era, daemonOpts{})
-		out = append(out, session{"stdio/" + era, cs, sd})
+		out = append(out, session{"http/" + era, connectHTTP(t, d, era), d, "none"})
+		cs, sd := startStdio(t, era, daemonOpts{extra: []string{"--stdio-role", "operator"}})
+		out = append(out, session{"stdio/" + era, cs, sd, "operator"})
 	}
 	return out
 }
@@ -36,10 +39,10 @@ func TestContractsAcrossTransportsAndEras(t *testing.T) {
 	for _, s := range sessions(t) {
 		t.Run(s.name, func(t *testing.T) {
 			tools := listTools(t, s.cs)
-			checkToolDefinitions(t, tools)
+			checkToolDefinitions(t, tools, s.role)
 			checkRead(t, s.cs, tools["read_temperature_zone_a"])
 			checkDoAndReplay(t, s, tools["do_fan_zone_b"])
-			checkCanDo(t, s.cs, tools["can_do"])
+			checkCanDo(t, s.cs, tools["can_do"], s.role)
 			checkOffline(t, s)
 		})
 	}
@@ -58,13 +61,16 @@ func listTools(t *testing.T, cs *mcp.ClientSession) map[string]*mcp.Tool {
 	return out
 }
 
-func checkToolDefinitions(t *testing.T, tools map[string]*mcp.Tool) {
+func checkToolDefinitions(t *testing.T, tools map[string]*mcp.Tool, role string) {
 	t.Helper()
 	want := []string{
 		"can_do",
-		"do_fan_zone_b", "do_heater_zone_a", "do_heater_zone_c", "do_irrigation_valve", "do_vent_zone_c",
+		"do_fan_zone_b", "do_heater_zone_c", "do_irrigation_valve", "do_vent_zone_c",
 		"read_humidity_zone_a", "read_humidity_zone_b", "read_humidity_zone_c", "read_irrigation_valve_position",
 		"read_rain_tank_level", "read_temperature_zone_a", "read_temperature_zone_b", "read_temperature_zone_c",
+	}
+	if role != "none" { // the manifest: do_heater_zone_a requires_permission operator
+		want = append(want, "do_heater_zone_a")
 	}
 	if len(tools) != len(want) {
 		t.Errorf("got %d tools, want %d", len(tools), len(want))
@@ -194,19 +200,29 @@ func checkDoAndReplay(t *testing.T, s session, tool *mcp.Tool) {
 	}
 }
 
-func checkCanDo(t *testing.T, cs *mcp.ClientSession, tool *mcp.Tool) {
+func checkCanDo(t *testing.T, cs *mcp.ClientSession, tool *mcp.Tool, role string) {
 	t.Helper()
 	// A natural intent: warm zone A up.
 	rep := conforms(t, tool, call(t, cs, "can_do", map[string]any{"intent": map[string]any{
 		"semantic_tags": []string{"heating"}, "action": "increase", "target": "temperature", "location": "zone_a", "value": 40,
 	}}))
-	cands, _ := rep["candidates"].([]any)
-	if rep["feasible"] != true || len(cands) == 0 {
-		t.Fatalf("can_do heating zone_a: %v", rep)
-	}
-	top := cands[0].(map[string]any)
-	if top["capability"] != "do_heater_zone_a" || top["confidence"].(float64) < 0.7 || top["permission"] != "allowed" || top["valid_until"] == "" {
-		t.Errorf("top candidate: %v", top)
+	if role == "none" {
+		// Without a policy the manifest's requires_permission still holds:
+		// blocked with the reason, never a candidate.
+		blocked, _ := rep["blocked"].([]any)
+		if rep["feasible"] != false || len(blocked) == 0 || blocked[0].(map[string]any)["permission"] != "permission_insufficient" ||
+			!strings.Contains(fmt.Sprint(blocked[0].(map[string]any)["details"]), "required_role=operator") {
+			t.Errorf("can_do heating zone_a as role none: %v", rep)
+		}
+	} else {
+		cands, _ := rep["candidates"].([]any)
+		if rep["feasible"] != true || len(cands) == 0 {
+			t.Fatalf("can_do heating zone_a: %v", rep)
+		}
+		top := cands[0].(map[string]any)
+		if top["capability"] != "do_heater_zone_a" || top["confidence"].(float64) < 0.7 || top["permission"] != "allowed" || top["valid_until"] == "" {
+			t.Errorf("top candidate: %v", top)
+		}
 	}
 	ctx, _ := rep["context"].(map[string]any)
 	if !strings.Contains(fmt.Sprint(ctx["related_reads"]), "read_temperature_zone_a") {

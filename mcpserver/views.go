@@ -141,12 +141,19 @@ func (sc scope) inView(subjects []manifest.ViewSubject) []string {
 }
 
 // roleMayRun reports whether the caller's role may run this gateway's do_
-// tool under the policy in force (always true without a policy).
+// tool under the policy in force: the policy file's, or the manifest-only
+// guard's (always true for a node without either).
 func (s *Server) roleMayRun(sc scope, tool string) bool {
-	if s.opts.Safety == nil {
+	var pol *policy.Policy
+	if s.opts.Safety != nil {
+		pol = s.opts.Safety.Policy()
+	} else if pg, ok := s.n.Guard().(interface{ Policy() *policy.Policy }); ok {
+		pol = pg.Policy()
+	}
+	if pol == nil {
 		return true
 	}
-	tp := s.opts.Safety.Policy().Tools[tool]
+	tp := pol.Tools[tool]
 	if tp == nil {
 		return true
 	}

@@ -89,14 +89,16 @@ type Guard interface {
 	Evaluate(ctx context.Context, a Action, dryRun bool) Verdict
 }
 
-// NoPolicy is the guard when no physmcp.policy.yml is configured. It allows
-// what the manifest allows; the node itself enforces the manifest's range.
-// Its note tells every caller, honestly, what is not enforced.
+// NoPolicy allows what the manifest's data type and range allow (the node
+// enforces those itself): the guard of a node built without one (tests,
+// tools). physd run without a policy file uses safety's manifest-only
+// guard, which also enforces the manifest's roles, rates, cooldowns and
+// quorum.
 type NoPolicy struct{}
 
 // NoPolicyNote is the policy note of every do_ without a policy.
-const NoPolicyNote = "no physmcp.policy.yml is configured: only the manifest's data type and range were enforced; " +
-	"its rate_limit, requires_permission, cooldown_ms and requires_quorum are not enforced and no approval gate ran"
+const NoPolicyNote = "no physmcp.policy.yml is configured: the manifest's own limits were enforced (data type, range, " +
+	"requires_permission, rate_limit, cooldown_ms, requires_quorum); no phocinae gate ran and no approval, time-window or range-guard rules apply"
 
 // Evaluate allows the action unchanged.
 func (NoPolicy) Evaluate(_ context.Context, a Action, _ bool) Verdict {

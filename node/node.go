@@ -231,8 +231,18 @@ func (n *Node) DeviceID() string { return n.m.Device.ID }
 // Buses returns the open buses by name (the daemon mounts dev controls).
 func (n *Node) Buses() map[string]drivers.Bus { return n.buses }
 
+// Guard is the decision phase in force (a policy and gate, the
+// manifest-only guard, or NoPolicy).
+func (n *Node) Guard() Guard { return n.guard }
+
 // PolicyConfigured reports whether a real policy guards do_ calls.
-func (n *Node) PolicyConfigured() bool { _, none := n.guard.(NoPolicy); return !none }
+func (n *Node) PolicyConfigured() bool {
+	if pf, ok := n.guard.(interface{ PolicyConfigured() bool }); ok {
+		return pf.PolicyConfigured()
+	}
+	_, none := n.guard.(NoPolicy)
+	return !none
+}
 
 // Readiness is one check of Ready.
 type Readiness struct {

@@ -239,3 +239,13 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 			"never_lifts": []string{"role", "range", "rate", "cooldown", "quorum", "gate deny"}},
 	})
 }
+
+// ManifestOnly is the policy physd enforces when no physmcp.policy.yml is
+// given: the manifest's own limits of every do_ capability
+// (requires_permission, rate_limit, cooldown_ms, requires_quorum), no time
+// windows, range guards, approvals or identities. A manifest that says a
+// heater may run at most 30 times an hour is obeyed with or without a
+// policy file.
+func ManifestOnly(m *manifest.Manifest) (*Policy, error) {
+	return Parse("(manifest "+m.Path+")", []byte(`physmcp_policy_version: "`+Version+`"`), m)
+}

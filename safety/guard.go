@@ -67,6 +67,10 @@ type rules struct {
 // that starts after it returns. Rate and cooldown history is kept.
 func (g *Guard) Reload(p *policy.Policy, gt *gate.Gate) { g.rules.Store(&rules{p, gt}) }
 
+// PolicyConfigured reports whether a policy file stands behind the guard
+// (false for the manifest-only guard, which has no gate).
+func (g *Guard) PolicyConfigured() bool { return g.rules.Load().gate != nil }
+
 // Policy is the policy in force.
 func (g *Guard) Policy() *policy.Policy { return g.rules.Load().pol }
 
@@ -140,9 +144,19 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 	case promcp.PermAllowed, promcp.PermRequiresHumanApproval:
 	default:
 		v.Policy = promcp.PolicyNote{Configured: true, Decision: "denied", Note: "rule " + out.Rule}
+		if rs.gate == nil {
+			v.Policy = promcp.PolicyNote{Configured: false, Decision: "denied", Note: "manifest rule " + out.Rule + "; " + node.NoPolicyNote}
+		}
 		return v
 	}
 	v.Policy, v.Reason = policyNote(out, ov)
+	if rs.gate == nil {
+		// No policy file (ManifestOnly): the manifest's limits held, and
+		// there is no gate to ask. The manifest alone has no approval rules.
+		v.Policy.Configured, v.Policy.Note = false, node.NoPolicyNote
+		v.Permission = promcp.PermAllowed
+		return v
+	}
 	approved := a.Approved && approvalSatisfies(out.Approval, a)
 
 	// The gate judges the value as the caller requested it: a clamp applies

@@ -334,9 +334,17 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 			return err
 		}
 		nodeGuard = guard
-	} else if unenforced := manifestRulesWithoutPolicy(m); len(unenforced) > 0 {
-		log.Warn("no --policy: these manifest rules are NOT enforced; load a physmcp.policy.yml to enforce them",
-			"capabilities", unenforced)
+	} else {
+		// No policy file: the manifest's own limits still hold.
+		pol, err := policy.ManifestOnly(m)
+		if err != nil {
+			return fmt.Errorf("the manifest's limits: %w", err)
+		}
+		nodeGuard = safety.New(safety.Config{Policy: pol, State: st, Quorum: quorum, DeviceID: m.Device.ID})
+		if limited := manifestRulesWithoutPolicy(m); len(limited) > 0 {
+			log.Info("no --policy: the manifest's requires_permission, rate_limit, cooldown_ms and requires_quorum are enforced; no gate, approval or time-window rules",
+				"capabilities", limited)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -456,8 +464,8 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 }
 
 // manifestRulesWithoutPolicy names the do_ capabilities whose manifest
-// asks for a role, rate limit, cooldown or quorum: rules only the policy
-// layer enforces.
+// asks for a role, rate limit, cooldown or quorum: without a policy file
+// the manifest-only guard enforces them.
 func manifestRulesWithoutPolicy(m *manifest.Manifest) []string {
 	var out []string
 	for _, c := range m.Capabilities {
