@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Builds the amd64 Debian package and checks it from the outside:
+#   1. dpkg-deb: control fields, the exact file list with modes, conffiles,
+#      the maintainer scripts (present, executable, valid sh), and that the
+#      unit's ExecStart, --manifest and --policy name files the package installs;
+#   2. dpkg-deb -x into a temporary root: the extracted physd validates the
+#      installed example;
+#   3. as root, where overlayfs works: dpkg -i in a chroot whose /usr, /etc and
+#      /var are copy-on-write layers over this machine's (nothing here changes):
+#      the postinst creates the physd user in i2c, gpio and dialout and the
+#      groups that were missing, /etc/physd and /var/lib/physd get their
+#      owners, physd validates the example as the physd user; a reinstall keeps
+#      an edited conffile; remove and purge run cleanly.
+# Run by .ci/run; about 30 s with a warm build cache.
+set -euo pipefail
+export GOTOOLCHAIN=go1.27.3
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "check-deb: FAIL: $*" >&2; exit 1; }
+
+version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$tmp/physd" ./cmd/physd
+deb=$(deploy/deb/build.sh amd64 "$version" "$tmp/physd" "$tmp/out" 2>"$tmp/nfpm.log") || { cat "$tmp/nfpm.log" >&2; fail "nfpm"; }
+echo "built $(basename "$deb") ($(du -h "$deb" | cut -f1))"
+
+# ---- 1. dpkg-deb: control, contents, conffiles, maintainer scripts ---------
+[ "$(dpkg-deb -f "$deb" Package)" = physd ] || fail "Package is not physd"
+[ "$(dpkg-deb -f "$deb" Architecture)" = amd64 ] || fail "Architecture is not amd64"
+[ "$(dpkg-deb -f "$deb" Depends)" = passwd ] || fail "Depends is not passwd (useradd, groupadd)"
+dpkg-deb -f "$deb" Version | grep -Eq '^[0-9]' || fail "Version does not start with a digit"
+
+# Every path with its mode, directories included (owners are fixed by the postinst).
+dpkg-deb --fsys-tarfile "$deb" | tar -tvf - | awk '{sub("^\\./", "", $6); print $1, $2, "/" $6}' | sed 's|/$||' | sort -k3 > "$tmp/contents"
+cat > "$tmp/want" <<'LIST'
+drwxr-xr-x root/root /etc
+drwxr-x--- root/root /etc/physd
+-rw-r--r-- root/root /etc/physd/physmcp.manifest.yml
+-rw-r--r-- root/root /etc/physd/physmcp.policy.yml
+drwxr-xr-x root/root /usr
+drwxr-xr-x root/root /usr/bin
+-rwxr-xr-x root/root /usr/bin/physd
+drwxr-xr-x root/root /usr/lib
+drwxr-xr-x root/root /usr/lib/systemd
+drwxr-xr-x root/root /usr/lib/systemd/system
+-rw-r--r-- root/root /usr/lib/systemd/system/physd.service
+drwxr-xr-x root/root /usr/share
+drwxr-xr-x root/root /usr/share/doc
+drwxr-xr-x root/root /usr/share/doc/physd
+-rw-r--r-- root/root /usr/share/doc/physd/copyright
+drwxr-xr-x root/root /usr/share/physd
+drwxr-xr-x root/root /usr/share/physd/schemas
+-rw-r--r-- root/root /usr/share/physd/schemas/physmcp.manifest.schema.json
+-rw-r--r-- root/root /usr/share/physd/schemas/physmcp.policy.schema.json
+drwxr-xr-x root/root /var
+drwxr-xr-x root/root /var/lib
+drwxr-x--- root/root /var/lib/physd
+LIST
+diff -u "$tmp/want" "$tmp/contents" || fail "the package's files differ from the list above (- wanted, + built)"
+echo "contents: $(grep -vc '^d' "$tmp/contents") files, $(grep -c '^d' "$tmp/contents") directories, as listed"
+
+dpkg-deb -e "$deb" "$tmp/control"
+printf '/etc/physd/physmcp.manifest.yml\n/etc/physd/physmcp.policy.yml\n' | diff -u - "$tmp/control/conffiles" || fail "conffiles"
+for s in postinst prerm postrm; do
+  [ -x "$tmp/control/$s" ] || fail "$s missing or not executable"
+  sh -n "$tmp/control/$s" || fail "$s: not valid sh"
+done
+for want in 'groupadd --system "$g"' 'useradd --system' 'usermod --append --groups i2c,gpio,dialout physd' 'chown physd:physd /var/lib/physd'; do
+  grep -qF "$want" "$tmp/control/postinst" || fail "postinst lacks: $want"
+done
+echo "control: conffiles and maintainer scripts as expected"
+
+# ---- 2. extract and validate the installed example -------------------------
+root=$tmp/root
+dpkg-deb -x "$deb" "$root"
+unit=$root/usr/lib/systemd/system/physd.service
+exec_bin=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$unit")
+[ -x "$root$exec_bin" ] || fail "the unit's ExecStart $exec_bin is not in the package"
+for flag in --manifest --policy; do
+  path=$(tr -d '\\\n' < "$unit" | grep -o -- "$flag [^ ]*" | cut -d' ' -f2)
+  [ -f "$root$path" ] || fail "the unit's $flag $path is not in the package"
+done
+grep -q '^User=physd$' "$unit" && grep -q '^StateDirectory=physd$' "$unit" || fail "the unit does not run as physd with StateDirectory=physd"
+head -1 "$root/etc/physd/physmcp.manifest.yml" | grep -qF '$schema=/usr/share/physd/schemas/physmcp.manifest.schema.json' \
+  || fail "the installed manifest's schema line does not point at /usr/share/physd/schemas"
+"$root/usr/bin/physd" version > "$tmp/version" || fail "physd version"
+head -1 "$tmp/version"
+"$root/usr/bin/physd" validate --policy "$root/etc/physd/physmcp.policy.yml" "$root/etc/physd/physmcp.manifest.yml" \
+  || fail "physd validate on the extracted example"
+
+# ---- 3. dpkg -i in a copy-on-write chroot -----------------------------------
+if [ "$(id -u)" != 0 ]; then
+  echo "chroot install: skipped (needs root; CI runs it)"
+  exit 0
+fi
+cr=$tmp/chroot
+mkdir -p "$cr"/{usr,etc,var,tmp,run,dev,proc} "$tmp"/ov/{usr,etc,var}/{up,work}
+for l in bin sbin lib lib32 lib64 libx32; do
+  if [ -L "/$l" ]; then ln -s "$(readlink "/$l")" "$cr/$l"; elif [ -d "/$l" ]; then fail "/$l is not a symlink (not a merged-/usr system)"; fi
+done
+cp "$deb" "$cr/tmp/physd.deb"
+cat > "$cr/tmp/check.sh" <<'INNER'
+set -eu
+fail() { echo "check-deb: FAIL (chroot): $*" >&2; exit 1; }
+getent passwd physd >/dev/null && fail "this machine already has a physd user"
+missing=""; for g in i2c gpio dialout; do getent group "$g" >/dev/null || missing="$missing $g"; done
+dpkg -i /tmp/physd.deb >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -i"; }
+dpkg-query -W -f '${Status}\n' physd | grep -qx 'install ok installed' || fail "dpkg status"
+entry=$(getent passwd physd) || fail "no physd user"
+case "$entry" in physd:x:*:*:*:/var/lib/physd:/usr/sbin/nologin) ;; *) fail "physd user: $entry" ;; esac
+[ "$(id -u physd)" -lt 1000 ] || fail "physd is not a system user (uid $(id -u physd))"
+for g in physd i2c gpio dialout; do id -nG physd | tr ' ' '\n' | grep -qx "$g" || fail "physd is not in $g: $(id -nG physd)"; done
+for g in $missing; do getent group "$g" | awk -F: '$3 >= 1000 {exit 1}' || fail "group $g is not a system group"; done
+[ "$(stat -c '%U:%G %a' /etc/physd)" = "root:physd 750" ] || fail "/etc/physd: $(stat -c '%U:%G %a' /etc/physd)"
+[ "$(stat -c '%U:%G %a' /var/lib/physd)" = "physd:physd 750" ] || fail "/var/lib/physd: $(stat -c '%U:%G %a' /var/lib/physd)"
+setpriv --reuid physd --regid physd --init-groups \
+  physd validate --policy /etc/physd/physmcp.policy.yml /etc/physd/physmcp.manifest.yml >/dev/null \
+  || fail "physd validate as the physd user"
+echo "dpkg -i: physd user in $(id -nG physd | tr ' ' ','), groups created:${missing:- none}; the physd user validates /etc/physd"
+echo "# edited by the operator" >> /etc/physd/physmcp.manifest.yml
+dpkg -i /tmp/physd.deb >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -i again (upgrade path)"; }
+tail -1 /etc/physd/physmcp.manifest.yml | grep -qx '# edited by the operator' || fail "reinstall replaced an edited conffile"
+dpkg -r physd >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -r"; }
+[ ! -e /usr/bin/physd ] && [ -f /etc/physd/physmcp.manifest.yml ] || fail "after remove: binary gone, conffiles kept"
+dpkg -P physd >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -P"; }
+[ ! -e /etc/physd/physmcp.manifest.yml ] || fail "purge kept a conffile"
+getent passwd physd >/dev/null || fail "purge removed the physd user (it owns the kept audit trail)"
+echo "reinstall keeps an edited conffile; remove keeps /etc/physd; purge removes it and keeps the physd user"
+INNER
+if ! unshare --mount true 2>"$tmp/unshare.err"; then
+  echo "chroot install: skipped (no mount namespace here: $(tr '\n' ' ' < "$tmp/unshare.err"))"
+  exit 0
+fi
+set +e
+unshare --mount --propagation private bash -euc '
+  cr=$1 ov=$2
+  for d in usr etc var; do
+    mount -t overlay overlay -o "lowerdir=/$d,upperdir=$ov/$d/up,workdir=$ov/$d/work" "$cr/$d" || exit 3
+  done
+  mount --bind /dev "$cr/dev" && mount --bind /proc "$cr/proc" || exit 3
+  PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$cr" /bin/sh /tmp/check.sh
+' _ "$cr" "$tmp/ov" 2>"$tmp/chroot.err"
+rc=$?
+set -e
+case $rc in
+0) ;;
+3) echo "chroot install: skipped (overlayfs not available here: $(tr '\n' ' ' < "$tmp/chroot.err"))" ;;
+*) cat "$tmp/chroot.err" >&2; fail "chroot install (exit $rc)" ;;
+esac
