@@ -9,9 +9,10 @@
 #      /var are copy-on-write layers over this machine's (nothing here changes):
 #      the postinst creates the physd user in i2c, gpio and dialout and the
 #      groups that were missing, /etc/physd and /var/lib/physd get their
-#      owners, physd validates the example as the physd user; a reinstall keeps
-#      an edited conffile; remove and purge run cleanly.
-# Run by .ci/run; about 30 s with a warm build cache.
+#      owners, physd validates the example as the physd user and runs it with
+#      the unit's command line (ready, ledger in /var/lib/physd, "stopped" on
+#      SIGTERM); a reinstall keeps an edited conffile; remove and purge run.
+# Run by .ci/run; under 10 s with a warm build cache.
 set -euo pipefail
 export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
@@ -99,8 +100,10 @@ for l in bin sbin lib lib32 lib64 libx32; do
   if [ -L "/$l" ]; then ln -s "$(readlink "/$l")" "$cr/$l"; elif [ -d "/$l" ]; then fail "/$l is not a symlink (not a merged-/usr system)"; fi
 done
 cp "$deb" "$cr/tmp/physd.deb"
+sed -n '/^ExecStart=/,/[^\\]$/p' "$unit" | sed 's/^ExecStart=//; s/\\$//' | { tr '\n' ' '; echo; } > "$cr/tmp/execstart"
 cat > "$cr/tmp/check.sh" <<'INNER'
-set -eu
+set -eu -o pipefail
+trap 'echo "check-deb: FAIL (chroot): check.sh line $LINENO" >&2' ERR
 fail() { echo "check-deb: FAIL (chroot): $*" >&2; exit 1; }
 getent passwd physd >/dev/null && fail "this machine already has a physd user"
 missing=""; for g in i2c gpio dialout; do getent group "$g" >/dev/null || missing="$missing $g"; done
@@ -117,6 +120,30 @@ setpriv --reuid physd --regid physd --init-groups \
   physd validate --policy /etc/physd/physmcp.policy.yml /etc/physd/physmcp.manifest.yml >/dev/null \
   || fail "physd validate as the physd user"
 echo "dpkg -i: physd user in $(id -nG physd | tr ' ' ','), groups created:${missing:- none}; the physd user validates /etc/physd"
+# The unit's command line, as the physd user with systemd's StateDirectory
+# (only the port differs): ready, then a clean stop on SIGTERM.
+port=$((20000 + $$ % 20000))
+read -r -a argv < /tmp/execstart
+for i in "${!argv[@]}"; do [ "${argv[$i]}" = --http ] && argv[i+1]=127.0.0.1:$port; done
+case "${argv[*]}" in *" --http 127.0.0.1:$port"*) ;; *) fail "the unit's ExecStart has no --http: ${argv[*]}" ;; esac
+setpriv --reuid physd --regid physd --init-groups env -i STATE_DIRECTORY=/var/lib/physd \
+  "${argv[@]}" 2>/tmp/physd.log &
+pid=$!
+ready=""
+for _ in $(seq 100); do
+  if exec 3<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+    printf 'GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+    ready=$(head -1 <&3); exec 3<&-
+    case "$ready" in *" 200"*) break ;; esac
+  fi
+  kill -0 "$pid" 2>/dev/null || { cat /tmp/physd.log; fail "physd run exited"; }
+  sleep 0.1
+done
+case "$ready" in *" 200"*) ;; *) kill "$pid"; cat /tmp/physd.log; fail "/readyz: ${ready:-no answer}" ;; esac
+kill -TERM "$pid"; wait "$pid" || { cat /tmp/physd.log; fail "physd run: exit $? on SIGTERM"; }
+tail -1 /tmp/physd.log | grep -q '"msg":"stopped"' || { cat /tmp/physd.log; fail "the log does not end with stopped"; }
+[ "$(stat -c %U /var/lib/physd/physd.db)" = physd ] || fail "the ledger is not in /var/lib/physd, owned by physd"
+echo "physd run (the unit's command line, as physd): /readyz 200, ledger in /var/lib/physd, \"stopped\" on SIGTERM"
 echo "# edited by the operator" >> /etc/physd/physmcp.manifest.yml
 dpkg -i /tmp/physd.deb >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -i again (upgrade path)"; }
 tail -1 /etc/physd/physmcp.manifest.yml | grep -qx '# edited by the operator' || fail "reinstall replaced an edited conffile"
@@ -138,7 +165,7 @@ unshare --mount --propagation private bash -euc '
     mount -t overlay overlay -o "lowerdir=/$d,upperdir=$ov/$d/up,workdir=$ov/$d/work" "$cr/$d" || exit 3
   done
   mount --bind /dev "$cr/dev" && mount --bind /proc "$cr/proc" || exit 3
-  PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$cr" /bin/sh /tmp/check.sh
+  PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$cr" /bin/bash /tmp/check.sh
 ' _ "$cr" "$tmp/ov" 2>"$tmp/chroot.err"
 rc=$?
 set -e
