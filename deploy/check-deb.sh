@@ -105,8 +105,14 @@ cat > "$cr/tmp/check.sh" <<'INNER'
 set -eu -o pipefail
 trap 'echo "check-deb: FAIL (chroot): check.sh line $LINENO" >&2' ERR
 fail() { echo "check-deb: FAIL (chroot): $*" >&2; exit 1; }
-getent passwd physd >/dev/null && fail "this machine already has a physd user"
+dpkg-query -W physd >/dev/null 2>&1 && fail "this machine has the physd package; run the check where it has not"
+# A machine as fresh as a Pi's first boot in this layer: no physd user, and
+# no i2c or gpio group (Debian has dialout), so the postinst must create them.
+if getent passwd physd >/dev/null; then userdel physd; fi
+if getent group physd >/dev/null; then groupdel physd; fi
+for g in i2c gpio; do if getent group "$g" >/dev/null; then groupdel "$g"; fi; done
 missing=""; for g in i2c gpio dialout; do getent group "$g" >/dev/null || missing="$missing $g"; done
+[ "$missing" = " i2c gpio" ] || fail "groups missing before the install:$missing (want i2c gpio)"
 dpkg -i /tmp/physd.deb >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -i"; }
 dpkg-query -W -f '${Status}\n' physd | grep -qx 'install ok installed' || fail "dpkg status"
 entry=$(getent passwd physd) || fail "no physd user"
