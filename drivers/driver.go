@@ -99,6 +99,26 @@ type Quantizer interface {
 	Quantize(v any) (any, error)
 }
 
+// Verifier is implemented by points whose device shows a write at another
+// address (a Modbus verify point: the status input of a coil command, the
+// active-setpoint register of a setpoint). The node's verifying read after
+// a write calls Verify instead of Read.
+type Verifier interface {
+	// Verify reads the verify point (honouring ctx's deadline) and judges
+	// it against a write of v. An error means the point could not be read,
+	// so the write is unverified.
+	Verify(ctx context.Context, v any) (Verification, error)
+}
+
+// Verification is what a verify point showed after a write.
+type Verification struct {
+	Point    string // what was read, for people: "unit 1 discrete input 20"
+	Observed any    // the value it shows
+	Expected any    // the value it shows when the write applied
+	OK       bool   // Observed is Expected (within the verify tolerance)
+	At       time.Time
+}
+
 var (
 	mu        sync.RWMutex
 	factories = map[string]Factory{}

@@ -208,6 +208,12 @@ func connectHTTP(t *testing.T, d *daemon, version string) *mcp.ClientSession {
 // the simulator controls) and connects to it.
 func startStdio(t *testing.T, version string, o daemonOpts) (*mcp.ClientSession, *daemon) {
 	t.Helper()
+	return startStdioWith(t, version, o, nil)
+}
+
+// startStdioWith is startStdio with a handler for tools/list_changed.
+func startStdioWith(t *testing.T, version string, o daemonOpts, listChanged func(context.Context, *mcp.ToolListChangedRequest)) (*mcp.ClientSession, *daemon) {
+	t.Helper()
 	if o.manifest == "" {
 		o.manifest = greenhouse
 	}
@@ -218,7 +224,7 @@ func startStdio(t *testing.T, version string, o daemonOpts) (*mcp.ClientSession,
 	d := &daemon{cmd: exec.Command(physdBin, args...), state: o.state, stderr: &syncBuffer{}}
 	d.withPolicyToken(o.extra)
 	d.cmd.Stderr = d.stderr
-	c := mcp.NewClient(&mcp.Implementation{Name: "physd-e2e", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	c := mcp.NewClient(&mcp.Implementation{Name: "physd-e2e", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}, ToolListChangedHandler: listChanged})
 	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: d.cmd}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("connect %s over stdio: %v\nstderr:\n%s", version, err, d.stderr.String())

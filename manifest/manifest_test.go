@@ -68,6 +68,7 @@ func TestGreenhouse(t *testing.T) {
 		CacheTTLMS:         2000,
 		Compensable:        false,
 		Tolerance:          0.1,
+		Family:             "temperature",
 		Pos:                Pos{File: greenhouse, Line: 42, Col: 5},
 	}
 	temp.Binding = Binding{}
@@ -86,7 +87,7 @@ func TestGreenhouse(t *testing.T) {
 	}
 	b := heater.Binding
 	if b.Type != "sim" || b.Bus != "plant" || b.Address != "" || b.Field != "capabilities[8].binding" ||
-		b.Pos != (Pos{File: greenhouse, Line: 143, Col: 14}) {
+		b.Pos != (Pos{File: greenhouse, Line: 151, Col: 14}) {
 		t.Errorf("binding = %+v", b)
 	}
 	var params struct {

@@ -49,6 +49,8 @@ type Manifest struct {
 	Buses        map[string]*Bus `json:"buses,omitempty"`
 	Capabilities []*Capability   `json:"capabilities"`
 	Audit        Audit           `json:"audit"`
+	// Views are the physd extension views: (views.go).
+	Views []*View `json:"views,omitempty"`
 }
 
 // Device is the device: block.
@@ -238,6 +240,9 @@ type Capability struct {
 	// Tolerance is the largest |read-back - written| accepted as verified;
 	// defaults to precision, or 1e-9.
 	Tolerance float64 `json:"tolerance,omitempty"`
+	// Family groups capabilities of one type (families.go): served as one
+	// tool with a zone argument where an endpoint serves families.
+	Family string `json:"family,omitempty"`
 	// AdoptedFrom is PhysMCP's proxy-mode origin of the capability.
 	AdoptedFrom *AdoptedFrom `json:"adopted_from,omitempty"`
 	Pos         Pos          `json:"-"`

@@ -43,7 +43,7 @@ var (
 
 // Keys accepted in each block, in the order they are listed in fixes.
 var (
-	topKeys        = []string{"physmcp_version", "device", "network", "buses", "capabilities", "audit"}
+	topKeys        = []string{"physmcp_version", "device", "network", "buses", "capabilities", "audit", "views"}
 	deviceKeys     = []string{"id", "type", "vendor", "model", "firmware_version", "hardware_revision", "location", "certification"}
 	locationKeys   = []string{"zone", "area", "description", "coordinates"}
 	coordKeys      = []string{"x", "y", "z"}
@@ -61,7 +61,7 @@ var (
 		"enum_values", "precision", "sample_rate_hz", "semantic_tags", "side_effects",
 		"rate_limit", "requires_permission", "requires_quorum", "quorum_size",
 		"cooldown_ms", "timeout_ms", "cacheable", "cache_ttl_ms", "zone",
-		"compensable", "settle_ms", "tolerance", "adopted_from",
+		"compensable", "settle_ms", "tolerance", "adopted_from", "family",
 	}
 )
 
@@ -119,6 +119,7 @@ func (p *parser) manifest(root *yaml.Node) *Manifest {
 	m.Buses = p.buses(top.get("buses"))
 	p.capabilities(top.need("capabilities", ""), m)
 	m.Audit = p.audit(top.sub("audit", auditKeys, false))
+	m.Views = p.views(top.get("views"))
 	return m
 }
 
@@ -288,6 +289,7 @@ func (p *parser) capabilities(n *yaml.Node, m *Manifest) {
 			m.Capabilities = append(m.Capabilities, c)
 		}
 	}
+	p.families(n, m)
 }
 
 func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[string]*yaml.Node) *Capability {
@@ -441,6 +443,13 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 			p.add(o.get("zone"), o.field("zone"), "remove zone to use device.location.zone, or name the zone", "zone must not be empty")
 		}
 		c.Zone = s
+	}
+	if s, ok := o.str("family", false); ok {
+		if !reCapName.MatchString(s) {
+			p.add(o.get("family"), o.field("family"), "name the family like a capability, e.g. heater", "invalid family %s", quoteShort(s))
+		} else {
+			c.Family = s
+		}
 	}
 	c.Compensable = isDo
 	if v, ok := o.boolean("compensable"); ok {

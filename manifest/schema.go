@@ -38,6 +38,7 @@ func Schema(busTypes []string) *jsonschema.Schema {
 		"buses":           busesSchema(busTypes),
 		"capabilities":    listOf(capabilitySchema(), 1, "The device's capabilities; each becomes read_<name> or do_<name>."),
 		"audit":           auditSchema(),
+		"views":           viewsSchema(),
 	})
 	s.Schema = SchemaDraft
 	s.Title = "PhysMCP device manifest (physd)"
@@ -142,6 +143,7 @@ func capabilitySchema() *jsonschema.Schema {
 		"cacheable":           boolean("Serve reads from the cache. Default true for read, false for do."),
 		"cache_ttl_ms":        integer(fmt.Sprintf("Cache lifetime. Default %d.", DefaultCacheTTLMS), 0, math.MaxInt32),
 		"zone":                text("physd: zone this capability acts on. Default device.location.zone.", true),
+		"family":              pattern(reCapName.String(), "physd: the capability's family (type), e.g. heater: where an endpoint serves families, one tool do_heater with a zone argument serves every heater of the site.", "heater", "temperature"),
 		"compensable":         boolean("physd: a do_ can be undone by writing the previous value. Default true for do."),
 		"settle_ms":           integer("physd: wait between write and verifying read-back (do only).", 0, math.MaxInt32),
 		"tolerance":           number("physd: |read-back − written| accepted as verified. Default precision.", ptr(0.0), nil),

@@ -29,8 +29,10 @@ func example(name string) string {
 }
 
 type rig struct {
-	cs    *mcp.ClientSession
-	plant *sim.Plant
+	cs          *mcp.ClientSession
+	plant       *sim.Plant
+	srv         *mcpserver.Server
+	listChanged chan struct{} // one value per tools/list_changed received
 }
 
 type nonces struct{ st *store.Store }
@@ -45,6 +47,24 @@ func (n nonces) Consume(nonce string, exp time.Time) (bool, error) {
 func newRig(t *testing.T, elicit bool) *rig { return newRigAs(t, elicit, "operator") }
 
 func newRigAs(t *testing.T, elicit bool, role string) *rig {
+	t.Helper()
+	return newRigOpts(t, elicit, mcpserver.Options{StdioRole: role})
+}
+
+// newRigWith connects a client (2025-11-25 era, which receives
+// tools/list_changed without a subscription) over stdio-like in-memory
+// transports to the greenhouse with its policy and opts.
+func newRigWith(t *testing.T, opts mcpserver.Options) *rig {
+	t.Helper()
+	return newRigOptsEra(t, false, opts, "2025-11-25")
+}
+
+func newRigOpts(t *testing.T, elicit bool, opts mcpserver.Options) *rig {
+	t.Helper()
+	return newRigOptsEra(t, elicit, opts, "2026-07-28")
+}
+
+func newRigOptsEra(t *testing.T, elicit bool, opts mcpserver.Options, era string) *rig {
 	t.Helper()
 	m, err := manifest.Load(example("physmcp.manifest.yml"))
 	if err != nil {
@@ -80,7 +100,8 @@ func newRigAs(t *testing.T, elicit bool, role string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := mcpserver.New(n, mcpserver.Options{StdioRole: role, Safety: guard, Approvals: ap, Audit: al})
+	opts.Safety, opts.Approvals, opts.Audit = guard, ap, al
+	srv := mcpserver.New(n, opts)
 	ct, stt := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(context.Background(), stt, nil)
 	if err != nil {
@@ -90,9 +111,16 @@ func newRigAs(t *testing.T, elicit bool, role string) *rig {
 	if elicit {
 		caps.Elicitation = &mcp.ElicitationCapabilities{}
 	}
+	listChanged := make(chan struct{}, 16)
 	c := mcp.NewClient(&mcp.Implementation{Name: "approver", Version: "1"}, &mcp.ClientOptions{
-		Capabilities: caps, MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}})
-	cs, err := c.Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+		Capabilities: caps, MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case listChanged <- struct{}{}:
+			default:
+			}
+		}})
+	cs, err := c.Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: era})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +131,7 @@ func newRigAs(t *testing.T, elicit bool, role string) *rig {
 		al.Close()
 		st.Close()
 	})
-	return &rig{cs: cs, plant: n.Buses()["plant"].(*sim.Plant)}
+	return &rig{cs: cs, plant: n.Buses()["plant"].(*sim.Plant), srv: srv, listChanged: listChanged}
 }
 
 func (r *rig) call(t *testing.T, p *mcp.CallToolParams) *mcp.CallToolResult {

@@ -23,6 +23,9 @@ type RemoteTool struct {
 	DataType    string
 	Unit        string
 	Zone        string
+	Area        string   // the owner's device.location.area
+	Tags        []string // semantic_tags
+	Family      string   // the capability's family, if any
 	Description string
 	EnumValues  []string
 	SideEffects []string

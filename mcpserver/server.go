@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -18,6 +19,7 @@ import (
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
 	"github.com/physd/physd/safety"
 )
 
@@ -58,6 +60,12 @@ type Options struct {
 	Mesh func() any
 	// MeshReady, when set, is a /readyz check: the mesh is joined.
 	MeshReady func() error
+	// View, when set, is the stdio caller's view (--view): a manifest views: entry.
+	View string
+	// Families makes the default endpoint and stdio list one tool per
+	// capability family instead of every instance (a view may decide
+	// otherwise for its endpoint); see families.go.
+	Families bool
 	// Router, when set, lists and routes the tools of the site's other
 	// nodes (a source argument picks the owner).
 	Router Router
@@ -70,7 +78,10 @@ type Server struct {
 	mcp       *mcp.Server
 	opts      Options
 	log       *slog.Logger
-	callerKey []byte                 // MACs the boundary's caller stamp
+	callerKey []byte // MACs the boundary's caller stamp
+	ts        *toolSet
+	requests  sync.Map // Physd-Request id -> the HTTP request's context
+	fams      familyTools
 	refusals  *prometheus.CounterVec // nil without metrics
 }
 
@@ -95,13 +106,16 @@ func New(n *node.Node, opts Options) *Server {
 			// the lists are fixed for a node's lifetime. The SDK answers
 			// prompts/list (empty) regardless, so prompts is declared too.
 			Capabilities: &mcp.ServerCapabilities{
-				Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil}, // the mesh changes the list
+				// The mesh changes the list; a policy reload changes what
+				// each role is shown.
+				Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil || opts.Safety != nil},
 				Resources: &mcp.ResourceCapabilities{ListChanged: false},
 				Prompts:   &mcp.PromptCapabilities{ListChanged: false},
 			},
 			SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
-				// Tool and resource lists change only with a restart.
-				c.TTLMs, c.CacheScope = 60_000, "public"
+				// The tool list depends on the caller's role (scopeMiddleware):
+				// never shared between callers by a cache on the way.
+				c.TTLMs, c.CacheScope = 60_000, "private"
 			},
 		})
 	srv := &Server{start: time.Now(), n: n, mcp: s, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
@@ -112,18 +126,35 @@ func New(n *node.Node, opts Options) *Server {
 	if opts.Safety != nil {
 		ts.approvals = opts.Approvals
 	}
+	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
+		srv.scopeReport(srv.scopeOf(extra), in, rep)
+	}
 	ts.register(s)
+	srv.ts = ts
+	s.AddReceivingMiddleware(srv.scopeMiddleware)
 	if opts.Router != nil {
 		ts.enableRouting(s, opts.Router)
 	}
+	srv.syncFamilies()
+	if opts.Router != nil {
+		opts.Router.OnChange(srv.syncFamilies)
+	}
 	srv.addPolicyResources()
 	srv.addMeshResource()
+	srv.addViewsResource()
 	s.AddResource(&mcp.Resource{
 		URI: ManifestURI, Name: "manifest", Title: "PhysMCP device manifest",
 		Description: "The physmcp.manifest.yml this node serves, as JSON, with promcp_base and physmcp_version.",
 		MIMEType:    "application/json",
 	}, srv.readManifest)
 	return srv
+}
+
+// PolicyReloaded tells connected clients that their tool lists may have
+// changed (the role filter reads the policy in force). The SDK sends
+// tools/list_changed when a tool is (re)added: can_do is re-added as is.
+func (s *Server) PolicyReloaded() {
+	s.mcp.AddTool(canDoTool(), s.ts.handleCanDo)
 }
 
 // MCP returns the underlying SDK server.
@@ -201,7 +232,10 @@ func (s *Server) Handler() http.Handler {
 	b := newBoundary(s)
 	b.handle("GET /healthz", routeRule{public: true}, http.HandlerFunc(s.serveHealth))
 	b.handle("GET /readyz", routeRule{public: true}, http.HandlerFunc(s.serveReady))
-	b.handle("/mcp", viewer, mcpHandler)
+	b.handle("/mcp", viewer, s.withView("", mcpHandler))
+	for _, v := range s.n.Manifest().Views {
+		b.handle("/mcp/"+v.Name, viewer, s.withView(v.Name, mcpHandler))
+	}
 	b.handle("GET /status", viewer, http.HandlerFunc(s.serveStatus))
 	b.handle("GET /{$}", viewer, http.HandlerFunc(s.servePage))
 	if s.opts.Metrics != nil {

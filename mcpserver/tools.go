@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -51,6 +52,8 @@ type toolSet struct {
 	routing   *routing         // nil: no mesh
 	sourceArg bool             // local tools take an optional source (mesh)
 	authn     func(h http.Header) (node.Caller, error)
+	// scopeReport narrows a can_do report to the request's view (views.go).
+	scopeReport func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport)
 }
 
 // raw pre-serialises a schema. The SDK re-marshals every tool's input
@@ -192,10 +195,60 @@ func decodeArgs(raw json.RawMessage, out any) error {
 	if raw[0] != '{' {
 		return &node.InputError{Field: "arguments", Msg: "must be a JSON object"}
 	}
+	if err := exactKeys(raw, out); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(out); err != nil {
 		return &node.InputError{Field: "arguments", Msg: cleanJSONError(err)}
+	}
+	return nil
+}
+
+// exactKeys refuses an argument object whose top-level names are not
+// exactly the schema's, or that names one twice. encoding/json matches
+// names case-insensitively and keeps the last duplicate, so {"value":10,
+// "Value":95} would move the plant to 95 while a proxy, an audit reader or
+// a filter that reads JSON exactly sees 10: a call whose meaning depends on
+// the reader is refused.
+func exactKeys(raw json.RawMessage, out any) error {
+	known := map[string]bool{}
+	t := reflect.TypeOf(out)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return &node.InputError{Field: "arguments", Msg: "must be a JSON object"}
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return &node.InputError{Field: "arguments", Msg: cleanJSONError(err)}
+		}
+		key, _ := tok.(string)
+		switch {
+		case seen[key]:
+			return &node.InputError{Field: key, Msg: "is given twice; send each argument once"}
+		case !known[key]:
+			return &node.InputError{Field: "arguments", Msg: fmt.Sprintf("unknown argument %q (names are exact and case-sensitive); see the tool's inputSchema", key)}
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return &node.InputError{Field: key, Msg: cleanJSONError(err)}
+		}
 	}
 	return nil
 }
@@ -377,6 +430,9 @@ func (ts *toolSet) handleCanDo(ctx context.Context, req *mcp.CallToolRequest) (*
 	rep, err := ts.n.CanDo(ctx, in, caller)
 	if err != nil {
 		return toolError(err), nil
+	}
+	if ts.scopeReport != nil {
+		ts.scopeReport(req.Extra, in, &rep)
 	}
 	if m := ts.metrics; m != nil {
 		m.Since("can_do", start)

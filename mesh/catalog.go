@@ -15,6 +15,7 @@ import (
 type Catalog struct {
 	DeviceID     string         `json:"device_id"`
 	Zone         string         `json:"zone,omitempty"`
+	Area         string         `json:"area,omitempty"` // device.location.area (views select on it)
 	Capabilities []CatalogEntry `json:"capabilities"`
 	// Hash is set by the mesh: the hex sha256 of the canonical catalog
 	// (see Canonical). Any value given is replaced.
@@ -35,13 +36,14 @@ type CatalogEntry struct {
 	Description string   `json:"description,omitempty"`
 	EnumValues  []string `json:"enum_values,omitempty"`
 	SideEffects []string `json:"side_effects,omitempty"`
+	Family      string   `json:"family,omitempty"` // served as one tool per family where families are on
 }
 
 // Canonical returns a deep copy with entries sorted by tool, kind and zone,
 // each entry's tags sorted and de-duplicated, and Hash computed over the
 // JSON of that canonical form without the hash.
 func (c Catalog) Canonical() Catalog {
-	out := Catalog{DeviceID: c.DeviceID, Zone: c.Zone, Capabilities: make([]CatalogEntry, len(c.Capabilities))}
+	out := Catalog{DeviceID: c.DeviceID, Zone: c.Zone, Area: c.Area, Capabilities: make([]CatalogEntry, len(c.Capabilities))}
 	for i, e := range c.Capabilities {
 		e.Tags = slices.Compact(slices.Sorted(slices.Values(e.Tags)))
 		if len(e.Tags) == 0 {

@@ -39,10 +39,10 @@ func ConfigFromManifest(m *manifest.Manifest, logger *slog.Logger) (Config, erro
 // entry per tool (read_x / do_x) with its kind, zone, unit, semantic tags
 // and range.
 func CatalogFromManifest(m *manifest.Manifest) Catalog {
-	cat := Catalog{DeviceID: m.Device.ID, Zone: m.Device.Location.Zone}
+	cat := Catalog{DeviceID: m.Device.ID, Zone: m.Device.Location.Zone, Area: m.Device.Location.Area}
 	for _, c := range m.Capabilities {
 		e := CatalogEntry{Tool: c.ToolName(), Kind: c.Kind, Zone: c.Zone, Unit: c.Unit, Tags: append([]string(nil), c.SemanticTags...),
-			DataType: c.DataType, Description: c.Description, EnumValues: c.EnumValues, SideEffects: c.SideEffects}
+			DataType: c.DataType, Description: c.Description, EnumValues: c.EnumValues, SideEffects: c.SideEffects, Family: c.Family}
 		if c.Range != nil {
 			lo, hi := c.Range.Min, c.Range.Max
 			e.Min, e.Max = &lo, &hi

@@ -189,7 +189,7 @@ func (r *Router) RemoteTools() []mcpserver.RemoteTool {
 		}
 		for _, e := range mem.Catalog.Capabilities {
 			out = append(out, mcpserver.RemoteTool{Owner: mem.Name, Tool: e.Tool, Kind: e.Kind, DataType: e.DataType, Unit: e.Unit,
-				Zone: e.Zone, Description: e.Description, EnumValues: e.EnumValues, SideEffects: e.SideEffects, Min: e.Min, Max: e.Max})
+				Zone: e.Zone, Area: mem.Catalog.Area, Tags: e.Tags, Family: e.Family, Description: e.Description, EnumValues: e.EnumValues, SideEffects: e.SideEffects, Min: e.Min, Max: e.Max})
 		}
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/physd/physd/audit"
@@ -187,12 +188,27 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any) actuation {
 			return a
 		}
 		// Sent, but the outcome is unknown (a timeout, a lost reply): look.
-		if rb, rerr := n.readDevice(ctx, cs); rerr == nil && cs.matches(rb.value, want) {
-			a.status, a.verified, a.applied = promcp.StatusSuccess, true, rb.value
+		if rb, rerr := n.readBack(ctx, cs, value, want); rerr == nil && rb.ok {
+			a.status, a.verified, a.applied = promcp.StatusSuccess, true, rb.applied
 			a.reason = "the write reported an error (" + err.Error() + ") but the read-back shows the value applied"
+			a.details = rb.details
 			return a
 		} else if rerr == nil {
-			a.details = "read_back=" + promcp.FormatValue(rb.value)
+			a.details = rb.details
+			if code, fix, ok := drivers.CodeOf(err); ok && rb.verify == nil && cs.matches(rb.value, prev.value) {
+				// The device answered with an error (a device failure
+				// exception) and still holds what it held: nothing applied.
+				a.refused = &refusal{perm: promcp.PermAllowed, code: code, details: "code=" + code + "; " + rb.details,
+					reason: "the device reported a failure and the read-back shows the previous value " + promcp.FormatValue(rb.value) +
+						", so nothing changed: " + err.Error()}
+				if fix != "" && !strings.Contains(err.Error(), fix) {
+					a.refused.reason += "; fix: " + fix
+				}
+				return a
+			}
+		}
+		if code, _, ok := drivers.CodeOf(err); ok {
+			a.details = joinDetails("device_code="+code, a.details)
 		}
 		a.status, a.code = promcp.StatusPartial, promcp.CodeOutcomeUnknown
 		a.reason = "the write was sent but its outcome is unknown (" + err.Error() + "). " + readFirst(cs)
@@ -202,16 +218,20 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any) actuation {
 		t := time.NewTimer(time.Duration(c.SettleMS) * time.Millisecond)
 		<-t.C
 	}
-	rb, err := n.readDevice(ctx, cs)
+	rb, err := n.readBack(ctx, cs, value, want)
 	switch {
 	case err != nil:
 		a.status, a.code = promcp.StatusPartial, promcp.CodeUnverified
 		a.reason = "the device acknowledged the write but the verifying read-back failed (" + err.Error() + "). " + readFirst(cs)
-	case cs.matches(rb.value, want):
-		a.status, a.verified, a.applied = promcp.StatusSuccess, true, rb.value
+	case rb.ok:
+		a.status, a.verified, a.applied, a.details = promcp.StatusSuccess, true, rb.applied, rb.details
+	case rb.verify != nil:
+		a.status, a.code, a.details = promcp.StatusPartial, promcp.CodeMismatch, rb.details
+		a.reason = "the device acknowledged the write but its verify point " + rb.verify.Point + " shows " + promcp.FormatValue(rb.verify.Observed) +
+			", not " + promcp.FormatValue(rb.verify.Expected) + " (what it shows once the command applied): a stuck actuator, a local override, or a device that applies it later. " + readFirst(cs)
 	default:
 		a.status, a.code, a.applied = promcp.StatusPartial, promcp.CodeMismatch, rb.value
-		a.details = "read_back=" + promcp.FormatValue(rb.value)
+		a.details = rb.details
 		if cs.matches(rb.value, prev.value) {
 			a.reason = "the device acknowledged the write but still shows the previous value " + promcp.FormatValue(rb.value) +
 				" (a stuck actuator, a local override, or a device that applies it later). " + readFirst(cs)
@@ -220,6 +240,46 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any) actuation {
 		}
 	}
 	return a
+}
+
+// readBackResult is the verifying read after a write.
+type readBackResult struct {
+	value   any  // the capability's value read back (nil when a verify point was read)
+	ok      bool // it shows the write applied
+	applied any  // the applied value to report when ok
+	verify  *drivers.Verification
+	details string // read_back=… or verify=…
+}
+
+// readBack is the verifying read after a write of value (want is what the
+// point holds once it applied): the point itself, or the verify point its
+// binding names (drivers.Verifier), within the capability's timeout.
+func (n *Node) readBack(ctx context.Context, cs *capState, value, want any) (readBackResult, error) {
+	v, ok := cs.point.(drivers.Verifier)
+	if !ok {
+		s, err := n.readDevice(ctx, cs)
+		if err != nil {
+			return readBackResult{}, err
+		}
+		return readBackResult{value: s.value, ok: cs.matches(s.value, want), applied: s.value, details: "read_back=" + promcp.FormatValue(s.value)}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cs.cap.Timeout())
+	defer cancel()
+	r, err := v.Verify(ctx, value)
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, drivers.ErrTimeout) {
+			err = errors.Join(drivers.ErrTimeout, err)
+		}
+		if n.onDeviceErr != nil {
+			n.onDeviceErr(cs.cap.Binding.Bus, err)
+		}
+		return readBackResult{}, fmt.Errorf("verify point %s: %w", r.Point, err)
+	}
+	d := "verify=" + r.Point + " shows " + promcp.FormatValue(r.Observed)
+	if !r.OK {
+		d += ", expected " + promcp.FormatValue(r.Expected)
+	}
+	return readBackResult{ok: r.OK, applied: want, verify: &r, details: d}, nil
 }
 
 // readFirst is the instruction every partial answer ends with.
@@ -252,7 +312,7 @@ func deviceRefusal(cs *capState, err error) *refusal {
 	switch {
 	case ok:
 		r.reason = "the device rejected the write, nothing changed: " + err.Error()
-		if fix != "" {
+		if fix != "" && !strings.Contains(err.Error(), fix) {
 			r.reason += "; fix: " + fix
 		}
 		r.details = "code=" + code

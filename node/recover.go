@@ -106,17 +106,30 @@ func (n *Node) fromDevice(ctx context.Context, res *promcp.DoResult, tool string
 		res.Reason = stopped + "; the capability is no longer available, so whether the write landed is unknown: read the device before acting again"
 		return
 	}
-	s, err := n.readDevice(ctx, cs)
+	var rb readBackResult
+	var err error
+	if requested != nil {
+		rb, err = n.readBack(ctx, cs, requested, cs.expected(requested))
+	} else {
+		var s *sample
+		if s, err = n.readDevice(ctx, cs); err == nil {
+			rb = readBackResult{value: s.value, applied: s.value, details: "read_back=" + promcp.FormatValue(s.value)}
+		}
+	}
 	switch {
 	case err != nil:
 		res.Reason = stopped + "; the device could not be read after the restart (" + err.Error() + "), so whether the write landed is unknown. " + readFirst(cs)
-	case requested != nil && cs.matches(s.value, cs.expected(requested)):
-		res.Status, res.Code, res.Verified, res.AppliedValue = promcp.StatusSuccess, "", true, s.value
+	case rb.ok:
+		res.Status, res.Code, res.Verified, res.AppliedValue = promcp.StatusSuccess, "", true, rb.applied
 		res.Reason = stopped + "; after the restart the device shows the requested value"
 	default:
-		res.AppliedValue = s.value
-		res.Details = "read_back=" + promcp.FormatValue(s.value)
-		res.Reason = stopped + "; after the restart the device shows " + promcp.FormatValue(s.value) +
+		res.AppliedValue = rb.value
+		res.Details = rb.details
+		shows := promcp.FormatValue(rb.value)
+		if rb.verify != nil {
+			shows = "at its verify point " + rb.verify.Point + " " + promcp.FormatValue(rb.verify.Observed)
+		}
+		res.Reason = stopped + "; after the restart the device shows " + shows +
 			": the write may never have been sent, or may have landed and been changed since. " + readFirst(cs)
 	}
 }

@@ -261,6 +261,10 @@ type ReportMetadata struct {
 	MeshSizeEstimate     int       `json:"mesh_size_estimate"`
 	PartitionState       string    `json:"partition_state"`
 	CapabilitiesScanned  int       `json:"capabilities_scanned"`
+	// View names the endpoint's view (physd); FilteredByView counts the
+	// matching capabilities it left out of candidates and blocked.
+	View           string `json:"view,omitempty"`
+	FilteredByView int    `json:"filtered_by_view,omitempty"`
 }
 
 // DeriveFeasible sets Feasible from the candidates (proMCP AP-10: derived,

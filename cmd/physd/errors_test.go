@@ -41,6 +41,15 @@ func TestGoldenErrors(t *testing.T) {
 		{"run_manifest_problems", []string{"run", "--manifest", testdata("errors", "manifest_problems.yml"), "--state", "unused"}},
 		{"run_policy_timezone", []string{"run", "--manifest", gh, "--policy", testdata("errors", "policy_timezone.yml"), "--state", "unused"}},
 		{"run_no_manifest", []string{"run"}},
+		// views: each bad selector at its line; a good file lists its
+		// views, warns about one that selects nothing here; run --view
+		// names the declared views.
+		{"validate_views", []string{"validate", testdata("errors", "manifest_views.yml")}},
+		// families: members that one tool cannot type, two in one zone, a
+		// family named like a capability, a bad name.
+		{"validate_families", []string{"validate", testdata("errors", "manifest_families.yml")}},
+		{"validate_views_ok", []string{"validate", testdata("errors", "manifest_views_ok.yml")}},
+		{"run_unknown_view", []string{"run", "--manifest", testdata("errors", "manifest_views_ok.yml"), "--stdio", "--view", "heatng", "--state", "unused"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -124,6 +124,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stdout, "%s: ok (device %s, %d read and %d do capabilities, %d buses)\n", args[0], m.Device.ID, reads, dos, len(m.Buses))
+	writeViews(m, stdout, stderr)
 	if *policyPath != "" {
 		pol, g, err := loadPolicy(*policyPath, m)
 		if err != nil {
@@ -191,10 +192,10 @@ var bindingChecks = map[string]func(*manifest.Capability) error{
 }
 
 type runFlags struct {
-	manifest, policy, httpAddr, state, tokenFile, stdioRole, logLevel string
-	stdio, allowRemote, simControl, stateInTmp                        bool
-	grace                                                             time.Duration
-	tls                                                               tlsFlags
+	manifest, policy, httpAddr, state, tokenFile, stdioRole, logLevel, view, families string
+	stdio, allowRemote, simControl, stateInTmp                                        bool
+	grace                                                                             time.Duration
+	tls                                                                               tlsFlags
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -210,6 +211,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (requires an auth token)")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the bearer token required on /mcp (or set PHYSD_AUTH_TOKEN)")
 	fs.StringVar(&f.stdioRole, "stdio-role", "none", "role of the stdio caller: none, viewer, operator, supervisor or admin")
+	fs.StringVar(&f.families, "families", "auto", "list one tool per capability family (family: in the manifest) instead of every instance: on, off, or auto (on with a mesh)")
+	fs.StringVar(&f.view, "view", "", "stdio: serve only this view of the manifest's views: (HTTP serves each view at /mcp/<view>)")
 	fs.BoolVar(&f.simControl, "sim-control", false, "development: expose the simulator's fault controls at /sim/<bus>/ on the HTTP listener")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long in-flight calls may take to finish on SIGTERM")
@@ -229,6 +232,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	c, code := preflight(f, stderr)
 	if c == nil {
 		return code
+	}
+	switch f.families {
+	case "auto", "on", "off":
+	default:
+		fmt.Fprintf(stderr, "physd run: --families %q: use auto, on or off\n", f.families)
+		return 2
+	}
+	if f.view != "" && c.manifest.View(f.view) == nil {
+		fix := "declare it under views: in the manifest"
+		if names := c.manifest.ViewNames(); len(names) > 0 {
+			fix = manifest.OneOf(f.view, names)
+		}
+		fmt.Fprintf(stderr, "physd run: --view %q: the manifest declares no such view; fix: %s\n", f.view, fix)
+		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
@@ -388,11 +405,12 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 			return err
 		}
 	}
-	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, Logger: log, SimControls: simControls,
+	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, View: f.view,
+		Families: f.families == "on" || f.families == "auto" && m.Network.Mesh.Enabled, Logger: log, SimControls: simControls,
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site)})
 	if guard != nil {
-		go reloadOnHUP(ctx, f, m, guard, al, log)
+		go reloadOnHUP(ctx, f, m, guard, al, log, srv.PolicyReloaded)
 	}
 
 	errc := make(chan error, 2)

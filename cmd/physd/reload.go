@@ -17,7 +17,9 @@ import (
 // validate against the running manifest is rejected and the running one
 // stays in force. The manifest itself is only re-read at start: a changed
 // manifest file is reported, not applied.
-func reloadOnHUP(ctx context.Context, f runFlags, m *manifest.Manifest, guard *safety.Guard, al *audit.Log, log *slog.Logger) {
+// reloaded runs after a new policy is in force (the MCP server tells
+// clients their tool lists may have changed: roles decide what is listed).
+func reloadOnHUP(ctx context.Context, f runFlags, m *manifest.Manifest, guard *safety.Guard, al *audit.Log, log *slog.Logger, reloaded func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -41,6 +43,7 @@ func reloadOnHUP(ctx context.Context, f runFlags, m *manifest.Manifest, guard *s
 			log.Warn("policy", "warning", w)
 		}
 		guard.Reload(pol, g)
+		reloaded()
 		log.Info("policy reloaded", "policy", f.policy, "tools", len(pol.Tools))
 		_, _ = al.Append(&audit.Record{Event: "policy_reload", Data: map[string]any{"policy": f.policy}})
 	}

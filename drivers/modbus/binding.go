@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/physd/physd/manifest"
 )
 
@@ -22,6 +24,7 @@ type bindingKeys struct {
 	Offset        *float64         `yaml:"offset"`
 	WriteFunction *int             `yaml:"write_function"`
 	EnumMap       map[string]int64 `yaml:"enum_map"`
+	Verify        *yaml.Node       `yaml:"verify"` // verify.go
 }
 
 // pointSpec is a validated binding.
@@ -34,6 +37,7 @@ type pointSpec struct {
 	conv    conv
 	do      bool
 	writeFC byte
+	verify  *verifySpec // where a write shows, when not at the point itself
 }
 
 // qty is the number of registers (or bits) the point reads.
@@ -63,6 +67,9 @@ func parseBinding(c *manifest.Capability, busKind string) (*pointSpec, error) {
 	p := &problems{file: file, root: root, top: c.Binding.Params, at: at}
 	// capErr reports a problem with a key of the capability itself.
 	capErr := func(key, msg, fix string) {
+		if strings.HasSuffix(root, ".verify") {
+			fix = "verify a " + c.DataType + " capability with a point that can show its value: a register with data_type: for numbers, a coil, discrete input, bit or integer register for bool and enum"
+		}
 		p.errs = append(p.errs, &manifest.Error{Pos: manifest.Pos{File: file, Line: c.Pos.Line, Col: c.Pos.Col},
 			Field: strings.TrimSuffix(root, ".binding") + "." + key, Msg: msg, Fix: fix})
 	}
@@ -289,6 +296,12 @@ func parseBinding(c *manifest.Capability, busKind string) (*pointSpec, error) {
 	}
 	if err := p.err(); err != nil {
 		return nil, err
+	}
+	if k.Verify != nil {
+		s.verify = parseVerify(p, c, s, &k, busKind)
+		if err := p.err(); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -112,6 +112,9 @@ func (b *Bus) Point(c *manifest.Capability) (drivers.Point, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.verify != nil {
+		return &verifiedPoint{point: &point{b: b, s: s}, v: s.verify}, nil
+	}
 	return &point{b: b, s: s}, nil
 }
 

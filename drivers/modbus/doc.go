@@ -10,7 +10,7 @@
 //	  plc1:
 //	    type: modbus_tcp
 //	    address: "10.0.0.5:502"   # host[:port], port 502 by default
-//	    timeout_ms: 1000          # per request (capped by the caller's deadline)
+//	    timeout_ms: 1000          # per request (TCP: cut to the callers' deadline; RTU: never)
 //	    min_gap_ms: 0             # pause between requests to the same unit
 //	    down_after: 3             # consecutive failures that mark a unit down
 //	    retry_backoff_ms: 1000    # first retry of a down unit, doubling ...
@@ -18,6 +18,8 @@
 //	    queue_size: 64            # requests waiting; a full queue fails at once
 //	    coalesce: true            # merge reads queued together
 //	    coalesce_gap: 4           # unused registers (or bits) a merged read may span
+//	    busy_retries: 3           # resends after exception 06, within the caller's deadline
+//	    busy_backoff_ms: 100      # wait before the first resend, doubling
 //	  line1:
 //	    type: modbus_rtu
 //	    port: /dev/ttyUSB0        # better: /dev/serial/by-id/...
@@ -49,12 +51,13 @@
 // int32 uint32 int64 uint64 float32 float64 bool bit; default bool on coils
 // and discrete inputs, bit when bit: is given, uint16 for bool and enum
 // capabilities, otherwise required), bit (0..15, for data_type bit: one
-// bit of a register, written by read-modify-write), byte_order or its alias
-// word_order (ABCD CDAB BADC DCBA, default ABCD), scale and offset (value =
+// bit of a register, written by read-modify-write), byte_order (ABCD CDAB
+// BADC DCBA, default ABCD; word_order is refused), scale and offset (value =
 // raw*scale + offset), write_function (5 or 15 for coils; 6 or 16 for
 // holding registers, 16 required for multi-register types), enum_map
 // ({name: code}, for enum capabilities; default: the index in
-// enum_values).
+// enum_values), verify (do capabilities: the point that shows the
+// command, read instead of the written point for the read-back; verify.go).
 //
 // The address rule, one for all forms:
 //

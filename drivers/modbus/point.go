@@ -107,18 +107,21 @@ func (p *point) call(ctx context.Context, mk func() *request) (result, error) {
 			return res, err
 		}
 		ex.busy = try
+		// The message was written before the resends were counted:
+		// write it again so that its fix says how many were made.
+		gaveUp := fmt.Errorf("%s: %w", p.b.name, ex)
 		if try >= p.b.spec.BusyRetries {
-			return res, err
+			return res, gaveUp
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return res, err
+			return res, gaveUp
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return res, err
+			return res, gaveUp
 		}
 		wait *= 2
 	}

@@ -92,6 +92,73 @@ type Bank struct {
 	log    []Request
 	delay  func(Request) time.Duration
 	fault  func(Request) error
+	mirror []Mirror
+}
+
+// Mirror makes the bank reflect writes at another address, the way real
+// devices show a command: a coil command in a status discrete input, a
+// setpoint in an "active setpoint" register. A write to any of the N
+// addresses from From/FromAddr on stores the same values (bits negated
+// with Invert) at To/ToAddr on. Bits mirror to bits, registers to
+// registers.
+type Mirror struct {
+	Unit     byte
+	From     Table
+	FromAddr uint16
+	To       Table
+	ToAddr   uint16
+	N        int
+	Invert   bool
+}
+
+// AddMirror adds a reflection of writes (see Mirror).
+func (b *Bank) AddMirror(m Mirror) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mirror = append(b.mirror, m)
+}
+
+// StopMirrors removes every reflection: the status points stop following
+// the commands, like a stuck actuator or a device in local override.
+func (b *Bank) StopMirrors() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mirror = nil
+}
+
+// reflect applies the mirrors to a write of r (b.mu held).
+func (b *Bank) reflect(r Request, regArgs []uint16, bitArgs []bool) {
+	for _, m := range b.mirror {
+		if m.Unit != r.Unit || m.From != r.Table {
+			continue
+		}
+		d := b.unit(m.Unit)
+		for i := range max(len(regArgs), len(bitArgs)) {
+			a := int(r.Addr) + i
+			if a < int(m.FromAddr) || a >= int(m.FromAddr)+m.N {
+				continue
+			}
+			to := m.ToAddr + uint16(a-int(m.FromAddr))
+			switch m.To {
+			case Coils, DiscreteInputs:
+				if i < len(bitArgs) {
+					t := d.coils
+					if m.To == DiscreteInputs {
+						t = d.discrete
+					}
+					t[to] = bitArgs[i] != m.Invert
+				}
+			default:
+				if i < len(regArgs) {
+					t := d.holding
+					if m.To == InputRegisters {
+						t = d.input
+					}
+					t[to] = regArgs[i]
+				}
+			}
+		}
+	}
 }
 
 // NewBank returns a bank whose tables have size addresses each.
@@ -166,6 +233,13 @@ func (b *Bank) Coil(unit byte, addr uint16) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.unit(unit).coils[addr]
+}
+
+// Discrete returns one discrete input.
+func (b *Bank) Discrete(unit byte, addr uint16) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unit(unit).discrete[addr]
 }
 
 // Hole makes one address of a table refuse access (illegal data address),
@@ -274,6 +348,7 @@ func (b *Bank) Access(r Request, regArgs []uint16, bitArgs []bool) ([]uint16, []
 			for i, v := range bitArgs {
 				m[r.Addr+uint16(i)] = v
 			}
+			b.reflect(r, nil, bitArgs)
 			return nil, nil, nil
 		}
 		out := make([]bool, r.Qty)
@@ -290,6 +365,7 @@ func (b *Bank) Access(r Request, regArgs []uint16, bitArgs []bool) ([]uint16, []
 			for i, v := range regArgs {
 				m[r.Addr+uint16(i)] = v
 			}
+			b.reflect(r, regArgs, nil)
 			return nil, nil, nil
 		}
 		out := make([]uint16, r.Qty)

@@ -1,0 +1,515 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/policy"
+	"github.com/physd/physd/promcp"
+)
+
+// What an agent is shown. Two filters apply to every tools/list, tools/call
+// and can_do, whichever endpoint or era the request came through:
+//
+//   - the view (manifest views:, served at /mcp/<view> and over stdio with
+//     --view): only the capabilities it selects, local or routed;
+//   - the caller's role (with a policy): a do_ tool of this gateway is listed
+//     only to a role its policy lets run it. A call of an unlisted do_ is
+//     still judged by the policy (permission_insufficient), so a client that
+//     cached an older list gets a clear refusal, never a different action.
+//
+// A view narrows what an agent sees; it is not a grant: the policy still
+// decides every do_. Remote tools are listed by view only: their owner's
+// policy decides their roles.
+
+// viewHeader carries the endpoint's view from the route to the handlers.
+// Every /mcp route sets or deletes it, so a client cannot choose it.
+const viewHeader = "Physd-View"
+
+// withView serves h as the endpoint of view (empty: the whole site).
+func (s *Server) withView(view string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(viewHeader)
+		if view != "" {
+			r.Header.Set(viewHeader, view)
+		}
+		defer s.trackRequest(r)()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// requestHeader names an HTTP request for the tool handlers, which the SDK
+// runs in a context that does not end when the client hangs up: a caller
+// that is gone must not be actuated later (a do_ queued behind another on
+// the same capability, waiting for an approval or the L1 gate). Every /mcp
+// route sets it; a client's value is replaced.
+const requestHeader = "Physd-Request"
+
+// trackRequest registers r's context under a fresh id in its header until
+// the returned function runs.
+func (s *Server) trackRequest(r *http.Request) func() {
+	id := rand.Text()
+	r.Header.Set(requestHeader, id)
+	s.requests.Store(id, r.Context())
+	return func() { s.requests.Delete(id) }
+}
+
+// withCaller returns ctx ended also when the HTTP request behind extra
+// ends (its client hung up). Once a device step began, the node finishes
+// it regardless (node/actuator.go): this only ends waiting.
+func (s *Server) withCaller(ctx context.Context, extra *mcp.RequestExtra) (context.Context, context.CancelFunc) {
+	if extra == nil || extra.Header == nil {
+		return ctx, func() {}
+	}
+	v, ok := s.requests.Load(extra.Header.Get(requestHeader))
+	if !ok {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(v.(context.Context), cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// scope is what one request may see.
+type scope struct {
+	view     *manifest.View // nil: every capability
+	families bool           // list family tools instead of their members
+	caller   node.Caller
+	known    bool // caller established (a refused credential fails the call elsewhere)
+}
+
+func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
+	var sc scope
+	if extra != nil && extra.Header != nil {
+		sc.view = s.n.Manifest().View(extra.Header.Get(viewHeader))
+		c, err := s.authenticate(extra.Header)
+		sc.caller, sc.known = c, err == nil
+	} else {
+		sc.view = s.n.Manifest().View(s.opts.View)
+		sc.caller, sc.known = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}, true
+	}
+	sc.families = s.opts.Families
+	if sc.view != nil && sc.view.Families != nil {
+		sc.families = *sc.view.Families
+	}
+	return sc
+}
+
+// subjects lists the owners of tool with what a view matches them on:
+// this gateway's capability and every live owner in the mesh catalog.
+func (s *Server) subjects(tool string) []manifest.ViewSubject {
+	var out []manifest.ViewSubject
+	m := s.n.Manifest()
+	for _, c := range m.Capabilities {
+		if c.ToolName() == tool {
+			out = append(out, m.Subject(c))
+		}
+	}
+	if s.opts.Router != nil {
+		for _, t := range s.opts.Router.RemoteTools() {
+			if t.Tool == tool {
+				out = append(out, manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: capName(tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
+			}
+		}
+	}
+	return out
+}
+
+func capName(tool string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(tool, "read_"), "do_")
+}
+
+// inView lists the owners of tool the scope's view selects (all owners
+// without a view); nil when none.
+func (sc scope) inView(subjects []manifest.ViewSubject) []string {
+	var owners []string
+	for _, sub := range subjects {
+		if sc.view == nil || sc.view.Match(sub) {
+			owners = append(owners, sub.Device)
+		}
+	}
+	return owners
+}
+
+// roleMayRun reports whether the caller's role may run this gateway's do_
+// tool under the policy in force (always true without a policy).
+func (s *Server) roleMayRun(sc scope, tool string) bool {
+	if s.opts.Safety == nil {
+		return true
+	}
+	tp := s.opts.Safety.Policy().Tools[tool]
+	if tp == nil {
+		return true
+	}
+	role := sc.caller.Role
+	if role == "" {
+		role = "none"
+	}
+	return policy.RoleLevel(role) >= policy.RoleLevel(tp.MinRole)
+}
+
+// visible reports whether the scope may see tool, and which owners it may
+// route to (nil for can_do and the local-only case). fams are the site's
+// families (a family tool is seen where one of its members is).
+func (s *Server) visible(sc scope, tool string, fams map[string]*family) (bool, []string) {
+	if tool == "can_do" {
+		return true, nil
+	}
+	if f := fams[tool]; f != nil {
+		var owners []string
+		for _, m := range f.members {
+			if sc.view != nil && !sc.view.Match(m.subject) {
+				continue
+			}
+			if m.local && f.kind == manifest.KindDo && !s.roleMayRun(sc, m.tool) {
+				continue
+			}
+			if !slices.Contains(owners, m.owner) {
+				owners = append(owners, m.owner)
+			}
+		}
+		return len(owners) > 0, owners
+	}
+	subs := s.subjects(tool)
+	if len(subs) == 0 {
+		return sc.view == nil, nil // not ours to judge; the SDK answers "unknown tool"
+	}
+	owners := sc.inView(subs)
+	if len(owners) == 0 {
+		return false, nil
+	}
+	if strings.HasPrefix(tool, "do_") && slices.Contains(owners, s.n.DeviceID()) && !s.roleMayRun(sc, tool) {
+		// The local instance is not for this role; remote owners judge their own.
+		owners = slices.DeleteFunc(owners, func(o string) bool { return o == s.n.DeviceID() })
+		if len(owners) == 0 {
+			return false, nil
+		}
+	}
+	return true, owners
+}
+
+// scopeMiddleware applies the view and the role to tools/list and
+// tools/call, in both protocol eras (the SDK routes both through its
+// receiving middleware).
+func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "tools/list":
+			res, err := next(ctx, method, req)
+			if err != nil {
+				return res, err
+			}
+			lr, ok := res.(*mcp.ListToolsResult)
+			if !ok {
+				return res, nil
+			}
+			sc := s.scopeOf(req.GetExtra())
+			fams := s.families()
+			served := sc.served(fams)
+			members := familyOf(served)
+			out := *lr
+			out.Tools = make([]*mcp.Tool, 0, len(lr.Tools))
+			for _, t := range lr.Tools {
+				f := fams[t.Name]
+				switch {
+				case f != nil && (!sc.families || served[t.Name] == nil): // instances served here
+					continue
+				case f == nil && sc.families && members[t.Name] != "": // an instance its family serves
+					continue
+				}
+				ok, owners := s.visible(sc, t.Name, fams)
+				if !ok {
+					continue
+				}
+				if f != nil {
+					out.Tools = append(out.Tools, narrowFamily(t, f, sc))
+					continue
+				}
+				out.Tools = append(out.Tools, narrowSource(t, owners, s.n.DeviceID()))
+			}
+			return &out, nil
+		case "tools/call":
+			var cancel context.CancelFunc
+			ctx, cancel = s.withCaller(ctx, req.GetExtra())
+			defer cancel()
+			p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
+			if !ok || p == nil {
+				break
+			}
+			sc := s.scopeOf(req.GetExtra())
+			if sc.view == nil {
+				break
+			}
+			fams := s.families()
+			ok, owners := s.visible(sc, p.Name, fams)
+			if fams[p.Name] != nil {
+				owners = nil // the family handler picks within the view
+			}
+			if !ok {
+				return toolError(fmt.Errorf("%s is not in the view %q of this endpoint; call it through an endpoint whose view includes it, or use can_do to find what this view offers", p.Name, sc.view.Name)), nil
+			}
+			if owners != nil {
+				var in struct {
+					Source string `json:"source"`
+				}
+				_ = json.Unmarshal(p.Arguments, &in)
+				src := in.Source
+				if src == "" {
+					src = s.n.DeviceID()
+				}
+				if !slices.Contains(owners, src) {
+					return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%s on %q is not in the view %q; owners in this view: %s", p.Name, src, sc.view.Name, strings.Join(owners, ", "))}), nil
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// narrowSource returns t with its source argument limited to owners (when
+// the tool has one and the scope hides some owners).
+func narrowSource(t *mcp.Tool, owners []string, self string) *mcp.Tool {
+	raw, ok := t.InputSchema.(json.RawMessage)
+	if !ok || owners == nil {
+		return t
+	}
+	var schema map[string]any
+	if json.Unmarshal(raw, &schema) != nil {
+		return t
+	}
+	props, _ := schema["properties"].(map[string]any)
+	src, _ := props["source"].(map[string]any)
+	if src == nil {
+		return t
+	}
+	enum, hasEnum := src["enum"].([]any)
+	if !hasEnum {
+		if slices.Contains(owners, self) && len(owners) == 1 {
+			return t // a local tool whose only owner in scope is this gateway
+		}
+		enum = nil
+	}
+	var keep []any
+	for _, o := range owners {
+		keep = append(keep, o)
+	}
+	if hasEnum && len(keep) == len(enum) {
+		return t
+	}
+	src = mapsClone(src)
+	src["enum"] = keep
+	props = mapsClone(props)
+	props["source"] = src
+	schema["properties"] = props
+	b, _ := json.Marshal(schema)
+	cp := *t
+	cp.InputSchema = json.RawMessage(b)
+	return &cp
+}
+
+// narrowFamily returns a family tool with its zone and source enums
+// limited to the members the scope's view selects.
+func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
+	if sc.view == nil {
+		return t
+	}
+	var zones, owners []any
+	for _, m := range f.members {
+		if !sc.view.Match(m.subject) {
+			continue
+		}
+		if !slices.Contains(zones, any(m.zone)) {
+			zones = append(zones, m.zone)
+		}
+		if !slices.Contains(owners, any(m.owner)) {
+			owners = append(owners, m.owner)
+		}
+	}
+	raw, ok := t.InputSchema.(json.RawMessage)
+	var schema map[string]any
+	if !ok || json.Unmarshal(raw, &schema) != nil {
+		return t
+	}
+	props, _ := schema["properties"].(map[string]any)
+	props = mapsClone(props)
+	for prop, keep := range map[string][]any{"zone": zones, "source": owners} {
+		if p, ok := props[prop].(map[string]any); ok {
+			p = mapsClone(p)
+			p["enum"] = keep
+			props[prop] = p
+		}
+	}
+	schema["properties"] = props
+	b, _ := json.Marshal(schema)
+	cp := *t
+	cp.InputSchema = json.RawMessage(b)
+	return &cp
+}
+
+func mapsClone(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// scopeReport removes from a can_do report what the request's view does
+// not select, and says so in the metadata: candidates always name a tool
+// the caller can call through this endpoint.
+func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.CapabilityReport) {
+	if sc.families {
+		defer s.nameFamilies(sc, rep)
+	}
+	if sc.view == nil {
+		return
+	}
+	cache := map[string][]string{}
+	in := func(tool, owner string) bool {
+		owners, ok := cache[tool]
+		if !ok {
+			owners = sc.inView(s.subjects(tool))
+			cache[tool] = owners
+		}
+		return slices.Contains(owners, owner)
+	}
+	filtered := 0
+	rep.Candidates = slices.DeleteFunc(rep.Candidates, func(c promcp.Candidate) bool {
+		out := !in(c.Capability, c.Source)
+		if out {
+			filtered++
+		}
+		return out
+	})
+	rep.Blocked = slices.DeleteFunc(rep.Blocked, func(b promcp.Blocked) bool {
+		out := !in(b.Capability, b.Source)
+		if out {
+			filtered++
+		}
+		return out
+	})
+	rep.Context.RelatedReads = slices.DeleteFunc(rep.Context.RelatedReads, func(tool string) bool {
+		return len(sc.inView(s.subjects(tool))) == 0
+	})
+	for name, st := range rep.Context.CurrentObservations {
+		src := st.Source
+		if src == "" {
+			src = s.n.DeviceID()
+		}
+		if !in("read_"+name, src) && !in("do_"+name, src) { // keyed by capability name
+			delete(rep.Context.CurrentObservations, name)
+		}
+	}
+	rep.Metadata.View = sc.view.Name
+	rep.Metadata.FilteredByView = filtered
+	rep.DeriveFeasible()
+	if !rep.Feasible && len(rep.Blocked) == 0 && len(rep.Unroutable) == 0 {
+		detail := "nothing in this view matches"
+		if filtered > 0 {
+			detail = fmt.Sprintf("%d capabilities outside the view %q matched; ask through an endpoint whose view includes them", filtered, sc.view.Name)
+		}
+		intent := req.Intent
+		if intent == nil {
+			intent = req.Query
+		}
+		outcome := ""
+		if intent != nil {
+			outcome = strings.TrimSpace(intent.Action + " " + intent.Target + " [" + strings.Join(intent.SemanticTags, ",") + "]")
+		}
+		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: outcome, Reason: promcp.UnroutableNoProducer, Detail: detail})
+	}
+}
+
+// nameFamilies makes can_do name the family tool where the endpoint lists
+// families: the candidate's zone and source are the arguments that pick it.
+func (s *Server) nameFamilies(sc scope, rep *promcp.CapabilityReport) {
+	of := familyOf(sc.served(s.families()))
+	name := func(tool string) string {
+		if f := of[tool]; f != "" {
+			return f
+		}
+		return tool
+	}
+	for i := range rep.Candidates {
+		rep.Candidates[i].Capability = name(rep.Candidates[i].Capability)
+	}
+	for i := range rep.Blocked {
+		rep.Blocked[i].Capability = name(rep.Blocked[i].Capability)
+	}
+	for i, t := range rep.Context.RelatedReads {
+		rep.Context.RelatedReads[i] = name(t)
+	}
+	seen := map[string]bool{}
+	rep.Context.RelatedReads = slices.DeleteFunc(rep.Context.RelatedReads, func(t string) bool {
+		dup := seen[t]
+		seen[t] = true
+		return dup
+	})
+}
+
+// ViewsURI is the resource listing the manifest's views and where each is
+// served.
+const ViewsURI = "physmcp://views"
+
+// addViewsResource lists the views (what each selects, its endpoint, and
+// the tools it lists for this resource's caller).
+func (s *Server) addViewsResource() {
+	m := s.n.Manifest()
+	if len(m.Views) == 0 {
+		return
+	}
+	s.mcp.AddResource(&mcp.Resource{
+		URI: ViewsURI, Name: "views", Title: "Views of this site",
+		Description: "The named cuts of the site's capabilities: each view's selectors, its HTTP endpoint (/mcp/<view>) and stdio flag (--view), and the capabilities of this gateway it selects.",
+		MIMEType:    "application/json",
+	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		type entry struct {
+			*manifest.View
+			Endpoint  string   `json:"endpoint"`
+			Stdio     string   `json:"stdio"`
+			LocalCaps []string `json:"local_capabilities"`
+		}
+		var out []entry
+		for _, v := range m.Views {
+			e := entry{View: v, Endpoint: "/mcp/" + v.Name, Stdio: "--view " + v.Name, LocalCaps: []string{}}
+			for _, c := range m.Capabilities {
+				if v.Match(m.Subject(c)) {
+					e.LocalCaps = append(e.LocalCaps, c.ToolName())
+				}
+			}
+			out = append(out, e)
+		}
+		return jsonResource(ViewsURI, map[string]any{"views": out})
+	})
+}
+
+// served is the families the scope lists as family tools: those with two or
+// more members in its view (a family with one member in view is served as
+// that member's own tool).
+func (sc scope) served(fams map[string]*family) map[string]*family {
+	if sc.view == nil {
+		return fams
+	}
+	out := map[string]*family{}
+	for name, f := range fams {
+		n := 0
+		for _, m := range f.members {
+			if sc.view.Match(m.subject) {
+				n++
+			}
+		}
+		if n >= 2 {
+			out[name] = f
+		}
+	}
+	return out
+}
