@@ -3,6 +3,7 @@
 #   1. dpkg-deb: control fields, the exact file list with modes, conffiles,
 #      the maintainer scripts (present, executable, valid sh), and that the
 #      unit's ExecStart, --manifest and --policy name files the package installs;
+#      lintian too where it is installed (CI does not install it);
 #   2. dpkg-deb -x into a temporary root: the extracted physd validates the
 #      installed example;
 #   3. as root, where overlayfs works: dpkg -i in a chroot whose /usr, /etc and
@@ -48,7 +49,11 @@ drwxr-xr-x root/root /usr/lib/systemd/system
 drwxr-xr-x root/root /usr/share
 drwxr-xr-x root/root /usr/share/doc
 drwxr-xr-x root/root /usr/share/doc/physd
+-rw-r--r-- root/root /usr/share/doc/physd/changelog.gz
 -rw-r--r-- root/root /usr/share/doc/physd/copyright
+drwxr-xr-x root/root /usr/share/lintian
+drwxr-xr-x root/root /usr/share/lintian/overrides
+-rw-r--r-- root/root /usr/share/lintian/overrides/physd
 drwxr-xr-x root/root /usr/share/physd
 drwxr-xr-x root/root /usr/share/physd/schemas
 -rw-r--r-- root/root /usr/share/physd/schemas/physmcp.manifest.schema.json
@@ -70,6 +75,10 @@ for want in 'groupadd --system "$g"' 'useradd --system' 'usermod --append --grou
   grep -qF "$want" "$tmp/control/postinst" || fail "postinst lacks: $want"
 done
 echo "control: conffiles and maintainer scripts as expected"
+if command -v lintian >/dev/null; then
+  lintian --fail-on error,warning --suppress-tags no-manual-page "$deb" >"$tmp/lintian" 2>&1 || { cat "$tmp/lintian" >&2; fail "lintian"; }
+  echo "lintian: no errors or warnings (no-manual-page aside)"
+fi
 
 # ---- 2. extract and validate the installed example -------------------------
 root=$tmp/root

@@ -29,25 +29,32 @@ trap 'rm -rf "$tmp"' EXIT
 # nfpm builds from the pinned module, in the Go build cache after the first time.
 (cd deploy/deb && go build -o "$tmp/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm)
 
+# File times from the commit, so that a rebuild of one commit is byte-identical.
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+export SOURCE_DATE_EPOCH
+
 # The staging directory nfpm.yaml names. The example greenhouse becomes
 # /etc/physd; its schema lines point at the schemas the package installs.
 stage=$tmp/stage
 mkdir -p "$stage/etc" "$stage/schemas"
 cp "$binary" "$stage/physd"
-cp deploy/physd.service LICENSE deploy/deb/postinst deploy/deb/prerm deploy/deb/postrm "$stage/"
+cp deploy/physd.service deploy/deb/copyright deploy/deb/lintian-overrides deploy/deb/postinst deploy/deb/prerm deploy/deb/postrm "$stage/"
 cp schemas/physmcp.manifest.schema.json schemas/physmcp.policy.schema.json "$stage/schemas/"
 for f in physmcp.manifest.yml physmcp.policy.yml; do
   sed '1s|^# yaml-language-server: \$schema=\.\./\.\./schemas/|# yaml-language-server: $schema=/usr/share/physd/schemas/|' \
     "examples/greenhouse/$f" > "$stage/etc/$f"
 done
 
+# A one-entry changelog (Debian wants one): the version and the commit.
+maintainer=${PHYSD_DEB_MAINTAINER:-physd maintainers <maintainers@physd.invalid>}
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+printf 'physd (%s) stable; urgency=medium\n\n  * physd %s, built from commit %s.\n\n -- %s  %s\n' \
+  "$debversion" "$version" "$commit" "$maintainer" "$(date -u -R -d "@$SOURCE_DATE_EPOCH")" | gzip -n -9 > "$stage/changelog.gz"
+
 deb="$outdir/physd_${debversion}_${arch}.deb"
 config=$(realpath deploy/deb/nfpm.yaml)
-# File times from the commit, so that a rebuild of one commit is byte-identical.
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
-export SOURCE_DATE_EPOCH
 (cd "$stage" &&
   PHYSD_DEB_ARCH=$arch PHYSD_DEB_VERSION=$debversion \
-  PHYSD_DEB_MAINTAINER=${PHYSD_DEB_MAINTAINER:-physd maintainers <maintainers@physd.invalid>} \
+  PHYSD_DEB_MAINTAINER=$maintainer \
   "$tmp/nfpm" package --config "$config" --packager deb --target "$deb" >&2)
 echo "$deb"
