@@ -6,6 +6,8 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +22,11 @@ import (
 
 // Record is one audit line. Fields beyond the common ones go in Data.
 type Record struct {
-	Seq            uint64         `json:"seq"`
+	Seq uint64 `json:"seq"`
+	// Prev chains the trail: the lower-case hex SHA-256 of the previous
+	// line's exact bytes (without its newline), across rotated files and
+	// restarts; GenesisPrev on the very first line. Append sets it.
+	Prev           string         `json:"prev,omitempty"`
 	Time           time.Time      `json:"time"`
 	Event          string         `json:"event"` // do, do_refused, do_replay, recovery
 	Tool           string         `json:"tool,omitempty"`
@@ -39,6 +45,11 @@ type Record struct {
 	Answer json.RawMessage `json:"answer,omitempty"`
 }
 
+// GenesisPrev is the prev of the first line of a new audit trail.
+var GenesisPrev = strings.Repeat("0", 2*sha256.Size)
+
+var genesis [sha256.Size]byte
+
 // Log is an append-only, fsynced JSONL file, rotated by size and by UTC
 // day into audit-YYYY-MM-DD[.N].jsonl beside it; rotated files older than
 // the retention are deleted.
@@ -49,6 +60,7 @@ type Log struct {
 	path string
 	seq  uint64
 	buf  []byte
+	last [sha256.Size]byte // hash of the last line written: the next line's prev
 	size int64
 	day  string // UTC day of the records in the current file
 
@@ -95,10 +107,18 @@ func OpenWith(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	seq, good, err := lastSeq(f)
+	seq, good, last, err := lastSeq(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("audit log %s: %w", path, err)
+	}
+	if good == 0 {
+		// Just rotated (or new): the chain and the numbering continue from
+		// the newest rotated file.
+		if seq, last, err = lastOfRotated(dir); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("audit log %s: %w", dir, err)
+		}
 	}
 	if err := f.Truncate(good); err != nil {
 		f.Close()
@@ -108,7 +128,7 @@ func OpenWith(dir string, opts Options) (*Log, error) {
 		f.Close()
 		return nil, err
 	}
-	l := &Log{f: f, dir: dir, path: path, seq: seq, size: good, opts: opts}
+	l := &Log{f: f, dir: dir, path: path, seq: seq, last: last, size: good, opts: opts}
 	l.day = fileDay(f, good)
 	l.prune(time.Now())
 	return l, nil
@@ -174,8 +194,10 @@ func (l *Log) prune(now time.Time) {
 }
 
 // rotated lists rotated files, oldest first.
-func (l *Log) rotated() []string {
-	names, _ := filepath.Glob(filepath.Join(l.dir, "audit-*.jsonl"))
+func (l *Log) rotated() []string { return rotatedIn(l.dir) }
+
+func rotatedIn(dir string) []string {
+	names, _ := filepath.Glob(filepath.Join(dir, "audit-*.jsonl"))
 	sort.Slice(names, func(i, j int) bool { return rotKey(names[i]) < rotKey(names[j]) })
 	return names
 }
@@ -187,40 +209,70 @@ func rotKey(name string) string {
 	return fmt.Sprintf("%s.%06s", day, n)
 }
 
-// lastSeq scans for the last complete line; it returns its seq and the
-// offset just after it.
-func lastSeq(f *os.File) (uint64, int64, error) {
+// lastSeq scans for the last complete line; it returns its seq, the
+// offset just after it, and its hash (genesis for an empty file).
+func lastSeq(f *os.File) (uint64, int64, [sha256.Size]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, genesis, err
 	}
 	size := st.Size()
 	if size == 0 {
-		return 0, 0, nil
+		return 0, 0, genesis, nil
 	}
-	// Read a tail large enough for a few records.
-	const tail = 256 << 10
-	start := max(size-tail, 0)
-	buf := make([]byte, size-start)
-	if _, err := f.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
-		return 0, 0, err
-	}
-	good := int64(len(buf))
-	for good > 0 && buf[good-1] != '\n' {
-		good--
-	}
-	var seq uint64
-	sc := bufio.NewScanner(bytes.NewReader(buf[:good]))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var r struct {
-			Seq uint64 `json:"seq"`
+	// Read a tail large enough for a few records; more when the last line
+	// is longer than the tail.
+	for tail := int64(256 << 10); ; tail *= 4 {
+		start := max(size-tail, 0)
+		buf := make([]byte, size-start)
+		if _, err := f.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
+			return 0, 0, genesis, err
 		}
-		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Seq > seq {
-			seq = r.Seq
+		good := int64(len(buf))
+		for good > 0 && buf[good-1] != '\n' {
+			good--
 		}
+		if good == 0 && start > 0 {
+			continue // no complete line in the tail
+		}
+		if good == 0 {
+			return 0, 0, genesis, nil
+		}
+		lineStart := int64(bytes.LastIndexByte(buf[:good-1], '\n') + 1)
+		if lineStart == 0 && start > 0 {
+			continue // the last line began before the tail
+		}
+		// The highest seq in the tail (a damaged line is skipped here and
+		// reported by Verify); the chain links to the last line as it is.
+		var seq uint64
+		sc := bufio.NewScanner(bytes.NewReader(buf[:good]))
+		sc.Buffer(make([]byte, 1<<20), len(buf)+1)
+		for sc.Scan() {
+			var r struct {
+				Seq uint64 `json:"seq"`
+			}
+			if json.Unmarshal(sc.Bytes(), &r) == nil && r.Seq > seq {
+				seq = r.Seq
+			}
+		}
+		return seq, start + good, sha256.Sum256(buf[lineStart : good-1]), nil
 	}
-	return seq, start + good, nil
+}
+
+// lastOfRotated is lastSeq of the newest rotated file (0 and genesis when
+// there is none).
+func lastOfRotated(dir string) (uint64, [sha256.Size]byte, error) {
+	files := rotatedIn(dir)
+	if len(files) == 0 {
+		return 0, genesis, nil
+	}
+	f, err := os.Open(files[len(files)-1])
+	if err != nil {
+		return 0, genesis, err
+	}
+	defer f.Close()
+	seq, _, last, err := lastSeq(f)
+	return seq, last, err
 }
 
 // Append assigns the next sequence number, writes r as one line and fsyncs.
@@ -243,6 +295,7 @@ func (l *Log) AppendFunc(build func(seq uint64) (*Record, error)) (uint64, error
 		return 0, fmt.Errorf("audit record: %w", err)
 	}
 	r.Seq = l.seq + 1
+	r.Prev = hex.EncodeToString(l.last[:])
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
 	}
@@ -266,6 +319,7 @@ func (l *Log) AppendFunc(build func(seq uint64) (*Record, error)) (uint64, error
 	}
 	l.size += int64(len(l.buf))
 	l.seq = r.Seq
+	l.last = sha256.Sum256(b)
 	if l.opts.Sink != nil {
 		l.opts.Sink.Send(append([]byte(nil), l.buf...))
 	}

@@ -94,6 +94,14 @@ func (g *Gate) policyDoc(ttl time.Duration) map[string]any {
 			"on_state_failure":           "tampered, expired, mismatched or replayed state → deny; start a new call to get a new ask",
 			"audit":                      "every decision is recorded: ts, command, fingerprint, decision, layer, reason, confirm",
 		},
+		"two_person_rule": map[string]any{
+			"when":       "a policy approval rule names approver_role (self_approval false by default): the caller's own client is never asked",
+			"answer":     "status failed, permission requires_human_approval, code approval_pending, details approval_id=…; approver_role=…; expires_at=…",
+			"approve":    "GET /approvals lists pending calls; POST /approvals/<id> {\"decision\": \"approve\" | \"deny\"} by an identity with approver_role other than the caller",
+			"grant":      "\"grant.\" + base64url(payload) + \".\" + base64url(HMAC-SHA256(key, \"physd-grant/v1.\" + base64url(payload))); binds approver, approver role, tool, argument fingerprint, idempotency key, caller, expiry; single use",
+			"execute":    "the caller repeats the exact call (same arguments and idempotency_key), or sends the grant as requestState; the guard re-checks the approver and L0",
+			"on_failure": "altered, expired, used or mismatched grant, or the caller as approver → nothing runs",
+		},
 		"clients_without_elicitation": "The call is not executed: the result reports requires_human_approval with the reason. " +
 			"An agent must not retry around it or treat ask as allow. A person responsible for the equipment has to approve it " +
 			"out of band — through a client that supports elicitation, or through an operator-authorised channel such as an operator token — " +

@@ -126,7 +126,7 @@ func (ts *toolSet) handleApprovalRetry(ctx context.Context, req *mcp.CallToolReq
 		}
 		return jsonResult(body), nil
 	}
-	dr.Approved = true
+	dr.Approved, dr.ApprovedBy = true, dr.Caller
 	return ts.runDo(ctx, req, dr, "")
 }
 

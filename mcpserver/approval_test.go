@@ -48,7 +48,13 @@ func newRig(t *testing.T, elicit bool) *rig { return newRigAs(t, elicit, "operat
 
 func newRigAs(t *testing.T, elicit bool, role string) *rig {
 	t.Helper()
-	return newRigOpts(t, elicit, mcpserver.Options{StdioRole: role})
+	return newRigPolicy(t, elicit, role, example("physmcp.policy.yml"))
+}
+
+// newRigPolicy is newRigAs with another policy file for the greenhouse.
+func newRigPolicy(t *testing.T, elicit bool, role, policyPath string) *rig {
+	t.Helper()
+	return newRigFull(t, elicit, mcpserver.Options{StdioRole: role}, "2026-07-28", policyPath)
 }
 
 // newRigWith connects a client (2025-11-25 era, which receives
@@ -56,21 +62,21 @@ func newRigAs(t *testing.T, elicit bool, role string) *rig {
 // transports to the greenhouse with its policy and opts.
 func newRigWith(t *testing.T, opts mcpserver.Options) *rig {
 	t.Helper()
-	return newRigOptsEra(t, false, opts, "2025-11-25")
+	return newRigFull(t, false, opts, "2025-11-25", example("physmcp.policy.yml"))
 }
 
 func newRigOpts(t *testing.T, elicit bool, opts mcpserver.Options) *rig {
 	t.Helper()
-	return newRigOptsEra(t, elicit, opts, "2026-07-28")
+	return newRigFull(t, elicit, opts, "2026-07-28", example("physmcp.policy.yml"))
 }
 
-func newRigOptsEra(t *testing.T, elicit bool, opts mcpserver.Options, era string) *rig {
+func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPath string) *rig {
 	t.Helper()
 	m, err := manifest.Load(example("physmcp.manifest.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.Load(example("physmcp.policy.yml"), m)
+	pol, err := policy.Load(policyPath, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -277,8 +277,18 @@ func TestBoundaryRouteByRoute(t *testing.T) {
 		{simClear, []int{403, 403, 403, 401, 401, 403, 200, 200, 415}},
 		{unknown, []int{403, 403, 403, 401, 401, 404, 404, 404, 404}},
 		{wrongMethod, []int{403, 403, 403, 401, 401, 405, 405, 405, 415}},
+		{approvalsList, []int{403, 403, 403, 401, 401, 403, 200, 200, 200}},
+		{approvalsOne, []int{403, 403, 403, 401, 401, 403, 404, 404, 404}},
+		{approvalsDecide, []int{403, 403, 403, 401, 401, 403, 404, 404, 415}},
 	})
 }
+
+// The approvals routes (two-person rule).
+var (
+	approvalsList   = route{"GET", "/approvals", ""}
+	approvalsOne    = route{"GET", "/approvals/0123456789abcdef0123456789abcdef", ""}
+	approvalsDecide = route{"POST", "/approvals/0123456789abcdef0123456789abcdef", `{"decision":"approve"}`}
+)
 
 // TestBoundaryOpenLoopback: no credentials configured, loopback only: the
 // routes are open to the local caller, but a rebinding page or a foreign
@@ -302,6 +312,7 @@ func TestBoundaryOpenLoopback(t *testing.T) {
 		{simFault, []int{403, 403, 403, 200, 200, 415}},
 		{simClear, []int{403, 403, 403, 200, 200, 415}},
 		{unknown, []int{403, 403, 403, 404, 404, 404}},
+		{approvalsList, []int{403, 403, 403, 404, 404, 404}}, // no policy, no approvals
 	})
 }
 

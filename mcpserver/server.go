@@ -123,8 +123,9 @@ func New(n *node.Node, opts Options) *Server {
 		srv.refusals = newRefusalCounter(opts.Metrics.Registry)
 	}
 	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
-	if opts.Safety != nil {
+	if opts.Safety != nil && opts.Approvals != nil {
 		ts.approvals = opts.Approvals
+		ts.book = newApprovalBook(opts.Approvals.TTL())
 	}
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
@@ -244,6 +245,15 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Safety != nil {
 		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Safety.Policy().Emergency.OverrideRole }},
 			http.HandlerFunc(s.serveOverride))
+	}
+	if s.ts.book != nil {
+		// Listing shows what will happen (to those who may approve: it
+		// names callers and keys); deciding always needs an identity
+		// (operator at least; the request's approver_role is checked by
+		// the handler), never the anonymous local caller.
+		rule := routeRule{read: "operator", writeAlways: func() string { return "operator" }}
+		b.handle("/approvals", rule, http.HandlerFunc(s.serveApprovals))
+		b.handle("/approvals/{id}", rule, http.HandlerFunc(s.serveApprovals))
 	}
 	for bus, h := range s.opts.SimControls {
 		prefix := "/sim/" + bus

@@ -36,6 +36,7 @@ Work in four steps:
 2. OBSERVE: call the read_* tools in context.related_reads (in parallel). quality error: stop. quality degraded: ask a human. quality stale: act with caution.
 3. EXECUTE: before valid_until, call the do_* tool with a fresh idempotency_key (a new UUID per operation; reuse it only to retry that same operation). The answer's status is one of three: success = applied and verified by reading the device back; failed = certainly nothing was applied (read reason, permission and code); partial = the write may have landed (verified false, code outcome_unknown, unverified or mismatch): read the matching read_* tool before anything else, and never send the operation again with a new key before you have looked. A tool error on a do_* call changed nothing unless its text says the outcome is unknown.
 4. VERIFY: call the read_* tools again to see the effect. Heating and ventilation act over minutes; valves take seconds to travel.
+A do_* answered failed with code approval_pending needs a person other than you: tell your human the approval_id from details; once it is approved, repeat the same call with the same idempotency_key. Never try to approve it yourself.
 To undo a successful do_*, apply its compensation_hint (for example "do_heater_zone_a value=0").`
 
 var (
@@ -48,6 +49,7 @@ type toolSet struct {
 	n         *node.Node
 	stdioRole string
 	approvals *gate.Approvals  // nil: no approval rounds (no policy)
+	book      *approvalBook    // two-person approvals; nil without approvals
 	metrics   *metrics.Metrics // nil: not measured
 	routing   *routing         // nil: no mesh
 	sourceArg bool             // local tools take an optional source (mesh)
@@ -367,6 +369,17 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 			return toolError(err), nil
 		}
 		dr := node.DoRequest{Tool: tool, Value: in.Value, IdempotencyKey: key, Caller: caller}
+		if ts.book != nil {
+			if res, handled := ts.approvedRetry(ctx, req, dr); handled {
+				return res, nil
+			}
+			dr.RequestApproval = ts.requestApproval
+		}
+		if strings.HasPrefix(req.Params.RequestState, gate.GrantPrefix) {
+			// A grant already used for this call: the ledger's answer, or
+			// a new approval request (approvedRetry verified the rest).
+			return ts.runDo(ctx, req, dr, "")
+		}
 		if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
 			if ts.approvals == nil {
 				return toolError(errors.New("requestState: this server started no approval round")), nil
@@ -406,7 +419,9 @@ func (ts *toolSet) runDo(ctx context.Context, req *mcp.CallToolRequest, dr node.
 	ts.observeDo(dr.Tool, start, body, err)
 	var ar *node.ApprovalRequired
 	if errors.As(err, &ar) {
-		if ts.approvals != nil && canElicit(req) {
+		// Another person must approve (two-person rule): never ask the
+		// caller's own client.
+		if ts.approvals != nil && canElicit(req) && (ar.Approver == nil || ar.Approver.CallerMay) {
 			return ts.approvalRound(ar, dr.Caller, note)
 		}
 		return jsonResult(ar.Body), nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ type job struct {
 	value  any    // what to write (a clamp may differ from the request)
 	hash   string // of the arguments, for the ledger
 	slot   Slot   // the rate slot, or nil
+	// maxChange > 0 bounds the step from the device's current value.
+	maxChange float64
 }
 
 // execute runs an allowed job on cs's device.
@@ -78,7 +81,7 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 		return replay(e, cs.tool, j.hash)
 	}
 
-	a := n.actuate(context.WithoutCancel(ctx), cs, j.value)
+	a := n.actuate(context.WithoutCancel(ctx), cs, j.value, j.maxChange)
 	if a.refused != nil {
 		// Nothing was written, or the device rejected the write: the key
 		// and the slot are given back in one commit.
@@ -172,15 +175,25 @@ type actuation struct {
 // answer follows the outcome vocabulary: success only when the read-back
 // shows the value; failed only when nothing can have changed; partial
 // (with a code and "read before you retry") for everything in between.
-func (n *Node) actuate(ctx context.Context, cs *capState, value any) actuation {
+func (n *Node) actuate(ctx context.Context, cs *capState, value any, maxChange float64) actuation {
 	c := cs.cap
 	prev, err := n.readDevice(ctx, cs)
 	if err != nil {
-		return actuation{refused: &refusal{perm: promcp.PermSourceUnreachable, code: "device_offline",
+		r := &refusal{perm: promcp.PermSourceUnreachable, code: "device_offline",
 			reason:  "could not read the current value before writing, so nothing was written: " + err.Error(),
-			details: "code=device_offline"}}
+			details: "code=device_offline"}
+		if maxChange > 0 {
+			r.code, r.details = CodeCurrentValueUnreadable, "code="+CodeCurrentValueUnreadable+"; guard=max_change"
+			r.reason = fmt.Sprintf("the max_change guard (at most %g %s per actuation) needs the device's current value, and reading it failed (%s). Nothing was written: retry when the device answers reads",
+				maxChange, c.Unit, err.Error())
+		}
+		return actuation{refused: r}
 	}
 	a := actuation{previous: prev.value}
+	if r := checkStep(cs, prev.value, value, maxChange); r != nil {
+		a.refused = r
+		return a
+	}
 	want := cs.expected(value)
 	if err := n.writeDevice(ctx, cs, value); err != nil {
 		if notApplied(err) {
@@ -280,6 +293,40 @@ func (n *Node) readBack(ctx context.Context, cs *capState, value, want any) (rea
 		d += ", expected " + promcp.FormatValue(r.Expected)
 	}
 	return readBackResult{ok: r.OK, applied: want, verify: &r, details: d}, nil
+}
+
+// CodeCurrentValueUnreadable refuses an actuation whose max_change guard
+// could not read the device's current value.
+const CodeCurrentValueUnreadable = "current_value_unreadable"
+
+// CodeMaxChange refuses an actuation whose step from the current value is
+// larger than the policy's max_change.
+const CodeMaxChange = "max_change_exceeded"
+
+// checkStep is the max_change guard: the step from the current value
+// (read just now by the actuator) to the value to write must not exceed
+// max. A current value that is not a number cannot be checked: refused.
+func checkStep(cs *capState, current, value any, max float64) *refusal {
+	if max <= 0 {
+		return nil
+	}
+	cur, okc := asFloat(current)
+	v, okv := asFloat(value)
+	if !okc || !okv {
+		return &refusal{perm: promcp.PermSourceUnreachable, code: CodeCurrentValueUnreadable,
+			reason:  "the max_change guard needs a numeric current value; the device reported " + promcp.FormatValue(current) + ". Nothing was written",
+			details: "code=" + CodeCurrentValueUnreadable + "; guard=max_change"}
+	}
+	step := math.Abs(v - cur)
+	if step <= max*(1+1e-12) {
+		return nil
+	}
+	unit := cs.cap.Unit
+	return &refusal{perm: promcp.PermOutOfRange, code: CodeMaxChange,
+		reason: fmt.Sprintf("%s %s is %g %s away from the current value %s %s; %s moves at most %g %s in one actuation (max_change). "+
+			"Nothing was written: check the value for a typo, or approach it in steps of at most %g",
+			promcp.FormatValue(value), unit, step, unit, promcp.FormatValue(current), unit, cs.tool, max, unit, max),
+		details: fmt.Sprintf("max_change=%g; current=%s; value=%s; step=%g", max, promcp.FormatValue(current), promcp.FormatValue(value), step)}
 }
 
 // readFirst is the instruction every partial answer ends with.

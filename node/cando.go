@@ -164,6 +164,17 @@ func (n *Node) judge(ctx context.Context, rep *promcp.CapabilityReport, m match,
 		if v.ValidFor > 0 && v.ValidFor < validFor {
 			validFor = v.ValidFor
 		}
+		if v.MaxChange > 0 {
+			// What the do_'s max_change guard will say, from the current
+			// state read here (the do_ reads the device again).
+			if o != nil && o.Value != nil && in.Value != nil {
+				if r := checkStep(m.cs, o.Value, v.Value, v.MaxChange); r != nil {
+					block(r.perm, r.code, r.reason, r.details)
+					return
+				}
+			}
+			cand.MatchReasons = append(cand.MatchReasons, fmt.Sprintf("max_change: at most %g %s from the current value per actuation", v.MaxChange, c.Unit))
+		}
 	}
 	cand.ValidUntil = time.Now().Add(validFor).UTC()
 	rep.Candidates = append(rep.Candidates, cand)

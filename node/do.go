@@ -24,8 +24,32 @@ type DoRequest struct {
 	Value          json.RawMessage // decoded per the capability's data_type
 	IdempotencyKey string
 	Caller         Caller
-	// Approved: a human confirmed this call (see Action.Approved).
-	Approved bool
+	// Approved: a human confirmed this call (see Action.Approved), and
+	// ApprovedBy is who.
+	Approved   bool
+	ApprovedBy Caller
+	// RequestApproval, when set, registers a call that another person must
+	// approve (a two-person rule) and returns what to tell the caller: the
+	// MCP layer keeps the pending approval. Nothing is held meanwhile.
+	RequestApproval func(ApprovalRequest) (PendingApproval, error)
+}
+
+// ApprovalRequest is a call held for another person's approval.
+type ApprovalRequest struct {
+	Tool           string
+	Value          any
+	IdempotencyKey string
+	Caller         Caller
+	Reason         string
+	SideEffects    []string
+	ApproverRole   string
+}
+
+// PendingApproval is a registered approval request.
+type PendingApproval struct {
+	ID      string
+	Reason  string // for the caller: who approves, where, and what to do then
+	Details string // machine: approval_id=…; approver_role=…; expires_at=…
 }
 
 // ApprovalRequired is returned by Do when the call needs a human's
@@ -40,6 +64,11 @@ type ApprovalRequired struct {
 	Reason      string
 	SideEffects []string
 	Gate        *promcp.GateNote
+	// Approver is who may approve (nil: the caller may confirm).
+	Approver *ApproverRule
+	// Pending is set when another person must approve and the request was
+	// registered: Body says so; no elicitation round is started.
+	Pending *PendingApproval
 }
 
 func (e *ApprovalRequired) Error() string { return "human approval required: " + e.Reason }
@@ -81,12 +110,12 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 		return n.refuse(res, req.Caller, *r)
 	}
 	v := n.guard.Evaluate(ctx, Action{Capability: cs.cap, Tool: cs.tool, Value: value,
-		IdempotencyKey: req.IdempotencyKey, Caller: req.Caller, Now: res.Timestamp, Approved: req.Approved}, false)
+		IdempotencyKey: req.IdempotencyKey, Caller: req.Caller, Now: res.Timestamp, Approved: req.Approved, ApprovedBy: req.ApprovedBy}, false)
 	res.Policy, res.Gate, res.Permission = v.Policy, v.Gate, v.Permission
 	switch v.Permission {
 	case promcp.PermAllowed:
 	case promcp.PermRequiresHumanApproval:
-		return nil, n.approvalRequired(res, req.Caller, cs, v)
+		return nil, n.approvalRequired(res, req, cs, v)
 	default:
 		return n.refuse(res, req.Caller, refusal{perm: v.Permission, code: string(v.Permission), reason: v.Reason, details: v.Details})
 	}
@@ -97,7 +126,10 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 		return nil, fmt.Errorf("guard produced an invalid value %v for %s", v.Value, cs.tool)
 	}
 	res.Reason, res.Details = v.Reason, v.Details
-	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot})
+	if req.Approved && req.ApprovedBy.ID != "" && req.ApprovedBy.ID != req.Caller.ID {
+		res.Details = joinDetails(res.Details, "approved_by="+req.ApprovedBy.ID+"; approver_role="+req.ApprovedBy.Role)
+	}
+	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot, maxChange: v.MaxChange})
 }
 
 // doArgs checks a do_ call's arguments: the tool, the key and the value.
@@ -192,29 +224,60 @@ func (n *Node) refuseAs(event string, res promcp.DoResult, caller Caller, r refu
 	return body, nil
 }
 
-// approvalRequired builds the refusal a client that cannot elicit gets.
-func (n *Node) approvalRequired(res promcp.DoResult, caller Caller, cs *capState, v Verdict) error {
-	body, err := n.refuseAs("do_approval_required", res, caller, refusal{perm: v.Permission, code: string(v.Permission),
+// approvalRequired builds the refusal a client that cannot elicit gets, or,
+// when another person must approve, registers the request
+// (req.RequestApproval) and answers that it is pending.
+func (n *Node) approvalRequired(res promcp.DoResult, req DoRequest, cs *capState, v Verdict) error {
+	ar := &ApprovalRequired{Tool: cs.tool, Value: res.RequestedValue, Reason: v.Reason, SideEffects: cs.cap.SideEffects, Gate: v.Gate, Approver: v.Approver}
+	r := refusal{perm: v.Permission, code: string(v.Permission),
 		reason:  v.Reason + ". Nothing was actuated. A client that supports elicitation is asked to confirm; otherwise a person with the required role must approve and run it",
-		details: v.Details})
+		details: v.Details}
+	event := "do_approval_required"
+	if a := v.Approver; a != nil && !a.CallerMay {
+		r.code = "approval_required"
+		r.reason = v.Reason + ". Nothing was actuated: a person with the " + a.Role + " role other than the caller must approve this exact call"
+		if req.RequestApproval != nil {
+			p, err := req.RequestApproval(ApprovalRequest{Tool: cs.tool, Value: res.RequestedValue, IdempotencyKey: req.IdempotencyKey,
+				Caller: req.Caller, Reason: v.Reason, SideEffects: cs.cap.SideEffects, ApproverRole: a.Role})
+			if err != nil {
+				r.reason += "; the request could not be registered: " + err.Error()
+			} else {
+				event, r.code, ar.Pending = "do_approval_pending", "approval_pending", &p
+				r.reason, r.details = v.Reason+". Nothing was actuated yet. "+p.Reason, joinDetails(v.Details, p.Details)
+			}
+		}
+	}
+	body, err := n.refuseAs(event, res, req.Caller, r)
 	if err != nil {
 		return err
 	}
-	return &ApprovalRequired{Body: body, Tool: cs.tool, Value: res.RequestedValue, Reason: v.Reason, SideEffects: cs.cap.SideEffects, Gate: v.Gate}
+	ar.Body = body
+	return ar
 }
 
 // Declined answers a call whose approval round a human declined or
 // cancelled: status failed, permission requires_human_approval, audited,
 // nothing actuated, the key not recorded (a later approved call may use it).
 func (n *Node) Declined(req DoRequest, action string) ([]byte, error) {
+	return n.DeclinedBy(req, action, "the human asked to confirm", "")
+}
+
+// DeclinedBy is Declined naming who declined and why (the approvals
+// route's deny).
+func (n *Node) DeclinedBy(req DoRequest, action, by, why string) ([]byte, error) {
 	cs, value, err := n.doArgs(req)
 	if err != nil {
 		return nil, err
 	}
 	res := n.newResult(cs, req.IdempotencyKey, value)
 	res.Policy = promcp.PolicyNote{Configured: n.PolicyConfigured(), Decision: "approval_" + action}
+	reason := "the approval request was " + pastTense(action) + " by " + by
+	if why != "" {
+		reason += " (" + why + ")"
+	}
+	reason += "; nothing was actuated"
 	return n.refuseAs("do_declined", res, req.Caller, refusal{perm: promcp.PermRequiresHumanApproval, code: "approval_" + action,
-		reason: "the approval request was " + pastTense(action) + " by the human asked to confirm; nothing was actuated", details: "approval=" + action})
+		reason: reason, details: "approval=" + action})
 }
 
 func pastTense(action string) string {
@@ -223,6 +286,8 @@ func pastTense(action string) string {
 		return "declined"
 	case "cancel":
 		return "cancelled"
+	case "deny":
+		return "denied"
 	}
 	return action
 }

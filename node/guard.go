@@ -28,6 +28,20 @@ type Action struct {
 	// approval round (verified by the MCP layer): it can turn
 	// requires_human_approval into allowed, never a refusal.
 	Approved bool
+	// ApprovedBy is who approved (the caller itself after an elicitation
+	// round; another identity through the approvals route). The guard
+	// checks it against the approval rule's approver role and self rule.
+	ApprovedBy Caller
+}
+
+// ApproverRule is who may approve a call the guard holds for approval.
+type ApproverRule struct {
+	// Role is the least role of the approver ("" for anyone the MCP
+	// client's human is).
+	Role string
+	// CallerMay: the caller itself may confirm (an elicitation round);
+	// false means another identity must approve (a two-person rule).
+	CallerMay bool
 }
 
 // Verdict is the guard's decision.
@@ -46,6 +60,14 @@ type Verdict struct {
 	// Slot is the rate and cooldown reservation of an allowed real call
 	// (nil when no such rule applies, and on every other verdict).
 	Slot Slot
+	// Approver, on requires_human_approval, says who may approve (nil: the
+	// caller's own confirmation, as for a gate ask).
+	Approver *ApproverRule
+	// MaxChange, when > 0, is the largest step from the device's current
+	// value this actuation may make (the policy's max_change). The
+	// actuator checks it against its previous-value read before writing;
+	// when that read fails the call is refused, never let through.
+	MaxChange float64
 }
 
 // Slot is a rate and cooldown reservation the guard took for one

@@ -37,6 +37,13 @@ type Outcome struct {
 	Slot *Reservation
 	// Rate is the tightest rate rule's state (nil without rate rules).
 	Rate *RateState
+	// MaxChange is the tool's max_change guard (nil: none). It needs the
+	// device's current value, so the actuator enforces it after its
+	// previous-value read, just before the write.
+	MaxChange *MaxChange
+	// Approval is the approval rule when it asked (nil otherwise): who may
+	// approve.
+	Approval *Approval
 }
 
 // QuorumFunc asks the mesh how many peers (self included) are alive and
@@ -174,10 +181,18 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 			}
 		}
 		if need {
-			out.Permission, out.Rule, out.Reason = promcp.PermRequiresHumanApproval, "approval", why
+			out.Permission, out.Rule, out.Reason, out.Approval = promcp.PermRequiresHumanApproval, "approval", why, a
+			if a.ApproverRole != "" {
+				out.Reason += " (a " + a.ApproverRole + " or above"
+				if !a.SelfApproval {
+					out.Reason += " other than the caller"
+				}
+				out.Reason += ")"
+			}
 		}
 	}
 	out.ValidFor = validFor
+	out.MaxChange = tp.MaxChange
 	return out
 }
 

@@ -39,9 +39,10 @@ type rawPolicy struct {
 }
 
 type rawDefaults struct {
-	RequirePermission *string `yaml:"require_permission"`
-	RateLimit         *string `yaml:"rate_limit"`
-	AuditAll          *bool   `yaml:"audit_all"`
+	RequirePermission *string  `yaml:"require_permission"`
+	RateLimit         *string  `yaml:"rate_limit"`
+	AuditAll          *bool    `yaml:"audit_all"`
+	MaxChangePercent  *float64 `yaml:"max_change_percent"`
 }
 
 type rawWindow struct {
@@ -99,6 +100,9 @@ type rawRule struct {
 	When        string   `yaml:"when"`
 	Window      string   `yaml:"window"`
 	Above       *float64 `yaml:"above"`
+	// approval: who may approve (two-person rule)
+	ApproverRole string `yaml:"approver_role"`
+	SelfApproval *bool  `yaml:"self_approval"`
 }
 
 var ruleKeys = map[string][]string{
@@ -108,7 +112,8 @@ var ruleKeys = map[string][]string{
 	"quorum":      {"min_peers", "on_failure"},
 	"range_guard": {"min", "max", "on_violation"},
 	"cooldown":    {"ms"},
-	"approval":    {"when", "window", "above"},
+	"approval":    {"when", "window", "above", "approver_role", "self_approval"},
+	"max_change":  {"max"},
 }
 
 type parser struct {
@@ -119,6 +124,7 @@ type parser struct {
 	// a rule naming a window whose own definition is wrong must not add an
 	// "unknown time window" error on top of the window's real one.
 	declared map[string]bool
+	seen     map[string]bool // "tool/rule" of rules a tool may have once
 }
 
 // valueOf returns the value node of key in the mapping n, or nil.
@@ -199,7 +205,7 @@ func Parse(file string, data []byte, m *manifest.Manifest) (*Policy, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	p := &parser{file: file, root: root, declared: map[string]bool{}}
+	p := &parser{file: file, root: root, declared: map[string]bool{}, seen: map[string]bool{}}
 	var raw rawPolicy
 	// Keep going after an unknown top-level key: every problem is reported
 	// at once.
@@ -260,6 +266,14 @@ func (p *parser) defaults(d *rawDefaults, pol *Policy) {
 	}
 	if d.AuditAll != nil {
 		pol.Defaults.AuditAll = *d.AuditAll
+	}
+	if pc := d.MaxChangePercent; pc != nil {
+		if !(*pc > 0 && *pc < 100) {
+			p.add(p.at("defaults", "max_change_percent"), "defaults.max_change_percent",
+				"use a percentage of each capability's range above 0 and below 100, e.g. 25", "%g is out of range", *pc)
+		} else {
+			pol.Defaults.MaxChangePercent = *pc
+		}
 	}
 }
 
@@ -472,6 +486,9 @@ func (p *parser) capabilities(n *yaml.Node, pol *Policy, m *manifest.Manifest) {
 		if c.RequiresQuorum {
 			tp.Quorum = c.QuorumSize
 		}
+		if pc := pol.Defaults.MaxChangePercent; pc > 0 && c.Range != nil && numeric(c) {
+			tp.MaxChange = &MaxChange{Max: pc / 100 * (c.Range.Max - c.Range.Min), Source: "defaults"}
+		}
 		pol.Tools[tp.Tool] = tp
 	}
 	if n != nil && n.Kind != yaml.MappingNode {
@@ -605,6 +622,8 @@ func (p *parser) rule(n *yaml.Node, field string, tp *ToolPolicy, pol *Policy) {
 		tp.Quorum = max(tp.Quorum, *r.MinPeers)
 	case "range_guard":
 		p.rangeGuard(n, field, r, tp)
+	case "max_change":
+		p.maxChange(n, field, r, tp)
 	case "cooldown":
 		if r.MS == nil || *r.MS < 1 {
 			p.add(n, field+".ms", "set ms: the minimum time between actuations, e.g. 30000", "required and > 0")
@@ -636,11 +655,41 @@ func (p *parser) rule(n *yaml.Node, field string, tp *ToolPolicy, pol *Policy) {
 			p.add(n, field+".when", "use always, outside_window or above", "unknown when %q", r.When)
 			return
 		}
+		if !p.approver(n, field, r, a) {
+			return
+		}
 		if tp.Approval != nil {
 			p.add(n, field, "keep one approval rule per tool", "a second approval rule")
 		}
 		tp.Approval = a
 	}
+}
+
+// approver reads who may approve: approver_role names the least role of
+// the approver; self_approval (default false with an approver_role, true
+// without) says whether the caller may be that approver.
+func (p *parser) approver(n *yaml.Node, field string, r rawRule, a *Approval) bool {
+	a.SelfApproval = r.ApproverRole == ""
+	if r.SelfApproval != nil {
+		a.SelfApproval = *r.SelfApproval
+	}
+	if r.ApproverRole == "" {
+		if !a.SelfApproval {
+			p.add(valueOf(n, "self_approval"), field+".self_approval", "name who approves instead: approver_role: supervisor", "self_approval: false needs an approver_role")
+			return false
+		}
+		return true
+	}
+	at := valueOf(n, "approver_role")
+	if !p.role(at, field+".approver_role", r.ApproverRole) {
+		return false
+	}
+	if RoleLevel(r.ApproverRole) < RoleLevel("operator") {
+		p.add(at, field+".approver_role", "use operator, supervisor or admin", "an approver must hold a role that can act (got %s)", r.ApproverRole)
+		return false
+	}
+	a.ApproverRole = r.ApproverRole
+	return true
 }
 
 func (p *parser) rangeGuard(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {
@@ -692,6 +741,48 @@ func (p *parser) rangeGuard(n *yaml.Node, field string, r rawRule, tp *ToolPolic
 		p.add(n, field, "keep one range_guard per tool", "a second range_guard")
 	}
 	tp.Range = g
+}
+
+func numeric(c *manifest.Capability) bool {
+	return c.DataType == manifest.TypeFloat || c.DataType == manifest.TypeInt
+}
+
+// maxChange reads {type: max_change, max: N}: the largest step from the
+// device's current value that one actuation may make.
+func (p *parser) maxChange(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {
+	c := tp.Cap
+	if !numeric(c) {
+		p.add(n, field, "max_change applies to float and int capabilities; remove the rule", "%s is data_type %s", tp.Tool, c.DataType)
+		return
+	}
+	at := valueOf(n, "max")
+	if at == nil {
+		p.add(n, field+".max", "set max: the largest step from the current value one actuation may make, e.g. max: 10", "required")
+		return
+	}
+	mx, ok := toFloat(r.Max)
+	if !ok || mx <= 0 {
+		got := at.Value
+		if at.ShortTag() == "!!str" {
+			got = fmt.Sprintf("the text %q (write the number without quotes)", at.Value)
+		}
+		p.add(at, field+".max", "a number above 0 in the capability's unit, e.g. max: 10", "must be a positive number, got %s", got)
+		return
+	}
+	if pr := c.Range; pr != nil && mx >= pr.Max-pr.Min {
+		p.add(at, field+".max", fmt.Sprintf("use a step below %g (the width of the range [%g, %g]), or remove the rule", pr.Max-pr.Min, pr.Min, pr.Max),
+			"unreachable rule: no step inside the range is larger than %g", mx)
+		return
+	}
+	if p.seen[tp.Tool+"/max_change"] {
+		p.add(n, field, "keep one max_change rule per tool", "a second max_change")
+		return
+	}
+	p.seen[tp.Tool+"/max_change"] = true
+	// With defaults.max_change_percent too, the stricter step wins.
+	if tp.MaxChange == nil || mx < tp.MaxChange.Max {
+		tp.MaxChange = &MaxChange{Max: mx, Source: "policy"}
+	}
 }
 
 func toFloat(v any) (float64, bool) {

@@ -56,6 +56,9 @@ type Defaults struct {
 	RequirePermission string
 	RateLimit         *manifest.RateLimit
 	AuditAll          bool
+	// MaxChangePercent, when > 0, gives every float and int do_ tool with
+	// a range a max_change of this share of its range's width.
+	MaxChangePercent float64
 }
 
 // Emergency is the emergency: section: an admin may lift time windows for
@@ -105,6 +108,15 @@ type ToolPolicy struct {
 	Cooldown    time.Duration
 	Quorum      int // peers (self included) that must be alive and answer; 0 = none
 	Approval    *Approval
+	MaxChange   *MaxChange
+}
+
+// MaxChange is the max_change guard: the largest step from the device's
+// current value (read by the actuator just before the write) one
+// actuation may make. The node enforces it in the device step.
+type MaxChange struct {
+	Max    float64 `json:"max"`
+	Source string  `json:"source"` // policy | defaults
 }
 
 // RangeGuard is a range_guard rule, already intersected with the
@@ -127,6 +139,22 @@ type Approval struct {
 	When   string  // always | outside_window | above
 	Window *Window // for outside_window
 	Above  float64 // for above
+	// ApproverRole, when set, is the least role of the person who approves
+	// (a two-person rule when SelfApproval is false): the approval is given
+	// through the approvals route by an identity other than the caller.
+	ApproverRole string
+	// SelfApproval lets the caller confirm its own call (the MCP
+	// elicitation round) when it holds ApproverRole (any role without one).
+	SelfApproval bool
+}
+
+// Approver says who may approve a call by caller: the least role, and
+// whether the caller itself may (it needs the role too).
+func (a *Approval) Approver(callerRole string) (role string, callerMay bool) {
+	if a.ApproverRole == "" {
+		return "", a.SelfApproval
+	}
+	return a.ApproverRole, a.SelfApproval && RoleLevel(callerRole) >= RoleLevel(a.ApproverRole)
 }
 
 // MarshalJSON renders the effective policy for the physmcp://policy
@@ -146,10 +174,11 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 		CooldownMS  int64       `json:"cooldown_ms,omitempty"`
 		Quorum      int         `json:"quorum_size,omitempty"`
 		Approval    any         `json:"approval,omitempty"`
+		MaxChange   *MaxChange  `json:"max_change,omitempty"`
 	}
 	tools := map[string]tool{}
 	for name, tp := range p.Tools {
-		t := tool{MinRole: tp.MinRole, Range: tp.Range, CooldownMS: tp.Cooldown.Milliseconds(), Quorum: tp.Quorum}
+		t := tool{MinRole: tp.MinRole, Range: tp.Range, CooldownMS: tp.Cooldown.Milliseconds(), Quorum: tp.Quorum, MaxChange: tp.MaxChange}
 		if tp.Cap.Range != nil {
 			t.Physical = tp.Cap.Range
 		}
@@ -170,6 +199,10 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 			if a.When == "above" {
 				m["above"] = a.Above
 			}
+			if a.ApproverRole != "" {
+				m["approver_role"] = a.ApproverRole
+			}
+			m["self_approval"] = a.SelfApproval
 			t.Approval = m
 		}
 		tools[name] = t
@@ -195,11 +228,12 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any{
 		"physmcp_policy_version": Version,
 		"path":                   p.Path,
-		"order":                  []string{"role", "time_window", "range_guard", "rate", "cooldown", "quorum", "approval", "gate"},
+		"order":                  []string{"role", "time_window", "range_guard", "rate", "cooldown", "quorum", "approval", "gate", "max_change (device step)"},
 		"precedence":             "manifest and policy both apply; the stricter wins; the manifest range is a hard limit",
-		"defaults":               map[string]any{"require_permission": p.Defaults.RequirePermission, "audit_all": p.Defaults.AuditAll},
-		"tools":                  tools,
-		"identity":               ids,
+		"defaults": map[string]any{"require_permission": p.Defaults.RequirePermission, "audit_all": p.Defaults.AuditAll,
+			"max_change_percent": p.Defaults.MaxChangePercent},
+		"tools":    tools,
+		"identity": ids,
 		"emergency": map[string]any{"override_permission": p.Emergency.OverrideRole,
 			"override_token_ttl_seconds": int(p.Emergency.MaxTTL.Seconds()), "lifts": []string{"time_window"},
 			"never_lifts": []string{"role", "range", "rate", "cooldown", "quorum", "gate deny"}},

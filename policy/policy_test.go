@@ -287,3 +287,110 @@ identity:
 		t.Error("unknown token accepted")
 	}
 }
+
+func TestMaxChangeRules(t *testing.T) {
+	m, err := manifest.Parse("m.yml", []byte(man))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := `physmcp_policy_version: "0.1"
+defaults: {max_change_percent: 150}
+capabilities:
+  do_heater:
+    rules:
+      - {type: max_change, max: 0}
+      - {type: max_change, max: 100}
+  do_fan:
+    rules:
+      - {type: max_change}
+      - {type: max_change, max: "9", min: 3}
+`
+	_, err = policy.Parse("p.yml", []byte(bad), m)
+	if err == nil {
+		t.Fatal("bad max_change rules accepted")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"p.yml:2:32: defaults.max_change_percent: 150 is out of range",
+		"p.yml:6:33: capabilities.do_heater.rules[0].max: must be a positive number, got 0",
+		"p.yml:7:33: capabilities.do_heater.rules[1].max: unreachable rule: no step inside the range is larger than 100",
+		"p.yml:10:9: capabilities.do_fan.rules[0].max: required",
+		`"min" does not belong to a max_change rule`,
+		"p.yml:11:33: capabilities.do_fan.rules[1].max: must be a positive number, got the text \"9\"",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("errors lack %q:\n%s", want, msg)
+		}
+	}
+
+	// The stricter of a rule and the defaults' share of the range wins.
+	p, err := policy.Parse("p.yml", []byte(`physmcp_policy_version: "0.1"
+defaults: {max_change_percent: 20}
+capabilities:
+  do_heater: {rules: [{type: max_change, max: 5.5}]}
+  do_fan:    {rules: [{type: max_change, max: 50}]}
+`), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tool, want := range map[string]policy.MaxChange{
+		"do_heater": {Max: 5.5, Source: "policy"}, "do_fan": {Max: 20, Source: "defaults"}, "do_vent": {Max: 20, Source: "defaults"},
+	} {
+		if got := p.Tools[tool].MaxChange; got == nil || *got != want {
+			t.Errorf("%s max_change = %+v, want %+v", tool, got, want)
+		}
+	}
+	out := p.Evaluate(context.Background(), policy.Check{Tool: "do_heater", Value: 50.0, Role: "operator", Now: time.Now()}, policy.NewLimiter(nil), nil)
+	if out.Permission != promcp.PermAllowed || out.MaxChange == nil || out.MaxChange.Max != 5.5 {
+		t.Errorf("Evaluate must hand the guard to the actuator: %+v", out)
+	}
+}
+
+func TestApproverRules(t *testing.T) {
+	m, err := manifest.Parse("m.yml", []byte(man))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := `physmcp_policy_version: "0.1"
+capabilities:
+  do_heater: {rules: [{type: approval, when: always, self_approval: false}]}
+  do_fan:    {rules: [{type: approval, when: always, approver_role: viewer}]}
+  do_vent:   {rules: [{type: approval, when: always, approver_role: boss}]}
+`
+	_, err = policy.Parse("p.yml", []byte(bad), m)
+	if err == nil {
+		t.Fatal("bad approver rules accepted")
+	}
+	for _, want := range []string{
+		"p.yml:3:69: capabilities.do_heater.rules[0].self_approval: self_approval: false needs an approver_role",
+		"p.yml:4:69: capabilities.do_fan.rules[0].approver_role: an approver must hold a role that can act (got viewer)",
+		`p.yml:5:69: capabilities.do_vent.rules[0].approver_role: unknown role "boss"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q:\n%s", want, err)
+		}
+	}
+	p, err := policy.Parse("p.yml", []byte(`physmcp_policy_version: "0.1"
+capabilities:
+  do_heater: {rules: [{type: approval, when: always, approver_role: supervisor}]}
+  do_fan:    {rules: [{type: approval, when: always, approver_role: supervisor, self_approval: true}]}
+  do_vent:   {rules: [{type: approval, when: always}]}
+`), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tool, caller, role string
+		may                bool
+	}{
+		{"do_heater", "admin", "supervisor", false}, // two-person by default with an approver_role
+		{"do_fan", "supervisor", "supervisor", true},
+		{"do_fan", "operator", "supervisor", false},
+		{"do_vent", "none", "", true},
+	} {
+		role, may := p.Tools[c.tool].Approval.Approver(c.caller)
+		if role != c.role || may != c.may {
+			t.Errorf("%s by %s: approver %q, caller may %v", c.tool, c.caller, role, may)
+		}
+	}
+}

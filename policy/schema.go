@@ -33,6 +33,8 @@ func Schema(gate *jsonschema.Schema) *jsonschema.Schema {
 	d.Properties["require_permission"] = roleEnum(Roles, "Least role for every do_ tool.")
 	d.Properties["rate_limit"] = rateSchema("Limit on every do_ tool, e.g. 120/hour.")
 	d.Properties["audit_all"].Description = "Audit every actuation (physd always does)."
+	d.Properties["max_change_percent"] = &jsonschema.Schema{Type: "number", ExclusiveMinimum: ptr(0.0), ExclusiveMaximum: ptr(100.0),
+		Description: "max_change for every float and int do_ tool with a range: this percentage of the range's width (a max_change rule that is stricter wins)."}
 
 	window := manifest.DecodeSchema(reflect.TypeFor[rawWindow]())
 	window.Required = []string{"days", "start", "end", "timezone"}
@@ -94,7 +96,7 @@ func ruleSchema() *jsonschema.Schema {
 	r.Properties["allow_during"].Description = "time_window: windows inside which the tool may run."
 	r.Properties["deny_during"].Description = "time_window: windows inside which it may not."
 	r.Properties["min"] = &jsonschema.Schema{Type: "number", Description: "range_guard: lowest value; inside the manifest range."}
-	r.Properties["max"] = &jsonschema.Schema{Types: []string{"number", "string"}, Description: `range_guard: highest value; rate: "N/unit", e.g. "6/hour".`}
+	r.Properties["max"] = &jsonschema.Schema{Types: []string{"number", "string"}, Description: `range_guard: highest value; rate: "N/unit", e.g. "6/hour"; max_change: the largest step from the current value in one actuation.`}
 	r.Properties["on_violation"] = &jsonschema.Schema{Type: "string", Enum: []any{"clamp", "deny", "warn"}, Description: "range_guard: what a value outside does."}
 	r.Properties["min_peers"] = &jsonschema.Schema{Type: "integer", Minimum: ptr(1.0), Description: "quorum: gateways that must answer, self included."}
 	r.Properties["on_failure"] = &jsonschema.Schema{Type: "string", Enum: []any{"deny"}, Description: "quorum: deny (the only safe choice)."}
@@ -102,9 +104,11 @@ func ruleSchema() *jsonschema.Schema {
 	r.Properties["when"] = &jsonschema.Schema{Type: "string", Enum: []any{"always", "outside_window", "above"}, Description: "approval: when a human must confirm."}
 	r.Properties["window"].Description = "approval (outside_window): the window inside which no approval is needed."
 	r.Properties["above"] = &jsonschema.Schema{Type: "number", Description: "approval (above): the value above which a human confirms."}
+	r.Properties["approver_role"] = roleEnum(Roles[2:], "approval: the least role of the person who approves, through GET/POST /approvals (a two-person rule unless self_approval is true).")
+	r.Properties["self_approval"] = &jsonschema.Schema{Type: "boolean", Description: "approval: may the caller approve its own call (default true without approver_role, false with it)?"}
 
 	required := map[string][]string{"permission": {"require"}, "rate": {"max"}, "quorum": {"min_peers"},
-		"range_guard": {"min", "max", "on_violation"}, "cooldown": {"ms"}, "approval": {"when"}}
+		"range_guard": {"min", "max", "on_violation"}, "cooldown": {"ms"}, "approval": {"when"}, "max_change": {"max"}}
 	for _, t := range types {
 		names := anySlice(append([]string{"type"}, ruleKeys[t]...))
 		then := &jsonschema.Schema{PropertyNames: &jsonschema.Schema{Enum: names}, Required: required[t]}
@@ -113,6 +117,8 @@ func ruleSchema() *jsonschema.Schema {
 			then.Properties = map[string]*jsonschema.Schema{"max": rateSchema("")}
 		case "range_guard":
 			then.Properties = map[string]*jsonschema.Schema{"max": {Type: "number"}}
+		case "max_change":
+			then.Properties = map[string]*jsonschema.Schema{"max": {Type: "number", ExclusiveMinimum: ptr(0.0)}}
 		}
 		r.AllOf = append(r.AllOf, &jsonschema.Schema{
 			If:   &jsonschema.Schema{Properties: map[string]*jsonschema.Schema{"type": {Const: anyOf(t)}}, Required: []string{"type"}},

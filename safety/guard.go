@@ -124,6 +124,9 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		Override: ov != nil, Reserve: !dryRun}, g.lim, g.quorum)
 	v := node.Verdict{Permission: out.Permission, Value: out.Value, Reason: out.Reason, Details: out.Details,
 		ValidFor: out.ValidFor, Rate: rateLimit(out.Rate)}
+	if out.MaxChange != nil {
+		v.MaxChange = out.MaxChange.Max
+	}
 	if out.Slot != nil {
 		v.Slot = slot{out.Slot}
 	}
@@ -140,6 +143,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		return v
 	}
 	v.Policy, v.Reason = policyNote(out, ov)
+	approved := a.Approved && approvalSatisfies(out.Approval, a)
 
 	// The gate judges the value as the caller requested it: a clamp applies
 	// only after the gate allowed, so an L0 rule for a dangerous value sees
@@ -149,10 +153,13 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 	switch {
 	case dryRun:
 		gr = rs.gate.DryRun(ctx, req)
-	case a.Approved:
+	case approved:
 		// A human confirmed: re-check L0 (a rule that became deny wins),
 		// do not ask L1 again.
 		gr = rs.gate.Confirmed(req)
+		if by := a.ApprovedBy; by.ID != "" && by.ID != a.Caller.ID && gr.Decision == gate.Allow {
+			gr.Reason = "approved by " + by.ID + " (" + by.Role + ", not the caller; grant verified, L0 re-checked)"
+		}
 	default:
 		gr = rs.gate.Decide(ctx, req)
 	}
@@ -177,14 +184,33 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		asks = append([]string{out.Reason}, asks...)
 	}
 	switch {
-	case len(asks) > 0 && !a.Approved:
+	case len(asks) > 0 && !approved:
 		v.Permission = promcp.PermRequiresHumanApproval
 		v.Reason = strings.Join(asks, "; ")
 		v.Policy.Decision = "approval_required"
+		if r := out.Approval; r != nil && r.ApproverRole != "" {
+			role, callerMay := r.Approver(a.Caller.Role)
+			v.Approver = &node.ApproverRule{Role: role, CallerMay: callerMay}
+		}
 	default:
 		v.Permission = promcp.PermAllowed
 	}
 	return v
+}
+
+// approvalSatisfies reports whether who approved meets the approval rule
+// that asked: the approver's role, and another identity than the caller
+// unless the rule lets the caller approve itself. A rule without an
+// approver role (and a gate ask) takes the caller's own confirmation.
+func approvalSatisfies(rule *policy.Approval, a node.Action) bool {
+	if rule == nil || rule.ApproverRole == "" {
+		return true
+	}
+	by := a.ApprovedBy
+	if by.ID == "" || policy.RoleLevel(by.Role) < policy.RoleLevel(rule.ApproverRole) {
+		return false
+	}
+	return by.ID != a.Caller.ID || rule.SelfApproval
 }
 
 // policyNote is the policy's decision on a call it let through, with the

@@ -233,3 +233,39 @@ func BenchmarkGuardEvaluate(b *testing.B) {
 		}
 	}
 }
+
+// TestTwoPersonRuleInTheGuard: whoever the MCP layer says approved, the
+// guard lets a two-person call through only with another identity that
+// holds the approver role (defence in depth behind the approvals route).
+func TestTwoPersonRuleInTheGuard(t *testing.T) {
+	_, g := build(t, `physmcp_policy_version: "0.1"
+capabilities:
+  do_vent:
+    rules:
+      - {type: approval, when: always, approver_role: supervisor, self_approval: false}
+gate:
+  l0:
+    allow: [{name: vent, tool: do_vent}]
+`)
+	caller := node.Caller{ID: "token:a", Role: "supervisor"}
+	for _, c := range []struct {
+		name string
+		by   node.Caller
+		want promcp.Permission
+	}{
+		{"unapproved", node.Caller{}, promcp.PermRequiresHumanApproval},
+		{"the caller itself", caller, promcp.PermRequiresHumanApproval},
+		{"an operator", node.Caller{ID: "token:op", Role: "operator"}, promcp.PermRequiresHumanApproval},
+		{"another supervisor", node.Caller{ID: "token:b", Role: "supervisor"}, promcp.PermAllowed},
+		{"an admin", node.Caller{ID: "token:root", Role: "admin"}, promcp.PermAllowed},
+	} {
+		v := g.Evaluate(context.Background(), node.Action{Tool: "do_vent", Value: int64(10), Caller: caller, Now: time.Now(),
+			Approved: c.by.ID != "", ApprovedBy: c.by}, true)
+		if v.Permission != c.want {
+			t.Errorf("%s: %s (%s)", c.name, v.Permission, v.Reason)
+		}
+		if c.want != promcp.PermAllowed && (v.Approver == nil || v.Approver.Role != "supervisor" || v.Approver.CallerMay) {
+			t.Errorf("%s: approver rule %+v", c.name, v.Approver)
+		}
+	}
+}

@@ -34,6 +34,8 @@ func TestGoldenErrors(t *testing.T) {
 		{"validate_policy_range_guard", validate("policy_range_guard.yml")},
 		// defaults and rate problems at their lines, with one fix each.
 		{"validate_policy_defaults", validate("policy_defaults.yml")},
+		// max_change and two-person approval rules at their lines.
+		{"validate_policy_guards", validate("policy_guards.yml")},
 		// A bus type without a driver points at its type: line.
 		{"validate_bus_type", []string{"validate", testdata("errors", "manifest_bus_type.yml")}},
 		// run prints what validate prints, as text, before any JSON log.

@@ -5,6 +5,7 @@
 //	physd validate [--policy FILE] MANIFEST
 //	physd lint …
 //	physd client-config --manifest FILE [--client KIND] [--transport stdio|http]
+//	physd audit verify STATE_DIR
 //	physd version
 package main
 
@@ -58,6 +59,7 @@ Usage:
   physd validate [--policy POLICY] MANIFEST
   physd lint [--json] [--strict] [--allow-do] [--header "K: V"] <URL | tools.json | -- COMMAND...>
   physd client-config --manifest FILE [--client claude-desktop|vscode|cursor] [--transport stdio|http]
+  physd audit verify STATE_DIR
   physd version
 
 Run "physd run -h" (or any command with -h) for its flags.
@@ -77,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdLint(args[1:], stdout, stderr)
 	case "client-config":
 		return cmdClientConfig(args[1:], stdout, stderr)
+	case "audit":
+		return cmdAudit(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		writeVersion(stdout)
 		return 0
