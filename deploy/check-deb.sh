@@ -11,8 +11,8 @@
 #      the postinst creates the physd user in i2c, gpio and dialout and the
 #      groups that were missing, /etc/physd and /var/lib/physd get their
 #      owners, physd validates the example as the physd user and runs it with
-#      the unit's command line (ready, ledger in /var/lib/physd, "stopped" on
-#      SIGTERM); a reinstall keeps an edited conffile; remove and purge run.
+#      the unit's command line (ready, ledger and audit in /var/lib/physd,
+#      physd audit verify, "stopped" on SIGTERM); a reinstall keeps an edited conffile; remove and purge run.
 # Run by .ci/run; under 10 s with a warm build cache.
 set -euo pipefail
 export GOTOOLCHAIN=go1.27.3
@@ -157,8 +157,12 @@ done
 case "$ready" in *" 200"*) ;; *) kill "$pid"; cat /tmp/physd.log; fail "/readyz: ${ready:-no answer}" ;; esac
 kill -TERM "$pid"; wait "$pid" || { cat /tmp/physd.log; fail "physd run: exit $? on SIGTERM"; }
 tail -1 /tmp/physd.log | grep -q '"msg":"stopped"' || { cat /tmp/physd.log; fail "the log does not end with stopped"; }
-[ "$(stat -c %U /var/lib/physd/physd.db)" = physd ] || fail "the ledger is not in /var/lib/physd, owned by physd"
-echo "physd run (the unit's command line, as physd): /readyz 200, ledger in /var/lib/physd, \"stopped\" on SIGTERM"
+for f in physd.db audit/audit.jsonl; do
+  [ "$(stat -c %U "/var/lib/physd/$f" 2>/dev/null)" = physd ] || fail "/var/lib/physd/$f missing or not owned by physd"
+done
+setpriv --reuid physd --regid physd --init-groups physd audit verify /var/lib/physd >/tmp/verify.log 2>&1 \
+  || { cat /tmp/verify.log; fail "physd audit verify /var/lib/physd"; }
+echo "physd run (the unit's command line, as physd): /readyz 200, ledger and audit in /var/lib/physd (audit verify: intact), \"stopped\" on SIGTERM"
 echo "# edited by the operator" >> /etc/physd/physmcp.manifest.yml
 dpkg -i /tmp/physd.deb >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -i again (upgrade path)"; }
 tail -1 /etc/physd/physmcp.manifest.yml | grep -qx '# edited by the operator' || fail "reinstall replaced an edited conffile"
