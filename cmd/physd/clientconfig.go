@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -130,8 +131,13 @@ func (cc clientConfig) render() ([]byte, error) {
 			doc["inputs"] = inputs
 		}
 	}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	return append(b, '\n'), err
+	// Not HTML-escaped: the user reads and edits "<paste the token here>".
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	err := enc.Encode(doc)
+	return b.Bytes(), err
 }
 
 // tokenInput is the VS Code input that prompts for the bearer token once

@@ -64,6 +64,11 @@ func clientConfigFor(t *testing.T, args ...string) (server, clientFile) {
 	if len(entries) != 1 || entries["gw_greenhouse_001"].Command+entries["gw_greenhouse_001"].URL == "" {
 		t.Fatalf("want one server named after device.id, got:\n%s", stdout)
 	}
+	// A person pastes and edits this: "<paste the token here>" must read
+	// as written, not as \u003c…\u003e.
+	if strings.Contains(stdout, `\u00`) {
+		t.Errorf("client-config %v escapes characters a person has to read:\n%s", args, stdout)
+	}
 	if !strings.HasPrefix(stderr, "paste into ") {
 		t.Errorf("stderr should say where the snippet goes: %q", stderr)
 	}

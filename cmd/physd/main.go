@@ -210,7 +210,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.policy, "policy", "", "physmcp.policy.yml guarding every do_")
 	fs.StringVar(&f.httpAddr, "http", "", "serve MCP (POST /mcp) and /healthz, /readyz on ADDR (default 127.0.0.1:8080 unless --stdio)")
 	fs.BoolVar(&f.stdio, "stdio", false, "serve MCP on stdin/stdout")
-	fs.StringVar(&f.state, "state", "", "state directory for the ledger and audit (default $STATE_DIRECTORY, else ~/.local/state/physd/<device id>)")
+	fs.StringVar(&f.state, "state", "", "state directory for the ledger and audit (default $STATE_DIRECTORY, else $XDG_STATE_HOME/physd/<device id>, else ~/.local/state/physd/<device id>)")
 	fs.BoolVar(&f.stateInTmp, "state-in-tmp", false, "with $HOME unset and no --state, keep the ledger and audit in the temporary directory (lost at reboot) instead of refusing to start")
 	fs.BoolVar(&f.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (requires an auth token)")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the bearer token required on /mcp (or set PHYSD_AUTH_TOKEN)")
