@@ -142,17 +142,17 @@ async function orchestrate(name, era, transport) {
     check(`${name}: tools/list has can_do, read_ and do_ tools`, names.has('can_do') && names.has('do_fan_zone_b') && names.has('read_humidity_zone_b'),
       [...names].join(','));
 
-    // PLAN
+    // PLAN (the fan needs no role: these callers are anonymous, or a viewer)
     const sent = Date.now();
     const plan = structured(await client.callTool({ name: 'can_do', arguments: {
-      intent: { semantic_tags: ['heating'], action: 'increase', location: 'zone_a' } } }), 'can_do');
+      intent: { semantic_tags: ['ventilation'], action: 'increase', location: 'zone_b' } } }), 'can_do');
     const top = plan.candidates?.[0];
-    check(`${name}: can_do heating in zone_a is feasible with do_heater_zone_a first`,
-      plan.feasible === true && top?.capability === 'do_heater_zone_a' && top?.permission === 'allowed',
+    check(`${name}: can_do ventilation in zone_b is feasible with do_fan_zone_b first`,
+      plan.feasible === true && top?.capability === 'do_fan_zone_b' && top?.permission === 'allowed',
       JSON.stringify({ feasible: plan.feasible, top }));
     check(`${name}: the candidate's valid_until is in the future`, Date.parse(top?.valid_until) > sent, top?.valid_until);
     const related = plan.context?.related_reads ?? [];
-    check(`${name}: can_do names related reads`, related.includes('read_temperature_zone_a'), JSON.stringify(related));
+    check(`${name}: can_do names related reads`, related.includes('read_humidity_zone_b'), JSON.stringify(related));
 
     // OBSERVE, in parallel
     const obs = await Promise.all(related.map(r => client.callTool({ name: r, arguments: {} }).then(res => structured(res, r))));
