@@ -75,12 +75,14 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	}
 	if e, err := n.store.Begin(entry, begin); err != nil {
 		releaseSlot(j.slot)
-		return nil, fmt.Errorf("ledger: %w", err)
+		n.storeErr.Store(&err) // /readyz says so until a write succeeds
+		return nil, fmt.Errorf("ledger: %w; nothing was actuated", err)
 	} else if e != nil {
 		releaseSlot(j.slot)
 		return replay(e, cs.tool, j.hash)
 	}
 
+	n.storeErr.Store(nil)
 	a := n.actuate(context.WithoutCancel(ctx), cs, j.value, j.maxChange)
 	if a.refused != nil {
 		// Nothing was written, or the device rejected the write: the key
@@ -406,7 +408,7 @@ func (n *Node) auditReady() error {
 func (n *Node) startActuation() bool {
 	n.lifeMu.Lock()
 	defer n.lifeMu.Unlock()
-	if n.closed {
+	if n.closed || n.draining {
 		return false
 	}
 	n.actuating.Add(1)

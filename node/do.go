@@ -102,6 +102,15 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 	if e, err := n.store.Lookup(req.IdempotencyKey); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	} else if e != nil {
+		// A recorded answer goes only to a caller whose role may run the
+		// tool: a viewer who learns an operator's key gets no answer that
+		// reads as if it had actuated.
+		if rc, ok := n.guard.(RoleChecker); ok {
+			if reason, details, allowed := rc.RoleAllows(cs.tool, req.Caller.Role); !allowed {
+				return n.refuse(n.newResult(cs, req.IdempotencyKey, value), req.Caller,
+					refusal{perm: promcp.PermPermissionInsufficient, code: string(promcp.PermPermissionInsufficient), reason: reason, details: details})
+			}
+		}
 		return replay(e, cs.tool, hash)
 	}
 
@@ -172,7 +181,13 @@ type refusal struct {
 // never clamped into it), a value the device's encoding cannot hold, a
 // capability whose bus is missing.
 func (n *Node) precheck(cs *capState, value any) *refusal {
-	if err := n.auditReady(); err != nil {
+	err := n.auditReady()
+	if err == nil {
+		// A small check line may fit where a do_ line does not: the room
+		// for the next records is checked before every actuation.
+		err = n.auditHeadroom()
+	}
+	if err != nil {
 		return &refusal{perm: promcp.PermPolicyDenied, code: "audit_unavailable",
 			reason: "the audit trail cannot be written (" + err.Error() + "): physd actuates nothing it cannot record. Nothing was actuated; an operator must fix the audit (disk space, permissions), after which do_ calls work again"}
 	}
@@ -268,6 +283,18 @@ func (n *Node) DeclinedBy(req DoRequest, action, by, why string) ([]byte, error)
 	cs, value, err := n.doArgs(req)
 	if err != nil {
 		return nil, err
+	}
+	// The key may have actuated through another approval round meanwhile:
+	// then its recorded answer is the answer, never "nothing was actuated".
+	release, err := n.acquireKey(context.Background(), req.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if e, err := n.store.Lookup(req.IdempotencyKey); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	} else if e != nil {
+		return replay(e, cs.tool, argsHash(cs.tool, value))
 	}
 	res := n.newResult(cs, req.IdempotencyKey, value)
 	res.Policy = promcp.PolicyNote{Configured: n.PolicyConfigured(), Decision: "approval_" + action}

@@ -80,6 +80,13 @@ type Slot interface {
 	Release() []store.KV
 }
 
+// RoleChecker is implemented by guards that can say, without deciding a
+// call, whether a role may run a tool: a recorded answer is replayed only
+// to such a caller.
+type RoleChecker interface {
+	RoleAllows(tool, role string) (reason, details string, allowed bool)
+}
+
 // Guard is steps 3 (policy) and 4 (gate) of the do_ path (docs/design.md).
 // Evaluate with dryRun set must not consume anything (rate slots,
 // cooldowns, approvals): can_do uses it to say what a do_ would meet, and

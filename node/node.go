@@ -88,9 +88,11 @@ type Node struct {
 	onDeviceErr func(bus string, err error)
 
 	auditErr atomic.Pointer[error] // the last audit append failed: refuse actuations
+	storeErr atomic.Pointer[error] // the last ledger write failed (/readyz)
 
 	lifeMu    sync.Mutex
 	closed    bool           // shutdown began: no device step starts
+	draining  bool           // the process is stopping (Drain): no device step starts
 	actuating sync.WaitGroup // device steps under way
 	stopPrune chan struct{}
 	pruned    chan struct{}
@@ -159,6 +161,18 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.caps = append(n.caps, cs)
 		n.byTool[cs.tool] = cs
+	}
+	for name := range n.buses {
+		var caps []*manifest.Capability
+		var points []drivers.Point
+		for _, cs := range n.caps {
+			if cs.cap.Binding.Bus == name && cs.point != nil {
+				caps, points = append(caps, cs.cap), append(points, cs.point)
+			}
+		}
+		if err := drivers.SharedActuators(name, caps, points); err != nil {
+			bindErrs = append(bindErrs, err)
+		}
 	}
 	if len(bindErrs) > 0 {
 		n.closeBuses()
@@ -244,6 +258,16 @@ func (n *Node) PolicyConfigured() bool {
 	return !none
 }
 
+// auditHeadroom is nil when the audit trail has room for the next
+// actuations' records (audit.Log.Headroom; an AuditLog without the check
+// has room).
+func (n *Node) auditHeadroom() error {
+	if h, ok := n.audit.(interface{ Headroom(int64) error }); ok {
+		return h.Headroom(audit.Reserve)
+	}
+	return nil
+}
+
 // Readiness is one check of Ready.
 type Readiness struct {
 	Name  string `json:"name"`
@@ -255,10 +279,19 @@ type Readiness struct {
 func (n *Node) Ready() (bool, []Readiness) {
 	ok := true
 	var out []Readiness
-	out = append(out, Readiness{Name: "manifest", OK: true}, Readiness{Name: "store", OK: true})
+	out = append(out, Readiness{Name: "manifest", OK: true})
+	if p := n.storeErr.Load(); p != nil {
+		ok = false
+		out = append(out, Readiness{Name: "store", OK: false, Error: "the last ledger write failed, actuations are refused until one succeeds: " + (*p).Error()})
+	} else {
+		out = append(out, Readiness{Name: "store", OK: true})
+	}
 	if p := n.auditErr.Load(); p != nil {
 		ok = false
 		out = append(out, Readiness{Name: "audit", OK: false, Error: "the last audit append failed, actuations are refused: " + (*p).Error()})
+	} else if err := n.auditHeadroom(); err != nil {
+		ok = false
+		out = append(out, Readiness{Name: "audit", OK: false, Error: "actuations are refused: " + err.Error()})
 	} else {
 		out = append(out, Readiness{Name: "audit", OK: true})
 	}
@@ -278,6 +311,17 @@ func (n *Node) Ready() (bool, []Readiness) {
 		out = append(out, r)
 	}
 	return ok, out
+}
+
+// Drain refuses every device step that has not started yet (shutting_down,
+// nothing touched, the key left free) while the process finishes the calls
+// it has: physd calls it on SIGTERM, before it waits for its HTTP clients,
+// so a call still queued for its capability's turn cannot start after
+// shutdown began. Steps under way finish; Close waits for them.
+func (n *Node) Drain() {
+	n.lifeMu.Lock()
+	n.draining = true
+	n.lifeMu.Unlock()
 }
 
 // Close begins shutdown: no device step starts after it is called (calls

@@ -67,6 +67,22 @@ type rules struct {
 // that starts after it returns. Rate and cooldown history is kept.
 func (g *Guard) Reload(p *policy.Policy, gt *gate.Gate) { g.rules.Store(&rules{p, gt}) }
 
+// RoleAllows implements node.RoleChecker with the policy in force.
+func (g *Guard) RoleAllows(tool, role string) (reason, details string, allowed bool) {
+	tp := g.rules.Load().pol.Tools[tool]
+	if tp == nil {
+		return "", "", true
+	}
+	if role == "" {
+		role = "none"
+	}
+	if policy.RoleLevel(role) >= policy.RoleLevel(tp.MinRole) {
+		return "", "", true
+	}
+	return fmt.Sprintf("%s needs the %s role or higher; the caller has %s, and a recorded answer of this key is given only to a caller who may run the tool", tool, tp.MinRole, role),
+		"required_role=" + tp.MinRole + "; caller_role=" + role, false
+}
+
 // PolicyConfigured reports whether a policy file stands behind the guard
 // (false for the manifest-only guard, which has no gate).
 func (g *Guard) PolicyConfigured() bool { return g.rules.Load().gate != nil }

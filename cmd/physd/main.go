@@ -175,12 +175,20 @@ func checkBindings(m *manifest.Manifest) error {
 			errs = append(errs, err)
 			continue
 		}
+		var caps []*manifest.Capability
+		var points []drivers.Point
 		for _, c := range m.Capabilities {
 			if c.Binding.Bus == name {
-				if _, err := bus.Point(c); err != nil {
+				p, err := bus.Point(c)
+				if err != nil {
 					errs = append(errs, err)
+					continue
 				}
+				caps, points = append(caps, c), append(points, p)
 			}
+		}
+		if err := drivers.SharedActuators(name, caps, points); err != nil {
+			errs = append(errs, err)
 		}
 		bus.Close()
 	}
@@ -359,6 +367,10 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// On SIGTERM no new device step starts, before the listeners drain:
+	// calls waiting for their turn are refused with nothing touched.
+	stopDrain := context.AfterFunc(ctx, n.Drain)
+	defer stopDrain()
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), f.grace)
 		defer cancel()

@@ -19,6 +19,7 @@ type point struct {
 }
 
 var (
+	_ drivers.Spanner     = (*point)(nil)
 	_ drivers.Point       = (*point)(nil)
 	_ drivers.PointHealth = (*point)(nil)
 	_ drivers.Quantizer   = (*point)(nil)
@@ -130,3 +131,10 @@ func (p *point) call(ctx context.Context, mk func() *request) (result, error) {
 // Health is nil unless the point's unit (or the whole endpoint) is marked
 // down; the node then serves the last value as degraded.
 func (p *point) Health() error { return p.b.w.unitHealth(p.s.unit) }
+
+// WriteSpan is the unit's table and the registers (or bits) this point
+// writes.
+func (p *point) WriteSpan() (string, uint64, uint64, string) {
+	space := fmt.Sprintf("unit %d %s", p.s.unit, p.s.table)
+	return space, uint64(p.s.addr), uint64(p.s.qty()), fmt.Sprintf("%s %d (%d long)", space, p.s.addr, p.s.qty())
+}

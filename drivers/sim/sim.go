@@ -349,7 +349,15 @@ type point struct {
 	do       bool
 }
 
-var _ drivers.Point = (*point)(nil)
+var (
+	_ drivers.Point   = (*point)(nil)
+	_ drivers.Spanner = (*point)(nil)
+)
+
+// WriteSpan is the plant's signal this point writes.
+func (pt *point) WriteSpan() (string, uint64, uint64, string) {
+	return "sim plant " + pt.p.name, uint64(pt.sig), 1, "the point " + pt.name
+}
 
 func (pt *point) timeout(err error) error {
 	return fmt.Errorf("sim %s: %s: %w (%w)", pt.p.name, pt.name, drivers.ErrTimeout, err)
