@@ -1140,3 +1140,146 @@ func TestHostileApprovalAcrossRestart(t *testing.T) {
 		t.Errorf("foreign-key state moved the fan %d times", w)
 	}
 }
+
+// ---------------------------------------------------------------- guards and dry runs
+
+const clampPolicy = `physmcp_policy_version: "0.1"
+capabilities:
+  do_vent_zone_c:
+    rules:
+      - {type: range_guard, min: 10, max: 90, on_violation: clamp}
+  do_fan_zone_b:
+    rules:
+      - {type: range_guard, min: 10, max: 90, on_violation: warn}
+  do_heater_zone_c:
+    rules:
+      - {type: range_guard, min: 0, max: 50, on_violation: clamp}
+gate:
+  fail_closed: deny
+  l0:
+    deny:
+      - {name: heater_hot, tool: do_heater_zone_c, range: {arg: value, min: 70, max: 100}}
+    allow:
+      - {name: vent, tool: do_vent_zone_c}
+      - {name: fan, tool: do_fan_zone_b}
+      - {name: heater, tool: do_heater_zone_c}
+`
+
+// TestHostileClampAndWarnKeepTheirNotes: the gate judges the value as
+// requested (a clamp cannot launder a value an L0 deny rule forbids), a
+// clamped or warned answer keeps clamped_to=/warn= in details next to the
+// driver's notes, and the plant gets the clamped value.
+func TestHostileClampAndWarnKeepTheirNotes(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "clamp.policy.yml")
+	if err := os.WriteFile(p, []byte(clampPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", p}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	a := doCall(t, cs, "do_vent_zone_c", map[string]any{"value": 95, "idempotency_key": "clamp-vent"})
+	if a.Status != "success" || string(a.AppliedValue) != "90" || !strings.Contains(a.Details, "clamped_to=90") {
+		t.Errorf("vent 95 clamped to 90: %s%s", a.raw, a.toolErr)
+	}
+	if v := d.sim(t).Signals["zone_c.vent"]; v != 90 {
+		t.Errorf("vent shows %v, want the clamped 90", v)
+	}
+	a = doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 95, "idempotency_key": "warn-fan"})
+	if a.Status != "success" || !strings.Contains(a.Details, "warn=outside_range") {
+		t.Errorf("fan 95 warned: %s%s", a.raw, a.toolErr)
+	}
+	a = doCall(t, cs, "do_heater_zone_c", map[string]any{"value": 75, "idempotency_key": "launder"})
+	if a.Status != "failed" || a.Permission != "policy_denied" || d.sim(t).writes("zone_c.heater") != 0 {
+		t.Errorf("heater 75 (L0 deny 70..100, clamp to 50): %s%s; want the gate's deny on the requested value", a.raw, a.toolErr)
+	}
+	a = doCall(t, cs, "do_heater_zone_c", map[string]any{"value": 60, "idempotency_key": "clamp-heater"})
+	if a.Status != "success" || string(a.AppliedValue) != "50" || !strings.Contains(a.Details, "clamped_to=50") {
+		t.Errorf("heater 60 clamped to 50: %s%s", a.raw, a.toolErr)
+	}
+}
+
+// TestHostileDryRunAgreesWithDeadL1: with L1 enabled but its P0 service
+// down, can_do must say what do_ then does (fail_closed deny: blocked; ask:
+// requires_human_approval), and never report an allowed candidate.
+func TestHostileDryRunAgreesWithDeadL1(t *testing.T) {
+	for _, fc := range []string{"deny", "ask"} {
+		t.Run(fc, func(t *testing.T) {
+			pol := filepath.Join(t.TempDir(), "deadl1.policy.yml")
+			os.WriteFile(pol, []byte(`physmcp_policy_version: "0.1"
+gate:
+  fail_closed: `+fc+`
+  l1: {enabled: true, server: "http://127.0.0.1:1", timeout_ms: 500}
+`), 0o600)
+			d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
+			cs := connectHTTP(t, d, "2026-07-28")
+			res := call(t, cs, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"fan"}, "action": "set", "value": 40, "location": "zone_b"}})
+			var rep struct {
+				Feasible   bool `json:"feasible"`
+				Candidates []struct {
+					Tool       string `json:"capability"`
+					Permission string `json:"permission"`
+				} `json:"candidates"`
+				Blocked []struct {
+					Tool string `json:"capability"`
+				} `json:"blocked"`
+			}
+			json.Unmarshal([]byte(text(res)), &rep)
+			a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 40, "idempotency_key": "dead-l1"})
+			dry := "absent"
+			for _, c := range rep.Candidates {
+				if c.Tool == "do_fan_zone_b" {
+					dry = c.Permission
+				}
+			}
+			for _, b := range rep.Blocked {
+				if b.Tool == "do_fan_zone_b" {
+					dry = "blocked"
+				}
+			}
+			want := map[string]string{"deny": "blocked", "ask": "requires_human_approval"}[fc]
+			if rep.Feasible || dry != want || a.Status != "failed" || d.sim(t).writes("zone_b.fan") != 0 {
+				t.Errorf("fail_closed %s, L1 down: can_do says %s (feasible %v), do_ says %s/%s; want can_do %s and do_ failed",
+					fc, dry, rep.Feasible, a.Status, a.Permission, want)
+			}
+		})
+	}
+}
+
+// TestHostileKillBetweenWriteAndAnswer: SIGKILL while the write is on its
+// way; after the restart, the key's answer is partial (outcome unknown) or
+// success, never failed, and the retry does not write again.
+func TestHostileKillBetweenWriteAndAnswer(t *testing.T) {
+	for _, at := range []string{"previous-read", "write", "read-back"} {
+		t.Run(at, func(t *testing.T) {
+			state := t.TempDir()
+			d := startHTTP(t, daemonOpts{state: state})
+			cs := connectHTTP(t, d, "2026-07-28")
+			d.setFault(t, "zone_b.fan", "slow", 1500)
+			go func() {
+				cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_fan_zone_b", Arguments: map[string]any{"value": 70, "idempotency_key": "killed"}})
+			}()
+			switch at {
+			case "previous-read":
+				d.waitSim(t, at, func(s simState) bool { return s.reads("zone_b.fan") >= 1 })
+			case "write":
+				d.waitSim(t, at, func(s simState) bool { return s.writes("zone_b.fan") >= 1 })
+			case "read-back":
+				d.waitSim(t, at, func(s simState) bool { return s.reads("zone_b.fan") >= 2 })
+			}
+			d.cmd.Process.Kill()
+			<-d.done
+			d2 := startHTTP(t, daemonOpts{state: state})
+			cs2 := connectHTTP(t, d2, "2026-07-28")
+			a := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 70, "idempotency_key": "killed"})
+			inVocabulary(t, "after the kill", a)
+			if a.toolErr != "" || a.Status == "failed" {
+				t.Errorf("killed during the %s: retry answers %s%s; want partial/outcome_unknown (or success), never failed", at, a.raw, a.toolErr)
+			}
+			if w := d2.sim(t).writes("zone_b.fan"); w != 0 {
+				t.Errorf("the retry after the kill wrote %d times", w)
+			}
+			if b := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 71, "idempotency_key": "killed"}); !strings.Contains(b.toolErr, "idempotency_key") {
+				t.Errorf("the killed key with another value: %s%s", b.raw, b.toolErr)
+			}
+		})
+	}
+}
