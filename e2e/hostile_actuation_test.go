@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1281,5 +1282,153 @@ func TestHostileKillBetweenWriteAndAnswer(t *testing.T) {
 				t.Errorf("the killed key with another value: %s%s", b.raw, b.toolErr)
 			}
 		})
+	}
+}
+
+// rawDoAt is rawDo on another MCP path (a view).
+func rawDoAt(t *testing.T, d *daemon, path, tool, rawArgs string) (int, map[string]any) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":` + jsonString(tool) + `,"arguments":` + rawArgs +
+		`,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest(http.MethodPost, d.url(path), strings.NewReader(body))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	return resp.StatusCode, m
+}
+
+// TestHostileViewsDoNotActuateOutside: through a view, a do_ outside it is a
+// tool error and nothing moves, whatever the path's spelling. (A path that
+// cleans to /mcp, such as /mcp/observe/.., reaches the unfiltered endpoint,
+// which the same caller may use anyway: a view is not a grant.)
+func TestHostileViewsDoNotActuateOutside(t *testing.T) {
+	d := startHTTP(t, daemonOpts{})
+	for _, c := range []struct{ path, tool string }{
+		{"/mcp/observe", "do_fan_zone_b"},
+		{"/mcp/observe", "do_heater_zone_a"},
+		{"/mcp/zone_a", "do_fan_zone_b"},
+		{"/mcp/water", "do_heater_zone_c"},
+		{"/mcp/observe/", "do_fan_zone_b"},
+		{"/mcp/observe%2F..", "do_fan_zone_b"},
+		{"/mcp/OBSERVE", "do_fan_zone_b"},
+		{"/mcp//observe", "do_fan_zone_b"},
+		{"/mcp/observe?view=", "do_fan_zone_b"},
+	} {
+		code, m := rawDoAt(t, d, c.path, c.tool, `{"value":30,"idempotency_key":"view-`+c.tool+`"}`)
+		if o := rawOutcome(code, m); o == "success" || o == "partial" || o == "failed" {
+			// failed would still be a judged call; only a tool error or a refused route keeps the view's promise
+			t.Errorf("%s %s: %s", c.path, c.tool, o)
+		}
+	}
+	if w := d.totalWrites(t); w != 0 {
+		t.Errorf("calls outside a view moved the plant %d times", w)
+	}
+	// Inside the view the call runs.
+	code, m := rawDoAt(t, d, "/mcp/zone_a", "do_irrigation_valve", `{"value":30,"idempotency_key":"view-in"}`)
+	if o := rawOutcome(code, m); o != "success" {
+		t.Errorf("irrigation inside zone_a: %s %v", o, m)
+	}
+}
+
+const approvalRatePolicy = `physmcp_policy_version: "0.1"
+identity:
+  tokens:
+    - {id: operator_console, sha256: d44723fb54413f57fbf393e54ead396013e587a55f29ae10d8565e39e2d6189d, role: operator}
+    - {id: site_admin, sha256: b52aa8aa128a1e000ac3c35f0b7b16dee3a2baa5950139e03447d04d7689ea0f, role: admin}
+capabilities:
+  do_fan_zone_b:
+    rules:
+      - {type: rate, max: "2/min"}
+      - {type: approval, when: always}
+gate:
+  fail_closed: deny
+  l0:
+    allow:
+      - {name: fan, tool: do_fan_zone_b}
+`
+
+// TestHostileApprovedBurstRespectsRate: 20 approval rounds, then all 20
+// confirmed at once: the rate (2/min) still lets exactly 2 reach the plant;
+// an approval never lifts a rate.
+func TestHostileApprovedBurstRespectsRate(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "p.yml")
+	os.WriteFile(p, []byte(approvalRatePolicy), 0o600)
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", p}})
+	cs := connectMRTR(t, d, operatorToken)
+	states := make([]string, 20)
+	for i := range states {
+		states[i] = approvalRoundFor(t, cs, "do_fan_zone_b", 30+i, fmt.Sprint("ab-", i)).RequestState
+	}
+	out := make([]hAnswer, 20)
+	var wg sync.WaitGroup
+	for i := range states {
+		wg.Go(func() {
+			res, err := cs.CallTool(context.Background(), answerRound(states[i], "do_fan_zone_b", 30+i, fmt.Sprint("ab-", i), confirm()))
+			if err == nil && res.NeedsInput() {
+				out[i] = hAnswer{toolErr: "another round"}
+				return
+			}
+			out[i] = decodeDo(t, res, err)
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for i, a := range out {
+		inVocabulary(t, fmt.Sprint(i), a)
+		if a.Status == "success" {
+			ok++
+		} else if a.Permission != "rate_limited" {
+			t.Errorf("approved call %d: %s%s", i, a.raw, a.toolErr)
+		}
+	}
+	if w := d.sim(t).writes("zone_b.fan"); ok != 2 || w != 2 {
+		t.Errorf("20 approved calls at once on a 2/min tool: %d successes, %d writes; want 2, 2", ok, w)
+	}
+}
+
+// TestHostileReloadDuringBurstKeepsHistory: SIGHUP in the middle of a burst
+// keeps the rate history: 2/min stays 2 writes across reloads; a reload to
+// 3/min allows exactly one more.
+func TestHostileReloadDuringBurstKeepsHistory(t *testing.T) {
+	pol := writePolicy(t, gateL0)
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	reloads := func() int { return strings.Count(d.stderr.String(), `"msg":"policy reloaded"`) }
+	var wg sync.WaitGroup
+	wg.Go(func() { burst(t, cs, "do_fan_zone_b", 20, "hup-a") })
+	wg.Go(func() {
+		for range 3 {
+			d.cmd.Process.Signal(syscall.SIGHUP)
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for reloads() < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	burst(t, cs, "do_fan_zone_b", 10, "hup-b")
+	if w := d.sim(t).writes("zone_b.fan"); w != 2 {
+		t.Errorf("2/min across reloads: %d writes, want 2", w)
+	}
+	b, _ := os.ReadFile(pol)
+	os.WriteFile(pol, []byte(strings.Replace(string(b), `max: "2/min"`, `max: "3/min"`, 1)), 0o600)
+	n := reloads()
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	for reloads() == n && time.Now().Before(deadline.Add(10*time.Second)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	burst(t, cs, "do_fan_zone_b", 10, "hup-c")
+	if w := d.sim(t).writes("zone_b.fan"); w != 3 {
+		t.Errorf("after a reload to 3/min: %d writes, want 3", w)
 	}
 }
