@@ -1432,3 +1432,96 @@ func TestHostileReloadDuringBurstKeepsHistory(t *testing.T) {
 		t.Errorf("after a reload to 3/min: %d writes, want 3", w)
 	}
 }
+
+// TestHostileSameKeyAcrossStdioAndHTTP: one daemon serving stdio (legacy
+// era) and HTTP (modern era); one key sent on both at once, many times:
+// one write, one answer.
+func TestHostileSameKeyAcrossStdioAndHTTP(t *testing.T) {
+	stdio, d := startStdio(t, "2025-11-25", daemonOpts{})
+	d.stderr.logValue(t, "ready", "ready")
+	httpcs := connectHTTP(t, d, "2026-07-28")
+	d.setFault(t, "zone_b.fan", "slow", 150)
+	out := make([]hAnswer, 16)
+	var wg sync.WaitGroup
+	for i := range out {
+		cs := stdio
+		if i%2 == 1 {
+			cs = httpcs
+		}
+		wg.Go(func() {
+			out[i] = doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 64, "idempotency_key": "both-ways"})
+		})
+	}
+	wg.Wait()
+	for i, a := range out {
+		if a.toolErr != "" || a.raw != out[0].raw {
+			t.Errorf("call %d: %s%s; want the bytes of call 0: %s", i, a.raw, a.toolErr, out[0].raw)
+		}
+	}
+	if w := d.sim(t).writes("zone_b.fan"); w != 1 {
+		t.Errorf("one key over stdio and HTTP at once: %d writes, want 1", w)
+	}
+}
+
+// TestHostileReplayToAnotherCaller: a key an operator used for the heater,
+// sent by a viewer (who may not run the heater) with the same arguments,
+// must not hand the viewer a "success" for an actuation the viewer is not
+// allowed to make (nor reveal the operator's answer); nothing moves either way.
+func TestHostileReplayToAnotherCaller(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	op := connectAs(t, d, "2026-07-28", operatorToken, nil)
+	viewer := connectAs(t, d, "2026-07-28", viewerToken, nil)
+	a := doCall(t, op, "do_heater_zone_a", map[string]any{"value": 30, "idempotency_key": "op-secret-key"})
+	if a.Status != "success" {
+		t.Fatalf("operator heater: %s%s", a.raw, a.toolErr)
+	}
+	v := doCall(t, viewer, "do_heater_zone_a", map[string]any{"value": 30, "idempotency_key": "op-secret-key"})
+	if w := d.sim(t).writes("zone_a.heater"); w != 1 {
+		t.Fatalf("the viewer's replay moved the heater: %d writes", w)
+	}
+	if v.Status == "success" {
+		t.Errorf("a viewer (no operator role) replaying the operator's key gets the operator's answer, status success: %s; "+
+			"want permission_insufficient (the role is checked before the ledger answers)", truncateText(v.raw))
+	}
+}
+
+// TestHostileTwoActuatorsOnOnePoint: two do_ capabilities bound to one
+// device point make the per-capability rate, cooldown and one-device-step
+// rules per alias, not per device: a 2/min rate on one is bypassed through
+// the other. physd validate must refuse (or at least warn about) a point
+// written by two actuators.
+func TestHostileTwoActuatorsOnOnePoint(t *testing.T) {
+	b, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alias := `  - name: fan_zone_b_boost
+    kind: do
+    description: The same zone B circulation fan, a boost alias (percent).
+    zone: zone_b
+    binding: {type: sim, bus: plant, point: zone_b.fan}
+    data_type: int
+    unit: percent
+    range: {min: 0, max: 100}
+    semantic_tags: [fan, zone_b]
+    timeout_ms: 2000
+
+audit:`
+	m := filepath.Join(t.TempDir(), "alias.yml")
+	os.WriteFile(m, []byte(strings.Replace(string(b), "\naudit:", "\n"+alias, 1)), 0o600)
+	out, _ := exec.Command(physdBin, "validate", m).CombinedOutput()
+	if !strings.Contains(string(out), "zone_b.fan") {
+		t.Errorf("physd validate accepts two actuators on the point zone_b.fan without a word:\n%s", out)
+	}
+	// What it allows: 2/min on do_fan_zone_b, and the alias moves the fan anyway.
+	pol := writePolicy(t, gateL0+"\n      - {name: boost, tool: do_fan_zone_b_boost}")
+	d := startHTTP(t, daemonOpts{manifest: m, extra: []string{"--policy", pol}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	burst(t, cs, "do_fan_zone_b", 4, "alias-a")
+	for i := range 4 {
+		doCall(t, cs, "do_fan_zone_b_boost", map[string]any{"value": 50 + i, "idempotency_key": fmt.Sprint("alias-b-", i)})
+	}
+	if w := d.sim(t).writes("zone_b.fan"); w > 2 {
+		t.Logf("the fan limited to 2/min was written %d times within the minute through its alias", w)
+	}
+}
