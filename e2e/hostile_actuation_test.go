@@ -1525,3 +1525,68 @@ audit:`
 		t.Logf("the fan limited to 2/min was written %d times within the minute through its alias", w)
 	}
 }
+
+// TestHostileShutdownWithQueuedCalls: SIGTERM while one actuation is in its
+// device step and five more wait for their turn: the running one finishes,
+// none of the queued ones touches the device, and after a restart their keys
+// are free (nothing was recorded) while the finished one replays.
+// With a grace period shorter than the device step, the bus must not be
+// closed under the actuation: the next start resolves the key (partial or
+// success, never failed).
+func TestHostileShutdownWithQueuedCalls(t *testing.T) {
+	for _, grace := range []string{"10s", "300ms"} {
+		t.Run("grace="+grace, func(t *testing.T) {
+			state := t.TempDir()
+			d := startHTTP(t, daemonOpts{state: state, extra: []string{"--shutdown-grace", grace}})
+			cs := connectHTTP(t, d, "2026-07-28")
+			d.setFault(t, "zone_b.fan", "slow", 600)
+			answers := make([]hAnswer, 6)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				answers[0] = doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 70, "idempotency_key": "sd-0"})
+			})
+			d.waitSim(t, "the first device step", func(s simState) bool { return s.reads("zone_b.fan") >= 1 })
+			for i := 1; i < 6; i++ {
+				wg.Go(func() {
+					answers[i] = doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 70 + i, "idempotency_key": fmt.Sprint("sd-", i)})
+				})
+			}
+			time.Sleep(100 * time.Millisecond) // let the five queue behind the first
+			writesBefore := d.sim(t).writes("zone_b.fan")
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			wg.Wait()
+			select {
+			case <-d.done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("physd did not exit")
+			}
+			for i, a := range answers {
+				inVocabulary(t, fmt.Sprint("sd-", i), a)
+				if i > 0 && (a.Status == "success" || a.Status == "partial") {
+					t.Errorf("queued call %d (decided before SIGTERM, waiting for the device) started its device step after shutdown began and answered %s %s "+
+						"(applied %s); want it refused (failed, code shutting_down) with nothing written: no new actuation starts after shutdown begins",
+						i, a.Status, a.Code, a.AppliedValue)
+				}
+			}
+			t.Logf("writes before SIGTERM %d; answers: %q %q", writesBefore, answers[0].Status+answers[0].toolErr, answers[1].Status+answers[1].Code+answers[1].toolErr)
+			d2 := startHTTP(t, daemonOpts{state: state})
+			cs2 := connectHTTP(t, d2, "2026-07-28")
+			r0 := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 70, "idempotency_key": "sd-0"})
+			inVocabulary(t, "sd-0 after restart", r0)
+			if r0.Status == "failed" || r0.toolErr != "" {
+				t.Errorf("the in-flight key after the restart: %s%s; want success or partial", r0.raw, r0.toolErr)
+			}
+			if answers[0].raw != "" && r0.raw != answers[0].raw {
+				t.Errorf("the in-flight key was answered %s before the stop but %s after", answers[0].raw, r0.raw)
+			}
+			if w := d2.sim(t).writes("zone_b.fan"); w != 0 {
+				t.Errorf("the replay after restart wrote %d times", w)
+			}
+			// A queued key committed nothing: it runs now, once.
+			r1 := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 71, "idempotency_key": "sd-1"})
+			if r1.Status != "success" {
+				t.Errorf("a queued key after restart: %s%s", r1.raw, r1.toolErr)
+			}
+		})
+	}
+}
