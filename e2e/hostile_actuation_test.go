@@ -1590,3 +1590,149 @@ func TestHostileShutdownWithQueuedCalls(t *testing.T) {
 		})
 	}
 }
+
+const overridePolicy = `physmcp_policy_version: "0.1"
+time_windows:
+  day:   {days: [mon, tue, wed, thu, fri, sat, sun], start: "00:00", end: "23:59", timezone: UTC}
+  night: {days: [mon, tue, wed, thu, fri, sat, sun], start: "23:00", end: "01:00", timezone: UTC}
+identity:
+  tokens:
+    - {id: wall_display, sha256: 4a6c683b39708a1b1785f4dc5070fc32893b1eabc5c41c9634a5070f63640dfb, role: viewer}
+    - {id: operator_console, sha256: d44723fb54413f57fbf393e54ead396013e587a55f29ae10d8565e39e2d6189d, role: operator}
+    - {id: site_admin, sha256: b52aa8aa128a1e000ac3c35f0b7b16dee3a2baa5950139e03447d04d7689ea0f, role: admin}
+emergency: {override_permission: admin, override_token_ttl_seconds: 900, audit_all_overrides: true}
+capabilities:
+  do_vent_zone_c:
+    rules:
+      - {type: permission, require: [operator]}
+      - {type: time_window, deny_during: [day, night]}
+      - {type: range_guard, min: 0, max: 50, on_violation: deny}
+      - {type: cooldown, ms: 600000}
+gate:
+  fail_closed: deny
+  l0:
+    deny:
+      - {name: vent_shut, tool: do_vent_zone_c, range: {arg: value, min: 0, max: 5}}
+    allow:
+      - {name: vent, tool: do_vent_zone_c}
+`
+
+// TestHostileEmergencyOverrideLiftsOnlyWindows: an admin's override lifts
+// the (always active) deny window and nothing else: not the role, range,
+// gate deny or cooldown; bad TTLs and non-admin callers are refused.
+func TestHostileEmergencyOverrideLiftsOnlyWindows(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "ov.yml")
+	os.WriteFile(p, []byte(overridePolicy), 0o600)
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", p}})
+	op := connectAs(t, d, "2026-07-28", operatorToken, nil)
+	viewer := connectAs(t, d, "2026-07-28", viewerToken, nil)
+	if a := doCall(t, op, "do_vent_zone_c", map[string]any{"value": 30, "idempotency_key": "ov-0"}); a.Permission != "policy_denied" {
+		t.Fatalf("inside the deny window: %s%s", a.raw, a.toolErr)
+	}
+	postAs := func(token, body string) int {
+		req, _ := http.NewRequest(http.MethodPost, d.url("/emergency/override"), strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct{ token, body string }{
+		{operatorToken, `{"reason":"fire","ttl_s":60}`},
+		{viewerToken, `{"reason":"fire","ttl_s":60}`},
+		{adminDemoToken, `{"reason":"fire","ttl_s":0}`},
+		{adminDemoToken, `{"reason":"fire","ttl_s":-5}`},
+		{adminDemoToken, `{"reason":"fire","ttl_s":901}`},
+		{adminDemoToken, `{"reason":"fire","ttl_s":9223372037}`},
+		{adminDemoToken, `{"reason":"fire","ttl_s":1e3}`},
+		{adminDemoToken, `{"reason":"   ","ttl_s":60}`},
+		{adminDemoToken, `{"reason":"fire","ttl_s":60,"lifts":["cooldown"]}`},
+	} {
+		if code := postAs(c.token, c.body); code == http.StatusOK {
+			t.Errorf("override %s by %s accepted", c.body, c.token[:20])
+		}
+	}
+	if a := doCall(t, op, "do_vent_zone_c", map[string]any{"value": 30, "idempotency_key": "ov-1"}); a.Permission != "policy_denied" {
+		t.Fatalf("refused overrides still lifted the window: %s%s", a.raw, a.toolErr)
+	}
+	if code := postAs(adminDemoToken, `{"reason":"smoke in zone C","ttl_s":120}`); code != http.StatusOK {
+		t.Fatalf("admin override: %d", code)
+	}
+	checks := []struct {
+		cs   *mcp.ClientSession
+		v    int
+		want string
+	}{
+		{viewer, 30, "permission_insufficient"},
+		{op, 60, "out_of_range"},
+		{op, 3, "policy_denied"},
+		{op, 30, "allowed"},
+		{op, 31, "cooldown_active"},
+	}
+	for i, c := range checks {
+		a := doCall(t, c.cs, "do_vent_zone_c", map[string]any{"value": c.v, "idempotency_key": fmt.Sprint("ov-x-", i)})
+		if a.Permission != c.want {
+			t.Errorf("during the override, value %d: %s %s%s; want %s", c.v, a.Status, a.Permission, a.toolErr, c.want)
+		}
+	}
+	if w := d.sim(t).writes("zone_c.vent"); w != 1 {
+		t.Errorf("%d vent writes during the override, want 1", w)
+	}
+}
+
+// TestHostileLateRefusalsGiveSlotsBack: refusals that come after the rate
+// slot was reserved (an L0 gate deny, an approval the client cannot give,
+// a device unreachable before the write), sent concurrently, give every
+// slot back: the two real actuations of the minute still happen.
+func TestHostileLateRefusalsGiveSlotsBack(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "late.yml")
+	os.WriteFile(p, []byte(`physmcp_policy_version: "0.1"
+capabilities:
+  do_fan_zone_b:
+    rules:
+      - {type: rate, max: "2/min"}
+      - {type: approval, when: above, above: 80}
+gate:
+  fail_closed: deny
+  l0:
+    deny:
+      - {name: fan_max, tool: do_fan_zone_b, range: {arg: value, min: 90, max: 100}}
+    allow:
+      - {name: fan, tool: do_fan_zone_b}
+`), 0o600)
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", p}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 95, "idempotency_key": fmt.Sprint("late-deny-", i)})
+		})
+		wg.Go(func() {
+			doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 85, "idempotency_key": fmt.Sprint("late-ask-", i)})
+		})
+	}
+	wg.Wait()
+	d.fault(t, "zone_b.fan", "offline")
+	for i := range 10 {
+		wg.Go(func() {
+			doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 40, "idempotency_key": fmt.Sprint("late-off-", i)})
+		})
+	}
+	wg.Wait()
+	d.fault(t, "zone_b.fan", "none")
+	ok := 0
+	for i := range 3 {
+		a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 30 + i, "idempotency_key": fmt.Sprint("late-real-", i)})
+		if a.Status == "success" {
+			ok++
+		} else if i < 2 {
+			t.Errorf("real actuation %d after 30 late refusals: %s", i, a.raw)
+		}
+	}
+	if w := d.sim(t).writes("zone_b.fan"); ok != 2 || w != 2 {
+		t.Errorf("%d successes, %d writes; want 2 and 2", ok, w)
+	}
+}
