@@ -1736,3 +1736,93 @@ gate:
 		t.Errorf("%d successes, %d writes; want 2 and 2", ok, w)
 	}
 }
+
+// TestHostileApprovalRefusalIsCoherent: a client that cannot be asked gets
+// one refusal whose parts agree: permission requires_human_approval,
+// policy.decision approval_required (not "allowed"), the reason once, and
+// can_do says the same before the call. Over both eras.
+func TestHostileApprovalRefusalIsCoherent(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	for _, era := range eras {
+		cs := connectAs(t, d, era, operatorToken, nil)
+		res := call(t, cs, "do_heater_zone_a", map[string]any{"value": 70, "idempotency_key": "coherent-" + era})
+		var r struct {
+			Status     string `json:"status"`
+			Permission string `json:"permission"`
+			Reason     string `json:"reason"`
+			Policy     struct {
+				Decision string `json:"decision"`
+			} `json:"policy"`
+		}
+		json.Unmarshal([]byte(text(res)), &r)
+		if r.Status != "failed" || r.Permission != "requires_human_approval" || r.Policy.Decision == "allowed" {
+			t.Errorf("%s: %s", era, text(res))
+		}
+		if why := "values above 60"; strings.Count(r.Reason, why) != 1 {
+			t.Errorf("%s: the reason says %q %d times: %s", era, why, strings.Count(r.Reason, why), r.Reason)
+		}
+	}
+	if w := d.sim(t).writes("zone_a.heater"); w != 0 {
+		t.Errorf("%d heater writes without approval", w)
+	}
+}
+
+// TestHostileKillMidActuationKeepsQuota: a SIGKILL while an actuation is in
+// its device step must not hand its rate or cooldown slot back: after the
+// restart the limits count it (the write may have landed).
+func TestHostileKillMidActuationKeepsQuota(t *testing.T) {
+	state := t.TempDir()
+	pol := writePolicy(t, gateL0)
+	d := startHTTP(t, daemonOpts{state: state, extra: []string{"--policy", pol}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	if a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 20, "idempotency_key": "q-1"}); a.Status != "success" {
+		t.Fatalf("first fan call: %s", a.raw)
+	}
+	d.setFault(t, "zone_b.fan", "slow", 1500)
+	d.setFault(t, "zone_c.vent", "slow", 1500)
+	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_fan_zone_b", Arguments: map[string]any{"value": 21, "idempotency_key": "q-2"}})
+	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_vent_zone_c", Arguments: map[string]any{"value": 21, "idempotency_key": "q-v"}})
+	d.waitSim(t, "both writes", func(s simState) bool { return s.writes("zone_b.fan") >= 2 && s.writes("zone_c.vent") >= 1 })
+	d.cmd.Process.Kill()
+	<-d.done
+	d2 := startHTTP(t, daemonOpts{state: state, extra: []string{"--policy", pol}})
+	cs2 := connectHTTP(t, d2, "2026-07-28")
+	if a := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 22, "idempotency_key": "q-3"}); a.Permission != "rate_limited" {
+		t.Errorf("third fan actuation in the minute, after a kill mid-actuation: %s %s%s; want rate_limited", a.Status, a.Permission, a.toolErr)
+	}
+	if a := doCall(t, cs2, "do_vent_zone_c", map[string]any{"value": 22, "idempotency_key": "q-v2"}); a.Permission != "cooldown_active" {
+		t.Errorf("vent inside its cooldown, after a kill mid-actuation: %s %s%s; want cooldown_active", a.Status, a.Permission, a.toolErr)
+	}
+	if w := d2.totalWrites(t); w != 0 {
+		t.Errorf("%d writes after the restart", w)
+	}
+}
+
+// TestHostileOutcomeNoisyAndPlantWideSlow: a noisy read-back is never called
+// verified unless it shows the value; a plant-wide delay beyond the timeout
+// fails before anything is written.
+func TestHostileOutcomeNoisyAndPlantWideSlow(t *testing.T) {
+	d, cs := startOutcomeRig(t)
+	if code, b := d.request(t, "POST", "/sim/plant/fault", `{"point":"zone_b.fan","mode":"noisy","noise":4}`); code != http.StatusOK {
+		t.Fatalf("noisy: %d %s", code, b)
+	}
+	for i := range 5 {
+		a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 40 + i, "idempotency_key": fmt.Sprint("noisy-", i)})
+		inVocabulary(t, "noisy", a)
+		if a.Status == "success" && string(a.AppliedValue) != fmt.Sprint(40+i) {
+			t.Errorf("noisy read-back called verified: %s", a.raw)
+		}
+		if a.Status == "failed" {
+			t.Errorf("noisy fan, the write landed, answer failed: %s", a.raw)
+		}
+	}
+	d.fault(t, "zone_b.fan", "none")
+	w := d.sim(t).writes("zone_c.vent")
+	d.setFault(t, "*", "slow", 2500)
+	a := doCall(t, cs, "do_vent_zone_c", map[string]any{"value": 40, "idempotency_key": "all-slow"})
+	d.setFault(t, "*", "none", 0)
+	inVocabulary(t, "plant-wide slow", a)
+	if a.Status != "failed" || d.sim(t).writes("zone_c.vent") != w {
+		t.Errorf("plant 2.5 s slow (timeout 2 s): %s; want failed before any write", a.raw)
+	}
+}
