@@ -1826,3 +1826,26 @@ func TestHostileOutcomeNoisyAndPlantWideSlow(t *testing.T) {
 		t.Errorf("plant 2.5 s slow (timeout 2 s): %s; want failed before any write", a.raw)
 	}
 }
+
+// TestHostileKeyMarkupOnStatusPage: a key is free text within its rules (no
+// spaces or control characters), so it may be markup; the status page that
+// lists recent do_ answers must escape it.
+func TestHostileKeyMarkupOnStatusPage(t *testing.T) {
+	d := startHTTP(t, daemonOpts{})
+	cs := connectHTTP(t, d, "2026-07-28")
+	for _, k := range []string{`<svg/onload=alert(1)>`, `"><script>alert(1)</script>`, `</textarea><iframe/src=//evil>`} {
+		a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 10, "idempotency_key": k})
+		if a.toolErr != "" {
+			continue
+		}
+	}
+	_, page := d.request(t, "GET", "/", "")
+	if !strings.Contains(string(page), "svg/onload") {
+		t.Logf("the status page does not show the keys at all (nothing to escape)")
+	}
+	for _, bad := range []string{"<svg", "<script>alert", "<iframe"} {
+		if strings.Contains(string(page), bad) {
+			t.Errorf("the status page carries %q unescaped", bad)
+		}
+	}
+}
