@@ -1849,3 +1849,36 @@ func TestHostileKeyMarkupOnStatusPage(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileHeaderBodyToolMismatch: a 2026-07-28 request names its tool
+// twice, in the Mcp-Name header (which gateways route and authorise on
+// without parsing the body) and in params.name. A request whose header says
+// a read_ tool while the body runs a do_ must be refused, as must a body
+// that names the tool twice (JSON duplicate or case variant).
+func TestHostileHeaderBodyToolMismatch(t *testing.T) {
+	d := startHTTP(t, daemonOpts{})
+	send := func(header, params string) string {
+		body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":` + params + `}`
+		code, m := post(t, d, "tools/call", header, []byte(body))
+		return rawOutcome(code, m)
+	}
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	args := `"arguments":{"value":30,"idempotency_key":"hdr-%d"}`
+	for i, c := range []struct{ header, params string }{
+		{"read_temperature_zone_a", `{"name":"do_fan_zone_b",` + fmt.Sprintf(args, 1) + `,` + meta + `}`},
+		{"do_vent_zone_c", `{"name":"do_fan_zone_b",` + fmt.Sprintf(args, 2) + `,` + meta + `}`},
+		{"read_temperature_zone_a", `{"name":"read_temperature_zone_a","name":"do_fan_zone_b",` + fmt.Sprintf(args, 3) + `,` + meta + `}`},
+		{"read_temperature_zone_a", `{"name":"read_temperature_zone_a","Name":"do_fan_zone_b",` + fmt.Sprintf(args, 4) + `,` + meta + `}`},
+	} {
+		if o := send(c.header, c.params); o == "success" || o == "partial" {
+			t.Errorf("case %d: Mcp-Name %q, body %s: %s", i+1, c.header, c.params, o)
+		}
+	}
+	if w := d.totalWrites(t); w != 0 {
+		t.Errorf("requests whose Mcp-Name header named another tool moved the plant %d times", w)
+	}
+	// Baseline: header and body agree, the call runs.
+	if o := send("do_fan_zone_b", `{"name":"do_fan_zone_b",`+fmt.Sprintf(args, 9)+`,`+meta+`}`); o != "success" {
+		t.Errorf("baseline: %s", o)
+	}
+}
