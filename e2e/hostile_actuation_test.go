@@ -1882,3 +1882,89 @@ func TestHostileHeaderBodyToolMismatch(t *testing.T) {
 		t.Errorf("baseline: %s", o)
 	}
 }
+
+// TestHostileDiskFullMidRun: the disk stops accepting writes while physd
+// runs (RLIMIT_FSIZE: EFBIG, as on a full SD card), first for the audit
+// trail, or first for the ledger database. The actuation that finds out is
+// answered truthfully; every later do_ is refused with nothing written
+// (failed/audit_unavailable, or a tool error that says nothing moved); and
+// /readyz reports the component that cannot write.
+func TestHostileDiskFullMidRun(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		limit     int
+		component string
+	}{{"audit-first", 160_000, "audit"}, {"ledger-first", 160_000, "store"}} {
+		t.Run(c.name, func(t *testing.T) { diskFull(t, c.limit, c.component) })
+	}
+}
+
+func diskFull(t *testing.T, limit int, component string) {
+	state := t.TempDir()
+	args := []string{"--fsize=" + fmt.Sprint(limit), "--", physdBin, "run", "--manifest", greenhouse, "--state", state, "--http", "127.0.0.1:0", "--sim-control"}
+	d := &daemon{cmd: exec.Command("prlimit", args...), state: state, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Skip("prlimit:", err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() { d.stop(t) })
+	d.addr = d.stderr.logValue(t, "listening", "addr")
+	d.stderr.logValue(t, "ready", "ready")
+	cs := connectHTTP(t, d, "2026-07-28")
+	var failedAt = -1
+	pad := strings.Repeat("k", 100)
+	for i := range 2000 {
+		// Refusals (out of range) are audited but not ledgered: they fill the audit only.
+		value, want := i%100, "success"
+		if component == "audit" {
+			value, want = 1000+i, "failed"
+		}
+		a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": value, "idempotency_key": fmt.Sprint(pad, i)})
+		inVocabulary(t, "disk filling", a)
+		if a.toolErr != "" || a.Status != want || strings.Contains(a.Reason, "audit") || !strings.Contains(a.raw, `"audit":{"seq"`) {
+			failedAt = i
+			t.Logf("call %d: %s%s", i, truncateText(a.raw), a.toolErr)
+			break
+		}
+	}
+	if failedAt < 0 {
+		t.Fatal("the disk never filled up")
+	}
+	w := d.sim(t).writes("zone_b.fan")
+	for i := range 3 {
+		a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 50 + i, "idempotency_key": fmt.Sprint("after-full-", i)})
+		refused := (a.Status == "failed" && a.Code == "audit_unavailable") || (a.toolErr != "" && !strings.Contains(a.toolErr, "unknown"))
+		if !refused {
+			t.Errorf("do_ after the %s filled up: status %s (reason: %s)%s; want it refused with nothing written "+
+				"(the small audit_check probe fits in the last bytes, so auditReady says the audit works, the plant moves, and the do_'s own audit line fails)",
+				component, a.Status, a.Reason, a.toolErr)
+		}
+	}
+	if w2 := d.sim(t).writes("zone_b.fan"); w2 != w {
+		t.Errorf("%d actuations with a full disk", w2-w)
+		b, _ := os.ReadFile(filepath.Join(d.state, "audit", "audit.jsonl"))
+		t.Logf("audit file: %d bytes; last 600: %q", len(b), b[max(0, len(b)-600):])
+	}
+	resp, err := http.Get(d.url("/readyz"))
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var rd struct {
+			Checks []struct {
+				Name string `json:"name"`
+				OK   bool   `json:"ok"`
+			} `json:"checks"`
+		}
+		json.Unmarshal(b, &rd)
+		reported := false
+		for _, ch := range rd.Checks {
+			if ch.Name == component && !ch.OK {
+				reported = true
+			}
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || !reported {
+			t.Errorf("/readyz while the %s cannot be written and every do_ is refused: %d %s; want 503 naming %s", component, resp.StatusCode, b, component)
+		}
+	}
+}
