@@ -1968,3 +1968,95 @@ func diskFull(t *testing.T, limit int, component string) {
 		}
 	}
 }
+
+// TestHostileMeshRoutedConcurrency: do_ calls for gw_zone_b's fan sent at
+// once through gw_zone_a (routed) and to gw_zone_b directly share the
+// owner's ledger and limits: one key actuates once across both doors; a
+// 2/min rate gives exactly 2 writes; sources that are not the owner move
+// nothing.
+func TestHostileMeshRoutedConcurrency(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "b.policy.yml")
+	os.WriteFile(pol, []byte(`physmcp_policy_version: "0.1"
+capabilities:
+  do_fan_zone_b:
+    rules:
+      - {type: rate, max: "2/min"}
+gate:
+  fail_closed: deny
+  l0:
+    allow:
+      - {name: fan, tool: do_fan_zone_b}
+`), 0o600)
+	start := func(n, ip string, extra ...string) *daemon {
+		args := append([]string{"run", "--manifest", repoPath("examples/mesh-3node/node_" + n + ".yml"), "--state", dir + "/" + n, "--http", ip + ":0", "--sim-control"}, extra...)
+		d := &daemon{cmd: exec.Command(physdBin, args...), state: dir + "/" + n, stderr: &syncBuffer{}, done: make(chan error, 1)}
+		d.cmd.Stderr = d.stderr
+		if err := d.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { d.done <- d.cmd.Wait() }()
+		t.Cleanup(func() { d.stop(t) })
+		d.addr = d.stderr.logValue(t, "listening", "addr")
+		d.stderr.logValue(t, "mesh joined", "node")
+		return d
+	}
+	b := start("b", "127.0.0.3", "--policy", pol)
+	a := start("a", "127.0.0.2")
+	csA, csB := connectHTTP(t, a, "2026-07-28"), connectHTTP(t, b, "2025-11-25")
+	deadline := time.Now().Add(20 * time.Second)
+	for listTools(t, csA)["do_fan_zone_b"] == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("gw_zone_a never listed gw_zone_b's fan")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.setFault(t, "zone_b.fan", "slow", 100)
+	for _, src := range []string{"gw_zone_b;reboot", "gw_zone_c", "gw_zone_a", "GW_ZONE_B", ""} {
+		args := map[string]any{"value": 33, "idempotency_key": "src-" + src}
+		if src != "" {
+			args["source"] = src
+		}
+		if r := doCall(t, csA, "do_fan_zone_b", args); r.Status == "success" || r.Status == "partial" {
+			t.Errorf("source %q through gw_zone_a: %s", src, r.raw)
+		}
+	}
+	if w := b.sim(t).writes("zone_b.fan"); w != 0 {
+		t.Fatalf("bad sources moved gw_zone_b's fan %d times", w)
+	}
+	// One key through both doors at once.
+	out := make([]hAnswer, 12)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() {
+			if i%2 == 0 {
+				out[i] = doCall(t, csA, "do_fan_zone_b", map[string]any{"value": 44, "idempotency_key": "two-doors", "source": "gw_zone_b"})
+			} else {
+				out[i] = doCall(t, csB, "do_fan_zone_b", map[string]any{"value": 44, "idempotency_key": "two-doors"})
+			}
+		})
+	}
+	wg.Wait()
+	for i, o := range out {
+		if o.Status != "success" || o.raw != out[1].raw {
+			t.Errorf("two doors, call %d: %s%s\nwant the owner's answer, byte for byte: %s", i, o.raw, o.toolErr, out[1].raw)
+		}
+	}
+	if w := b.sim(t).writes("zone_b.fan"); w != 1 {
+		t.Errorf("one key through gw_zone_a and gw_zone_b at once: %d writes, want 1", w)
+	}
+	// Distinct keys through both doors: the owner's 2/min leaves one more.
+	for i := range 16 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				doCall(t, csA, "do_fan_zone_b", map[string]any{"value": 10 + i, "idempotency_key": fmt.Sprint("mesh-burst-", i), "source": "gw_zone_b"})
+			} else {
+				doCall(t, csB, "do_fan_zone_b", map[string]any{"value": 10 + i, "idempotency_key": fmt.Sprint("mesh-burst-", i)})
+			}
+		})
+	}
+	wg.Wait()
+	if w := b.sim(t).writes("zone_b.fan"); w != 2 {
+		t.Errorf("2/min on the owner, 16 callers through two gateways: %d writes, want 2", w)
+	}
+}
