@@ -2060,3 +2060,30 @@ gate:
 		t.Errorf("2/min on the owner, 16 callers through two gateways: %d writes, want 2", w)
 	}
 }
+
+// TestHostileDeclineAfterTheKeyActuated: two approval rounds for one key;
+// the first is accepted (the fan moves, the key records success), then the
+// second is declined. The decline must not answer "failed: nothing was
+// actuated" for a key whose operation was applied: the key's answer is the
+// recorded one (or a tool error), never a contradicting failed.
+func TestHostileDeclineAfterTheKeyActuated(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writeApprovalPolicy(t)}})
+	cs := connectMRTR(t, d, operatorToken)
+	r1 := approvalRoundFor(t, cs, "do_fan_zone_b", 47, "dual")
+	r2 := approvalRoundFor(t, cs, "do_fan_zone_b", 47, "dual")
+	res, err := cs.CallTool(context.Background(), answerRound(r1.RequestState, "do_fan_zone_b", 47, "dual", confirm()))
+	first := decodeDo(t, res, err)
+	if first.Status != "success" {
+		t.Fatalf("accepted round: %s%s", first.raw, first.toolErr)
+	}
+	decline := mcp.InputResponseMap{"approval": &mcp.ElicitResult{Action: "decline"}}
+	res, err = cs.CallTool(context.Background(), answerRound(r2.RequestState, "do_fan_zone_b", 47, "dual", decline))
+	second := decodeDo(t, res, err)
+	if second.Status == "failed" {
+		t.Errorf("key \"dual\" was applied (success, the fan shows %v) but the declined second round answers for the same key: failed, %q; "+
+			"want the recorded answer (or a tool error)", d.sim(t).Signals["zone_b.fan"], second.Reason)
+	}
+	if w := d.sim(t).writes("zone_b.fan"); w != 1 {
+		t.Errorf("%d writes, want 1", w)
+	}
+}
