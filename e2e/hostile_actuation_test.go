@@ -2087,3 +2087,28 @@ func TestHostileDeclineAfterTheKeyActuated(t *testing.T) {
 		t.Errorf("%d writes, want 1", w)
 	}
 }
+
+// TestHostileSlowDeviceReadsAndCanDo: with every device slow (3 s, beyond
+// the 2 s timeout), can_do still answers within its budget, and 10
+// concurrent fresh reads of one capability share one device read.
+func TestHostileSlowDeviceReadsAndCanDo(t *testing.T) {
+	d := startHTTP(t, daemonOpts{})
+	cs := connectHTTP(t, d, "2026-07-28")
+	d.setFault(t, "zone_b.humidity", "slow", 1000)
+	r0 := d.sim(t).reads("zone_b.humidity")
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() { call(t, cs, "read_humidity_zone_b", map[string]any{"max_age_ms": 0}) })
+	}
+	wg.Wait()
+	if n := d.sim(t).reads("zone_b.humidity") - r0; n > 2 {
+		t.Errorf("10 concurrent fresh reads cost %d device reads, want 1 (single flight)", n)
+	}
+	d.setFault(t, "*", "slow", 3000)
+	start := time.Now()
+	call(t, cs, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"fan"}, "action": "set", "value": 40, "location": "zone_b"}})
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("can_do with every device 3 s slow took %v; its observations have a 150 ms budget", took)
+	}
+	d.setFault(t, "*", "none", 0)
+}
