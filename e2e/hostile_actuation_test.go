@@ -2112,3 +2112,35 @@ func TestHostileSlowDeviceReadsAndCanDo(t *testing.T) {
 	}
 	d.setFault(t, "*", "none", 0)
 }
+
+// TestHostileReleasedSlotsStayReleasedAcrossRestart: slots given back by
+// device refusals (unreachable before the write, begun then released) do
+// not come back after a restart; the begun-and-kept one does.
+func TestHostileReleasedSlotsStayReleasedAcrossRestart(t *testing.T) {
+	state := t.TempDir()
+	pol := writePolicy(t, gateL0)
+	d := startHTTP(t, daemonOpts{state: state, extra: []string{"--policy", pol}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	if a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 20, "idempotency_key": "rel-ok"}); a.Status != "success" {
+		t.Fatalf("first: %s", a.raw)
+	}
+	d.fault(t, "zone_b.fan", "offline")
+	for i := range 5 {
+		if a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 30, "idempotency_key": fmt.Sprint("rel-off-", i)}); a.Permission != "source_unreachable" {
+			t.Fatalf("offline: %s", a.raw)
+		}
+	}
+	d.stop(t)
+	d2 := startHTTP(t, daemonOpts{state: state, extra: []string{"--policy", pol}})
+	cs2 := connectHTTP(t, d2, "2026-07-28")
+	if a := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 21, "idempotency_key": "rel-2"}); a.Status != "success" {
+		t.Errorf("second real actuation after 5 released refusals and a restart: %s", a.raw)
+	}
+	if a := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 22, "idempotency_key": "rel-3"}); a.Permission != "rate_limited" {
+		t.Errorf("third real actuation: %s", a.raw)
+	}
+	// The refused keys committed nothing: they may run now (and are rate limited).
+	if a := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 30, "idempotency_key": "rel-off-0"}); a.Permission != "rate_limited" {
+		t.Errorf("a released key after restart: %s%s", a.raw, a.toolErr)
+	}
+}
