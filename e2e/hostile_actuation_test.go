@@ -27,6 +27,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/drivers/modbus/modbustest"
 	"github.com/physd/physd/gate/p0test"
 )
 
@@ -2142,5 +2143,141 @@ func TestHostileReleasedSlotsStayReleasedAcrossRestart(t *testing.T) {
 	// The refused keys committed nothing: they may run now (and are rate limited).
 	if a := doCall(t, cs2, "do_fan_zone_b", map[string]any{"value": 30, "idempotency_key": "rel-off-0"}); a.Permission != "rate_limited" {
 		t.Errorf("a released key after restart: %s%s", a.raw, a.toolErr)
+	}
+}
+
+// modbusManifest is a one-unit Modbus TCP device at ADDR: an int pump speed
+// (holding register 40002) and an enum mode (40003).
+const modbusManifest = `physmcp_version: "0.1"
+device: {id: gw_modbus_attack, type: boiler_controller, location: {zone: boiler_room}}
+network: {protocols: [{type: ip, address: 127.0.0.1, mcp_port: 8080, role: native}], mesh: {enabled: false}}
+buses:
+  boiler: {type: modbus_tcp, address: "ADDR", timeout_ms: 300, down_after: 100, retry_backoff_ms: 100, max_backoff_ms: 200}
+capabilities:
+  - name: pump_speed
+    kind: do
+    description: Circulation pump speed in percent.
+    binding: {type: modbus, bus: boiler, address: "slave=1:reg=40002", data_type: uint16}
+    data_type: int
+    unit: percent
+    range: {min: 0, max: 100}
+    semantic_tags: [pump]
+    timeout_ms: 300
+  - name: operating_mode
+    kind: do
+    description: Operating mode of the boiler controller.
+    binding: {type: modbus, bus: boiler, address: "slave=1:reg=40003", enum_map: {off: 0, heating: 1, hot_water: 2}}
+    data_type: enum
+    enum_values: [off, heating, hot_water]
+    semantic_tags: [mode]
+    timeout_ms: 300
+audit: {enabled: true, retention_days: 30}
+`
+
+// TestHostileModbusOutcomes: the outcome vocabulary on a Modbus TCP device
+// that refuses, fails, loses replies and read-backs, and enum values of
+// every wrong shape.
+func TestHostileModbusOutcomes(t *testing.T) {
+	bank := modbustest.NewBank(16)
+	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	m := filepath.Join(t.TempDir(), "modbus.yml")
+	os.WriteFile(m, []byte(strings.Replace(modbusManifest, "ADDR", srv.Addr, 1)), 0o600)
+	d := startHTTP(t, daemonOpts{manifest: m})
+	cs := connectHTTP(t, d, "2026-07-28")
+	pump := func() uint16 { return bank.Holding(1, 1, 1)[0] }
+	var wroteOnce atomic.Bool
+	type fault struct {
+		name      string
+		delay     func(modbustest.Request) time.Duration
+		fault     func(modbustest.Request) error
+		want      []string // acceptable status/code
+		mustApply int      // -1: no claim; 0: the register must be unchanged; 1: changed
+	}
+	isWrite := func(r modbustest.Request) bool { return r.Write && r.Addr == 1 }
+	cases := []fault{
+		{"clean", nil, nil, []string{"success/"}, 1},
+		{"write refused, illegal value", nil, func(r modbustest.Request) error {
+			if isWrite(r) {
+				return modbustest.IllegalDataValue
+			}
+			return nil
+		}, []string{"failed/illegal_data_value"}, 0},
+		{"write answered device failure", nil, func(r modbustest.Request) error {
+			if isWrite(r) {
+				return modbustest.DeviceFailure
+			}
+			return nil
+		}, []string{"partial/outcome_unknown", "partial/mismatch"}, 0},
+		{"write reply lost (applied late)", func(r modbustest.Request) time.Duration {
+			if isWrite(r) {
+				return 800 * time.Millisecond
+			}
+			return 0
+		}, nil, []string{"partial/outcome_unknown", "success/"}, -1},
+		{"read-back lost", func(r modbustest.Request) time.Duration {
+			if isWrite(r) {
+				wroteOnce.Store(true)
+			} else if r.Addr == 1 && wroteOnce.Load() {
+				return 800 * time.Millisecond
+			}
+			return 0
+		}, nil, []string{"partial/unverified"}, 1},
+		{"previous read lost", func(r modbustest.Request) time.Duration {
+			if !r.Write && r.Addr == 1 {
+				return 800 * time.Millisecond
+			}
+			return 0
+		}, nil, []string{"failed/device_offline"}, 0},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			wroteOnce.Store(false)
+			bank.SetDelay(c.delay)
+			bank.SetFault(c.fault)
+			before := pump()
+			v := 10 + 7*i
+			a := doCall(t, cs, "do_pump_speed", map[string]any{"value": v, "idempotency_key": fmt.Sprint("mb-", i)})
+			bank.SetDelay(nil)
+			bank.SetFault(nil)
+			time.Sleep(900 * time.Millisecond) // a late write lands before the register is compared
+			inVocabulary(t, c.name, a)
+			got := a.Status + "/" + a.Code
+			ok := false
+			for _, w := range c.want {
+				ok = ok || got == w
+			}
+			if !ok {
+				t.Errorf("%s: answered %s (%s); want one of %v", c.name, got, a.raw+a.toolErr, c.want)
+			}
+			after := pump()
+			switch {
+			case a.Status == "failed" && after != before:
+				t.Errorf("%s: failed, but the register went %d -> %d", c.name, before, after)
+			case a.Status == "success" && int(after) != v:
+				t.Errorf("%s: success, but the register shows %d", c.name, after)
+			case c.mustApply == 1 && int(after) != v:
+				t.Errorf("%s: the write should have landed (register %d)", c.name, after)
+			}
+		})
+	}
+	// Enum values of every wrong shape never reach the register.
+	bank.ResetCount()
+	for _, v := range []any{"OFF", "Off", " off", "heating ", "", "hot-water", 1, 0, true, nil, []string{"off"}, "off\x00", "оff" /* Cyrillic o */} {
+		a := doCall(t, cs, "do_operating_mode", map[string]any{"value": v, "idempotency_key": fmt.Sprintf("enum-%q", fmt.Sprint(v))})
+		if a.toolErr == "" {
+			t.Errorf("enum value %#v accepted: %s", v, a.raw)
+		}
+	}
+	for _, r := range bank.Requests() {
+		if r.Write {
+			t.Errorf("a bad enum value wrote the device: %+v", r)
+		}
+	}
+	if a := doCall(t, cs, "do_operating_mode", map[string]any{"value": "hot_water", "idempotency_key": "enum-ok"}); a.Status != "success" || bank.Holding(1, 2, 1)[0] != 2 {
+		t.Errorf("enum hot_water: %s%s (register %d)", a.raw, a.toolErr, bank.Holding(1, 2, 1)[0])
 	}
 }
