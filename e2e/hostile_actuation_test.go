@@ -2281,3 +2281,28 @@ func TestHostileModbusOutcomes(t *testing.T) {
 		t.Errorf("enum hot_water: %s%s (register %d)", a.raw, a.toolErr, bank.Holding(1, 2, 1)[0])
 	}
 }
+
+// TestHostileBatchesAndEnvelopes: JSON-RPC batches, duplicate ids and odd
+// envelopes never smuggle a do_ past the Mcp-Method/Mcp-Name headers.
+func TestHostileBatchesAndEnvelopes(t *testing.T) {
+	d := startHTTP(t, daemonOpts{})
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	do := func(id int, key string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"do_fan_zone_b","arguments":{"value":30,"idempotency_key":%q},%s}}`, id, key, meta)
+	}
+	read := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_temperature_zone_a","arguments":{},` + meta + `}}`
+	for i, c := range []struct{ method, name, body string }{
+		{"tools/call", "read_temperature_zone_a", "[" + read + "," + do(2, "batch-1") + "]"},
+		{"tools/call", "do_fan_zone_b", "[" + do(1, "batch-2") + "," + do(1, "batch-3") + "]"},
+		{"tools/list", "", do(1, "batch-4")},
+		{"tools/call", "read_temperature_zone_a", `{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/call","params":{"name":"do_fan_zone_b","arguments":{"value":30,"idempotency_key":"batch-5"},` + meta + `}}`},
+		{"ping", "", `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"do_fan_zone_b","arguments":{"value":30,"idempotency_key":"batch-6"},` + meta + `}}`},
+	} {
+		code, m := post(t, d, c.method, c.name, []byte(c.body))
+		t.Logf("case %d: HTTP %d %v", i+1, code, truncateText(fmt.Sprint(m)))
+	}
+	if w := d.totalWrites(t); w != 0 {
+		t.Errorf("batches and odd envelopes moved the plant %d times", w)
+	}
+	d.healthy(t)
+}
