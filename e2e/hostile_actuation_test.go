@@ -2306,3 +2306,98 @@ func TestHostileBatchesAndEnvelopes(t *testing.T) {
 	}
 	d.healthy(t)
 }
+
+// TestHostileMixedBattery250: 250 requests at once over both eras — valid
+// do_ calls on four tools (some keys sent three times), hostile arguments,
+// reads and can_do — against a plant with a slow fan: every valid key
+// actuates exactly once and its copies get identical bytes, every hostile
+// call is a tool error, and nothing else moves.
+func TestHostileMixedBattery250(t *testing.T) {
+	d := startHTTP(t, daemonOpts{})
+	modern, legacy := connectHTTP(t, d, "2026-07-28"), connectHTTP(t, d, "2025-11-25")
+	d.setFault(t, "zone_b.fan", "slow", 30)
+	tools := []string{"do_fan_zone_b", "do_vent_zone_c", "do_heater_zone_c", "do_irrigation_valve"}
+	points := map[string]string{"do_fan_zone_b": "zone_b.fan", "do_vent_zone_c": "zone_c.vent", "do_heater_zone_c": "zone_c.heater", "do_irrigation_valve": "irrigation_a.command"}
+	type job struct {
+		tool string
+		args any
+		kind string // valid | hostile | other
+		key  string
+	}
+	var jobs []job
+	keysPerTool := map[string]int{}
+	for i := range 60 {
+		tool := tools[i%4]
+		key := fmt.Sprintf("bat-%s-%d", tool, i)
+		keysPerTool[tool]++
+		n := 1
+		if i%5 == 0 {
+			n = 3
+		}
+		for range n {
+			jobs = append(jobs, job{tool, map[string]any{"value": 5 + i, "idempotency_key": key}, "valid", key})
+		}
+	}
+	hostile := []any{
+		map[string]any{"value": "x", "idempotency_key": "h"},
+		map[string]any{"value": 1e308, "idempotency_key": "h"},
+		map[string]any{"value": 10},
+		map[string]any{"value": 10, "idempotency_key": "h", "source": "elsewhere"},
+		map[string]any{"value": 10, "idempotency_key": "h h"},
+		map[string]any{"value": []any{1}, "idempotency_key": "h"},
+		map[string]any{"value": 10, "idempotency_key": "h", "extra": 1},
+	}
+	for i := len(jobs); len(jobs) < 200; i++ {
+		jobs = append(jobs, job{tools[i%4], hostile[i%len(hostile)], "hostile", ""})
+	}
+	for len(jobs) < 250 {
+		if len(jobs)%2 == 0 {
+			jobs = append(jobs, job{"read_humidity_zone_b", map[string]any{"max_age_ms": 0}, "other", ""})
+		} else {
+			jobs = append(jobs, job{"can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"fan"}, "action": "set", "value": 40}}, "other", ""})
+		}
+	}
+	// "1e308" is a refusal (failed, out_of_range), not a tool error.
+	results := make([]hAnswer, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		cs := modern
+		if i%2 == 1 {
+			cs = legacy
+		}
+		wg.Go(func() { results[i] = doCall(t, cs, j.tool, j.args) })
+	}
+	wg.Wait()
+	byKey := map[string]string{}
+	for i, j := range jobs {
+		a := results[i]
+		switch j.kind {
+		case "valid":
+			if a.Status != "success" {
+				t.Errorf("valid %s %v: %s%s", j.tool, j.args, a.raw, a.toolErr)
+			}
+			if prev, ok := byKey[j.key]; ok && prev != a.raw {
+				t.Errorf("key %s answered differently:\n%s\n%s", j.key, prev, a.raw)
+			}
+			byKey[j.key] = a.raw
+		case "hostile":
+			if a.toolErr == "" && !(a.Status == "failed" && a.Permission == "out_of_range") {
+				t.Errorf("hostile %s %v: %s", j.tool, j.args, a.raw)
+			}
+			if strings.HasPrefix(a.toolErr, "protocol error") {
+				t.Errorf("hostile %s %v: %s", j.tool, j.args, a.toolErr)
+			}
+		case "other":
+			if strings.HasPrefix(a.toolErr, "protocol error") {
+				t.Errorf("%s: %s", j.tool, a.toolErr)
+			}
+		}
+	}
+	s := d.sim(t)
+	for tool, n := range keysPerTool {
+		if w := s.writes(points[tool]); int(w) != n {
+			t.Errorf("%s: %d writes for %d distinct keys", tool, w, n)
+		}
+	}
+	d.healthy(t)
+}
