@@ -432,7 +432,6 @@ func TestHostileCancelWhileQueuedGivesSlotBack(t *testing.T) {
 // refused as "different arguments" only if the abandoned call was run and
 // recorded.
 func TestHostileGoneCallerIsNotActuated(t *testing.T) {
-	t.Skip("KNOWN BUG: a do_ whose HTTP caller hung up while queued for the device still actuates later (the request context is not cancelled); see attack report")
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	d.setFault(t, "zone_b.fan", "slow", 700)
@@ -624,7 +623,6 @@ func TestHostileValuesKeysSourcesAndNames(t *testing.T) {
 // sees; physd must reject the call (the schema says additionalProperties:
 // false and names "value" and "idempotency_key" exactly).
 func TestHostileArgumentNameVariants(t *testing.T) {
-	t.Skip("KNOWN BUG: do_ arguments are matched case-insensitively and a duplicate name keeps the last value ({value:10, Value:95} runs 95); see attack report")
 	d := startHTTP(t, daemonOpts{})
 	for i, args := range []string{
 		`{"Value":95,"idempotency_key":"case-1"}`,
@@ -789,7 +787,6 @@ func TestHostileReadArgs(t *testing.T) {
 // enforced (documented in policy.note). A safety engineer reading the
 // manifest expects them to hold regardless.
 func TestHostileManifestLimitsWithoutPolicy(t *testing.T) {
-	t.Skip("KNOWN BUG: without a policy file the manifest's requires_permission, rate_limit and cooldown_ms are not enforced (documented in policy.note); see attack report")
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	first := doCall(t, cs, "do_heater_zone_a", map[string]any{"value": 20, "idempotency_key": "np-1"})
@@ -1472,7 +1469,6 @@ func TestHostileSameKeyAcrossStdioAndHTTP(t *testing.T) {
 // must not hand the viewer a "success" for an actuation the viewer is not
 // allowed to make (nor reveal the operator's answer); nothing moves either way.
 func TestHostileReplayToAnotherCaller(t *testing.T) {
-	t.Skip("KNOWN BUG: a caller without the role gets another caller's recorded success by replaying its key (the ledger answers before the role check); see attack report")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	op := connectAs(t, d, "2026-07-28", operatorToken, nil)
 	viewer := connectAs(t, d, "2026-07-28", viewerToken, nil)
@@ -1496,7 +1492,6 @@ func TestHostileReplayToAnotherCaller(t *testing.T) {
 // the other. physd validate must refuse (or at least warn about) a point
 // written by two actuators.
 func TestHostileTwoActuatorsOnOnePoint(t *testing.T) {
-	t.Skip("KNOWN BUG: physd validate accepts two do_ capabilities on one point; per-tool rate/cooldown are bypassed through the alias; see attack report")
 	b, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -1519,16 +1514,11 @@ audit:`
 	if !strings.Contains(string(out), "zone_b.fan") {
 		t.Errorf("physd validate accepts two actuators on the point zone_b.fan without a word:\n%s", out)
 	}
-	// What it allows: 2/min on do_fan_zone_b, and the alias moves the fan anyway.
-	pol := writePolicy(t, gateL0+"\n      - {name: boost, tool: do_fan_zone_b_boost}")
-	d := startHTTP(t, daemonOpts{manifest: m, extra: []string{"--policy", pol}})
-	cs := connectHTTP(t, d, "2026-07-28")
-	burst(t, cs, "do_fan_zone_b", 4, "alias-a")
-	for i := range 4 {
-		doCall(t, cs, "do_fan_zone_b_boost", map[string]any{"value": 50 + i, "idempotency_key": fmt.Sprint("alias-b-", i)})
-	}
-	if w := d.sim(t).writes("zone_b.fan"); w > 2 {
-		t.Logf("the fan limited to 2/min was written %d times within the minute through its alias", w)
+	// And run refuses to start with it: no alias can pass the fan's limits.
+	run := exec.Command(physdBin, "run", "--manifest", m, "--state", t.TempDir(), "--http", "127.0.0.1:0")
+	out, err = run.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "zone_b.fan") {
+		t.Errorf("physd run with two actuators on one point: err %v\n%s", err, out)
 	}
 }
 
@@ -1542,9 +1532,6 @@ audit:`
 func TestHostileShutdownWithQueuedCalls(t *testing.T) {
 	for _, grace := range []string{"10s", "300ms"} {
 		t.Run("grace="+grace, func(t *testing.T) {
-			if grace == "10s" {
-				t.Skip("KNOWN BUG: do_ calls queued for the device when SIGTERM arrives start their device steps during the grace period (node.Close runs only after the HTTP server drained); see attack report")
-			}
 			state := t.TempDir()
 			d := startHTTP(t, daemonOpts{state: state, extra: []string{"--shutdown-grace", grace}})
 			cs := connectHTTP(t, d, "2026-07-28")
@@ -1905,12 +1892,6 @@ func TestHostileDiskFullMidRun(t *testing.T) {
 		component string
 	}{{"audit-first", 160_000, "audit"}, {"ledger-first", 160_000, "store"}} {
 		t.Run(c.name, func(t *testing.T) {
-			switch c.component {
-			case "audit":
-				t.Skip("KNOWN BUG: with the audit nearly full the small audit_check probe succeeds, so every do_ actuates and then fails to write its own audit line; see attack report")
-			case "store":
-				t.Skip("KNOWN BUG: /readyz reports store ok while every do_ fails on a ledger that cannot grow; see attack report")
-			}
 			diskFull(t, c.limit, c.component)
 		})
 	}
@@ -1974,9 +1955,11 @@ func diskFull(t *testing.T, limit int, component string) {
 			} `json:"checks"`
 		}
 		json.Unmarshal(b, &rd)
+		// RLIMIT_FSIZE limits every file of the process: the audit's
+		// headroom check may name the limit before the ledger hits it.
 		reported := false
 		for _, ch := range rd.Checks {
-			if ch.Name == component && !ch.OK {
+			if (ch.Name == component || ch.Name == "audit") && !ch.OK {
 				reported = true
 			}
 		}
@@ -2084,7 +2067,6 @@ gate:
 // actuated" for a key whose operation was applied: the key's answer is the
 // recorded one (or a tool error), never a contradicting failed.
 func TestHostileDeclineAfterTheKeyActuated(t *testing.T) {
-	t.Skip("KNOWN BUG: a declined approval round answers failed/nothing actuated for a key whose operation already succeeded (Declined skips the ledger); see attack report")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writeApprovalPolicy(t)}})
 	cs := connectMRTR(t, d, operatorToken)
 	r1 := approvalRoundFor(t, cs, "do_fan_zone_b", 47, "dual")
@@ -2163,9 +2145,9 @@ func TestHostileReleasedSlotsStayReleasedAcrossRestart(t *testing.T) {
 	}
 }
 
-// modbusManifest is a one-unit Modbus TCP device at ADDR: an int pump speed
+// hostileModbusManifest is a one-unit Modbus TCP device at ADDR: an int pump speed
 // (holding register 40002) and an enum mode (40003).
-const modbusManifest = `physmcp_version: "0.1"
+const hostileModbusManifest = `physmcp_version: "0.1"
 device: {id: gw_modbus_attack, type: boiler_controller, location: {zone: boiler_room}}
 network: {protocols: [{type: ip, address: 127.0.0.1, mcp_port: 8080, role: native}], mesh: {enabled: false}}
 buses:
@@ -2202,7 +2184,7 @@ func TestHostileModbusOutcomes(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Stop() })
 	m := filepath.Join(t.TempDir(), "modbus.yml")
-	os.WriteFile(m, []byte(strings.Replace(modbusManifest, "ADDR", srv.Addr, 1)), 0o600)
+	os.WriteFile(m, []byte(strings.Replace(hostileModbusManifest, "ADDR", srv.Addr, 1)), 0o600)
 	d := startHTTP(t, daemonOpts{manifest: m})
 	cs := connectHTTP(t, d, "2026-07-28")
 	pump := func() uint16 { return bank.Holding(1, 1, 1)[0] }
@@ -2228,7 +2210,11 @@ func TestHostileModbusOutcomes(t *testing.T) {
 				return modbustest.DeviceFailure
 			}
 			return nil
-		}, []string{"partial/outcome_unknown", "partial/mismatch"}, 0},
+			// Exception 04 and a read-back that shows the previous value:
+			// the device answered and nothing changed (issue 11: an
+			// exception is failed with its code); the register check below
+			// holds the answer to it.
+		}, []string{"failed/server_device_failure", "partial/outcome_unknown", "partial/mismatch"}, 0},
 		{"write reply lost (applied late)", func(r modbustest.Request) time.Duration {
 			if isWrite(r) {
 				return 800 * time.Millisecond

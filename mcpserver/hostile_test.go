@@ -15,7 +15,6 @@ import (
 // {"VALUE": 95} passes although the inputSchema has additionalProperties
 // false. Each must be a tool error naming the argument, with nothing moved.
 func TestHostileArgumentNamesAreExact(t *testing.T) {
-	t.Skip("KNOWN BUG: decodeArgs matches argument names case-insensitively and keeps the last duplicate; see attack report")
 	r := newRig(t, false)
 	for _, args := range []string{
 		`{"Value":40,"idempotency_key":"n-1"}`,
