@@ -286,7 +286,13 @@ func jsonTypeName(goType string) string {
 // a credential that changed in between, and is refused.
 func (ts *toolSet) caller(req *mcp.CallToolRequest) (node.Caller, error) {
 	if req.Extra != nil && req.Extra.Header != nil {
-		return ts.authn(req.Extra.Header)
+		c, err := ts.authn(req.Extra.Header)
+		// The owner of a routed call authenticates the caller itself
+		// (meshnode): keep the credential the caller presented to forward.
+		if scheme, cred, ok := strings.Cut(req.Extra.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			c.Credential = cred
+		}
+		return c, err
 	}
 	return node.Caller{ID: "stdio", Role: ts.stdioRole, Transport: "stdio"}, nil
 }

@@ -52,7 +52,7 @@ capabilities:
 	}
 	ms, err := mesh.New(mesh.Config{NodeName: m.Device.ID, BindAddr: "127.0.0.1", Seeds: seeds, Label: "bench",
 		Profile: mesh.ProfileLocal, ExpectedSize: size, RequestTimeout: 500 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)}, mesh.CatalogFromManifest(m), meshnode.Handler(n))
+		Logger: slog.New(slog.DiscardHandler)}, mesh.CatalogFromManifest(m), meshnode.Handler(n, nil))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -24,11 +24,15 @@ const (
 	KindDo    = "do"
 )
 
-// canDoRequest travels from the coordinator to an owner. The caller is the
-// one the coordinator authenticated: every mesh key holder is trusted.
+// canDoRequest travels from the coordinator to an owner. The owner
+// authenticates Credential (the bearer the caller presented to the
+// coordinator) with its own policy; Caller is only what the coordinator
+// saw, and its role is never taken: any holder of the mesh key could write
+// one.
 type canDoRequest struct {
-	Request promcp.CanDoRequest `json:"request"`
-	Caller  node.Caller         `json:"caller"`
+	Request    promcp.CanDoRequest `json:"request"`
+	Caller     node.Caller         `json:"caller"`
+	Credential string              `json:"credential,omitempty"`
 }
 
 type readRequest struct {
@@ -41,10 +45,35 @@ type doRequest struct {
 	Value          json.RawMessage `json:"value"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Caller         node.Caller     `json:"caller"`
+	Credential     string          `json:"credential,omitempty"`
 }
 
-// Handler serves other nodes' requests with the local node.
-func Handler(n *node.Node) mesh.Handler {
+// Authenticator maps a credential forwarded with a routed call to a caller
+// of this gateway's policy (mcpserver.Server.AuthenticateCredential).
+type Authenticator func(credential string) (node.Caller, error)
+
+// ownerCaller is who a routed call runs as on this gateway: the caller its
+// credential authenticates here (anonymous without one, or when it is not
+// accepted: the policy then refuses what needs a role), through the
+// gateway it came from. The role the sender wrote is never used.
+func ownerCaller(authn Authenticator, from, credential string) node.Caller {
+	c := node.Caller{ID: "anonymous", Role: "none"}
+	if credential != "" {
+		if authn == nil {
+			c.ID = "unauthenticated (this gateway checks no credentials)"
+		} else if ac, err := authn(credential); err != nil {
+			c.ID = "unauthenticated (" + err.Error() + ")"
+		} else {
+			c = ac
+		}
+	}
+	c.Transport, c.Via = "mesh", from
+	return c
+}
+
+// Handler serves other nodes' requests with the local node; authn checks
+// the credentials routed calls carry.
+func Handler(n *node.Node, authn Authenticator) mesh.Handler {
 	return func(ctx context.Context, from, kind string, payload []byte) ([]byte, error) {
 		switch kind {
 		case KindCanDo:
@@ -52,8 +81,7 @@ func Handler(n *node.Node) mesh.Handler {
 			if err := json.Unmarshal(payload, &r); err != nil {
 				return nil, err
 			}
-			r.Caller.Transport = "mesh:" + from
-			rep, err := n.CanDoLocal(ctx, r.Request, r.Caller)
+			rep, err := n.CanDoLocal(ctx, r.Request, ownerCaller(authn, from, r.Credential))
 			if err != nil {
 				return nil, err
 			}
@@ -73,8 +101,7 @@ func Handler(n *node.Node) mesh.Handler {
 			if err := json.Unmarshal(payload, &r); err != nil {
 				return nil, err
 			}
-			r.Caller.Transport = "mesh:" + from
-			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: r.Caller})
+			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: ownerCaller(authn, from, r.Credential)})
 			var ar *node.ApprovalRequired
 			if errors.As(err, &ar) {
 				// Approval rounds need the caller's own connection: a routed
@@ -139,7 +166,7 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 	}
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	payload, _ := json.Marshal(canDoRequest{Request: req, Caller: caller})
+	payload, _ := json.Marshal(canDoRequest{Request: req, Caller: caller, Credential: caller.Credential})
 	replies, errs, _ := r.Mesh.Fanout(ctx, targets, KindCanDo, payload)
 	out.PeersConsulted = len(targets)
 	for owner, b := range replies {
@@ -207,7 +234,7 @@ func (r *Router) Read(ctx context.Context, owner, tool string, maxAgeMS int64) (
 func (r *Router) Do(ctx context.Context, owner, tool string, value json.RawMessage, key string, caller node.Caller) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(r.DoTimeout, 15*time.Second))
 	defer cancel()
-	payload, _ := json.Marshal(doRequest{Tool: tool, Value: value, IdempotencyKey: key, Caller: caller})
+	payload, _ := json.Marshal(doRequest{Tool: tool, Value: value, IdempotencyKey: key, Caller: caller, Credential: caller.Credential})
 	return r.Mesh.Request(ctx, owner, KindDo, payload)
 }
 

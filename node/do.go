@@ -327,6 +327,12 @@ func doRecord(event string, res promcp.DoResult, caller Caller, answer []byte) *
 	if caller.Transport != "" {
 		d = map[string]any{"transport": caller.Transport}
 	}
+	if caller.Via != "" {
+		if d == nil {
+			d = map[string]any{}
+		}
+		d["via"] = caller.Via
+	}
 	return &audit.Record{
 		Event: event, Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID,
 		Status: string(res.Status), Permission: string(res.Permission),

@@ -14,6 +14,13 @@ type Caller struct {
 	ID        string `json:"id"`        // token subject, "stdio", or "anonymous"
 	Role      string `json:"role"`      // none | operator | supervisor | admin
 	Transport string `json:"transport"` // http | stdio | mesh
+	// Via names the gateway a routed call came through (the owner's
+	// audit records it beside the caller the owner authenticated).
+	Via string `json:"via,omitempty"`
+	// Credential is the bearer token or JWT the caller presented, kept only
+	// to forward to the owner of a routed call, which authenticates it
+	// itself; never serialized, logged or audited.
+	Credential string `json:"-"`
 }
 
 // Action is one actuation the guard decides on.

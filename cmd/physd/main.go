@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	_ "time/tzdata" // time windows name IANA zones; gateways often lack tzdata
@@ -316,6 +317,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	}
 	defer al.Close()
 
+	var mcpSrv atomic.Pointer[mcpserver.Server] // set once built; the mesh authenticates with it
 	var (
 		guard     *safety.Guard
 		approvals *gate.Approvals
@@ -397,7 +399,16 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		site, err = mesh.New(mcfg, mesh.CatalogFromManifest(m), meshnode.Handler(n))
+		// Routed calls carry the caller's credential; this gateway's MCP
+		// server (built below) authenticates it with this policy.
+		authn := func(cred string) (node.Caller, error) {
+			s := mcpSrv.Load()
+			if s == nil {
+				return node.Caller{}, errors.New("the gateway is still starting")
+			}
+			return s.AuthenticateCredential(cred)
+		}
+		site, err = mesh.New(mcfg, mesh.CatalogFromManifest(m), meshnode.Handler(n, authn))
 		if err != nil {
 			return fmt.Errorf("mesh: %w", err)
 		}
@@ -433,6 +444,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		Families: f.families == "on" || f.families == "auto" && m.Network.Mesh.Enabled, Logger: log, SimControls: simControls,
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site)})
+	mcpSrv.Store(srv)
 	if guard != nil {
 		go reloadOnHUP(ctx, f, m, guard, al, log, srv.PolicyReloaded)
 	}
