@@ -212,3 +212,31 @@ func TestTenGatewaySiteFitsClients(t *testing.T) {
 		t.Errorf("ten gateways: %d tools by instance (want ≥ 130), %d by family (want ≤ 40): %v", byInstance, len(byFamily), byFamily)
 	}
 }
+
+// captureRouter records the caller a routed call is sent with.
+type captureRouter struct {
+	siteRouter
+	got chan node.Caller
+}
+
+func (c captureRouter) Do(_ context.Context, _, _ string, _ json.RawMessage, _ string, caller node.Caller) ([]byte, error) {
+	c.got <- caller
+	return []byte(`{"status":"failed"}`), nil
+}
+
+// TestRoutedCallForwardsTheCredential: a routed do_ carries the bearer the
+// caller presented, for the owner to authenticate (meshnode), not only the
+// role this gateway gave it.
+func TestRoutedCallForwardsTheCredential(t *testing.T) {
+	lo, hi := 0.0, 100.0
+	cr := captureRouter{siteRouter{[]mcpserver.RemoteTool{{Owner: "gw_other", Tool: "do_pump", Kind: "do", DataType: "int", Min: &lo, Max: &hi}}}, make(chan node.Caller, 1)}
+	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{Router: cr}, nil)
+	cs := connectPath(t, s, "/mcp", "2026-07-28", operatorToken)
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_pump", Arguments: map[string]any{"source": "gw_other", "value": 5, "idempotency_key": "fwd-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	c := <-cr.got
+	if c.Credential != operatorToken || c.Role != "operator" {
+		t.Errorf("routed caller: id %s role %s credential %q; want the operator token forwarded", c.ID, c.Role, c.Credential)
+	}
+}
