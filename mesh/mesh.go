@@ -38,6 +38,10 @@ var (
 	ErrTooLarge      = errors.New("mesh: payload too large")
 	ErrShutdown      = errors.New("mesh: shut down")
 	ErrDuplicateNode = errors.New("mesh: duplicate node id")
+	// ErrNoAck: the owner did not acknowledge a Call in time (silent).
+	ErrNoAck = errors.New("mesh: no acknowledgement")
+	// ErrOutcomeUnknown: a Commit call's go-ahead left, no answer came.
+	ErrOutcomeUnknown = errors.New("mesh: outcome unknown")
 )
 
 // RemoteError is an error returned by the remote node's handler.
@@ -55,6 +59,7 @@ type Mesh struct {
 	log  *slog.Logger
 	h    Handler
 	list *memberlist.Memberlist
+	dial *dialer // the transport memberlist uses, with per-send deadlines
 
 	ctx    context.Context // canceled by Shutdown
 	cancel context.CancelFunc
@@ -84,31 +89,41 @@ type Mesh struct {
 	nextID     atomic.Uint64
 	callMu     sync.Mutex
 	calls      map[uint64]*call
+	serving    map[srvKey]*serving // requests from others (guarded by callMu)
 	lateTotal  atomic.Int64
 	changeCh   chan struct{}
 	fetchCh    chan struct{}
+
+	psMu       sync.Mutex // partition_state hysteresis
+	psSettled  bool
+	psReported string
+	psRaw      string
+	psSince    time.Time
 }
 
 // peer is what this node knows about another node.
 type peer struct {
-	name      string
-	addr      string // advertise "ip:port"
-	ip        net.IP
-	port      uint16
-	metaHash  string   // catalog hash from the gossiped metadata
-	cat       *Catalog // latest catalog whose hash matched metaHash
-	down      bool     // memberlist declared it dead or left
-	left      bool     // it told us it was leaving
-	downAt    time.Time
-	lastSeen  time.Time // last positive evidence (probe ack, message, alive event)
-	suspectAt time.Time // last negative evidence (failed probe or quorum ack)
-	needFetch bool
-	fetching  bool
+	name       string
+	addr       string // advertise "ip:port"
+	ip         net.IP
+	port       uint16
+	metaHash   string   // catalog hash from the gossiped metadata
+	cat        *Catalog // latest catalog whose hash matched metaHash
+	down       bool     // memberlist declared it dead or left
+	left       bool     // it told us it was leaving
+	downAt     time.Time
+	lastSeen   time.Time // last positive evidence (probe ack, message, alive event)
+	suspectAt  time.Time // last negative evidence (failed probe or quorum ack)
+	needFetch  bool
+	fetching   bool
+	rechecking bool // a failed probe is being re-checked
 }
 
 type call struct {
 	node      string
 	ch        chan result
+	ack       chan struct{} // closed by the owner's msgAck
+	acked     bool
 	late      *atomic.Int64
 	abandoned time.Time // zero while the requester waits
 }
@@ -150,12 +165,20 @@ func New(cfg Config, cat Catalog, h Handler) (*Mesh, error) {
 		peers:      map[string]*peer{},
 		handlerSem: make(chan struct{}, MaxConcurrentHandlers),
 		calls:      map[uint64]*call{},
+		serving:    map[srvKey]*serving{},
 		changeCh:   make(chan struct{}, 1),
 		fetchCh:    make(chan struct{}, 1),
 	}
-	mc := m.memberlistConfig()
+	mc, err := m.memberlistConfig()
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("mesh: start memberlist on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
+	}
 	list, err := memberlist.Create(mc)
 	if err != nil {
+		if cfg.Transport == nil {
+			_ = m.dial.Shutdown()
+		}
 		cancel()
 		return nil, fmt.Errorf("mesh: start memberlist on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
@@ -191,6 +214,9 @@ func New(cfg Config, cat Catalog, h Handler) (*Mesh, error) {
 		"expected_size", m.cfg.ExpectedSize, "profile", cfg.Profile)
 	return m, nil
 }
+
+// Done is closed when the mesh shuts down.
+func (m *Mesh) Done() <-chan struct{} { return m.done }
 
 // Name is this node's name (the device id).
 func (m *Mesh) Name() string { return m.cfg.NodeName }
@@ -338,6 +364,7 @@ func (m *Mesh) notifier() {
 		case <-m.done:
 			return
 		case <-m.changeCh:
+			m.Status() // observe the partition state at each change (hysteresis clock)
 			m.mu.Lock()
 			fns := append([]func(){}, m.onChange...)
 			m.mu.Unlock()
@@ -507,6 +534,11 @@ func (m *Mesh) sweep() {
 			delete(m.calls, id)
 		}
 	}
+	for k, s := range m.serving {
+		if !s.done.IsZero() && now.Sub(s.done) > window {
+			delete(m.serving, k) // retried attempts arrive within the requester's deadline
+		}
+	}
 	m.callMu.Unlock()
 	live := m.liveNames()
 	forgot := false
@@ -588,6 +620,40 @@ func (m *Mesh) sawPeer(name string) {
 	m.mu.Unlock()
 	if flip {
 		m.changed()
+	}
+}
+
+// probeFailed: memberlist's probe of name failed (UDP, and its indirect
+// and TCP fallbacks). On a lossy link that happens to members that are
+// fine: record the suspicion and re-check at once with a quorum_ack over
+// the mesh's own retried TCP requests; an answer clears it.
+func (m *Mesh) probeFailed(name string) {
+	m.suspectPeer(name)
+	m.mu.Lock()
+	p := m.peers[name]
+	start := p != nil && !p.down && !p.rechecking
+	if start {
+		p.rechecking = true
+	}
+	m.mu.Unlock()
+	if !start {
+		return
+	}
+	if !m.spawn(func() {
+		defer func() {
+			m.mu.Lock()
+			if p := m.peers[name]; p != nil {
+				p.rechecking = false
+			}
+			m.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.RequestTimeout)
+		defer cancel()
+		_, _ = m.request(ctx, name, KindQuorumAck, nil, callOpts{}) // a reply is positive evidence (sawPeer)
+	}) {
+		m.mu.Lock()
+		p.rechecking = false
+		m.mu.Unlock()
 	}
 }
 
