@@ -87,10 +87,11 @@ func Handler(n *node.Node) mesh.Handler {
 	}
 }
 
-// DefaultDownListed is how long the capabilities of a member that died or
-// left stay known: listed as routed tools (a call gets a tool error naming
-// the owner and its state) and reported by can_do (blocked,
-// source_unreachable, with the same state). After it, both forget them.
+// DefaultDownListed is how long the capabilities of a member that died
+// (failed, unreachable) stay known: listed as routed tools (a call gets a
+// tool error naming the owner and its state) and reported by can_do
+// (blocked, source_unreachable, with the same state). After it, both
+// forget them. A member that left gracefully is forgotten by both at once.
 const DefaultDownListed = 10 * time.Minute
 
 // Remote is the node's view of the rest of the site.
@@ -109,6 +110,9 @@ type Remote struct {
 // downListed reports whether a dead or left member's capabilities are
 // still listed, and its state text for errors and reports.
 func downListed(mem mesh.Member, keep time.Duration) (bool, string) {
+	if mem.State == mesh.StateLeft {
+		return false, ""
+	}
 	if keep <= 0 {
 		keep = DefaultDownListed
 	}
@@ -164,7 +168,9 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 	if budget <= 0 {
 		budget = 500 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(ctx, budget)
+	// Decide DecisionMargin before the budget, so the merged answer
+	// reaches the agent within it.
+	ctx, cancel := context.WithTimeout(ctx, budget-min(r.Mesh.DecisionMargin(), budget/2))
 	defer cancel()
 	payload, _ := json.Marshal(canDoRequest{Request: req, Caller: caller})
 	res := r.Mesh.Consult(ctx, targets, KindCanDo, payload, r.MaxPeers)
