@@ -98,10 +98,11 @@ func TestQuorumDecidedBeforeDeadline(t *testing.T) {
 	})
 }
 
-// Under 20 % loss of packets and of connection attempts (a lost SYN costs
-// TCP 1 s, twice the whole budget), requests still succeed within their
-// 500 ms deadline because a new attempt starts every RetryInterval; and
-// partition_state does not flap over 5 minutes.
+// Under 20 % loss of packets, of connection attempts (a lost SYN costs TCP
+// 1 s, twice the whole budget) and of stream segments (200 ms each),
+// routed reads are still acknowledged within 500 ms (≥ 97 %) because a new
+// attempt starts every RetryInterval; and partition_state does not flap
+// over 5 minutes (it does without the hysteresis).
 func TestLossyLinkRetriesAndNoFlap(t *testing.T) {
 	for _, hold := range []time.Duration{DefaultPartitionHold, -1} {
 		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
@@ -126,6 +127,13 @@ func TestLossyLinkRetriesAndNoFlap(t *testing.T) {
 					for _, s := range all {
 						m := c.nodes[s]
 						if st := m.PartitionState(); st != last[s] {
+							if testing.Verbose() {
+								var states []string
+								for _, mem := range m.Members() {
+									states = append(states, mem.Name+"="+mem.State)
+								}
+								t.Logf("%v %s: %s -> %s %v", time.Since(end.Add(-5*time.Minute)), s, last[s], st, states)
+							}
 							changes++
 							last[s] = st
 						}
@@ -157,7 +165,7 @@ func TestLossyLinkRetriesAndNoFlap(t *testing.T) {
 					if changes != 0 {
 						t.Errorf("partition_state changed %d times under 20%% loss", changes)
 					}
-					if failed > ok/100 {
+					if failed*100 > 3*(ok+failed) { // every stream write is lost (and retransmitted) 20 % of the time too
 						t.Errorf("%d of %d reads failed under 20%% loss: %v", failed, ok+failed, firstErr)
 					}
 				}

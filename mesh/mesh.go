@@ -603,9 +603,28 @@ func (m *Mesh) peerDown(n *memberlist.Node) {
 		m.peers[n.Name] = p
 	}
 	p.down, p.downAt = true, time.Now()
+	left, target := p.left, n.Name+"/"+n.Address()
 	m.mu.Unlock()
 	m.log.Info("mesh: peer down", "peer", n.Name)
 	m.changed()
+	if !left && m.cfg.ReconnectInterval > 0 {
+		// A death on a lossy link may be false: try to rejoin it once,
+		// soon, rather than at the next reconnect round. A push/pull with
+		// a live peer tells it it was declared dead, and it refutes.
+		m.spawn(func() {
+			select {
+			case <-time.After(m.cfg.RequestTimeout):
+			case <-m.done:
+				return
+			}
+			if m.liveNames()[n.Name] || m.closed.Load() || m.left.Load() {
+				return
+			}
+			if _, err := m.list.Join([]string{target}); err == nil {
+				m.log.Info("mesh: a peer declared dead answered a rejoin", "peer", n.Name)
+			}
+		})
+	}
 }
 
 // sawPeer records positive evidence that name is alive and reachable.
@@ -625,10 +644,13 @@ func (m *Mesh) sawPeer(name string) {
 
 // probeFailed: memberlist's probe of name failed (UDP, and its indirect
 // and TCP fallbacks). On a lossy link that happens to members that are
-// fine: record the suspicion and re-check at once with a quorum_ack over
-// the mesh's own retried TCP requests; an answer clears it.
-func (m *Mesh) probeFailed(name string) {
-	m.suspectPeer(name)
+// fine: record the suspicion and re-check at once, and again while it
+// stands, with a quorum_ack over the mesh's own retried TCP requests; an
+// answer clears it.
+func (m *Mesh) probeFailed(name string) { m.suspectPeer(name) }
+
+// recheck starts the re-check loop of a suspect peer (one per peer).
+func (m *Mesh) recheck(name string) {
 	m.mu.Lock()
 	p := m.peers[name]
 	start := p != nil && !p.down && !p.rechecking
@@ -647,9 +669,32 @@ func (m *Mesh) probeFailed(name string) {
 			}
 			m.mu.Unlock()
 		}()
-		ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.RequestTimeout)
-		defer cancel()
-		_, _ = m.request(ctx, name, KindQuorumAck, nil, callOpts{}) // a reply is positive evidence (sawPeer)
+		// Until positive evidence clears the suspicion (any message from
+		// it: the ack's reply included), memberlist declares it dead, or
+		// a minute has passed.
+		for start := time.Now(); time.Since(start) < time.Minute; {
+			m.mu.Lock()
+			p := m.peers[name]
+			still := p != nil && !p.down && p.suspectAt.After(p.lastSeen)
+			m.mu.Unlock()
+			if !still || m.closed.Load() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.RequestTimeout)
+			t0 := time.Now()
+			_, err := m.request(ctx, name, KindQuorumAck, nil, callOpts{})
+			cancel()
+			if err == nil {
+				return
+			}
+			if rest := 2*m.cfg.RequestTimeout - time.Since(t0); rest > 0 { // a refused dial returns at once
+				select {
+				case <-time.After(rest):
+				case <-m.done:
+					return
+				}
+			}
+		}
 	}) {
 		m.mu.Lock()
 		p.rechecking = false
@@ -658,7 +703,8 @@ func (m *Mesh) probeFailed(name string) {
 }
 
 // suspectPeer records negative evidence: a failed probe (memberlist's
-// "Suspect X has failed" log line) or a failed quorum ack.
+// "Suspect X has failed" log line), a failed quorum ack or request; it
+// starts the re-check loop (see probeFailed).
 func (m *Mesh) suspectPeer(name string) {
 	m.mu.Lock()
 	p := m.peers[name]
@@ -671,6 +717,7 @@ func (m *Mesh) suspectPeer(name string) {
 	if flip {
 		m.changed()
 	}
+	m.recheck(name)
 }
 
 func (m *Mesh) markLeft(name string) {

@@ -16,9 +16,12 @@ import (
 // Request sends payload to node and waits for its reply, over memberlist's
 // reliable (TCP, encrypted, labelled) channel. The deadline is ctx's, or
 // RequestTimeout when ctx has none, and it bounds everything: the dial, the
-// write and the wait (see dial.go). While no attempt has got the message
-// out, a new attempt (a fresh connection) starts every RetryInterval, so a
-// lost SYN on a lossy link costs one interval, not TCP's 1 s retransmit.
+// write and the wait (see dial.go). Until the reply arrives, a new attempt
+// (a fresh connection) starts every RetryInterval, so a lost SYN or
+// segment on a lossy link costs one interval, not TCP's 1 s (or 200 ms)
+// retransmission. The owner serves attempts that overlap once; an attempt
+// arriving after the reply left is served again (the reply was lost), so
+// Request is for idempotent kinds (reads, can_do); Call serves once.
 // The remote handler gets the time left as its own deadline. A reply
 // arriving after the deadline is dropped and counted (LateDropped). Errors
 // wrap ErrUnknownNode, ErrNodeNotAlive, ErrUnreachable, ErrTimeout,
@@ -132,7 +135,10 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 	stopOnce := sync.OnceFunc(func() { close(stop) })
 	defer stopOnce()
 	sent := make(chan delivery, 1)
-	if !m.spawn(func() { sent <- m.deliver(sendCtx, target, msg, stop, o.ack > 0) }) {
+	// Attempts go on until the acknowledgement or the reply arrives: a
+	// message written to a socket may still be lost on the wire, and a
+	// fresh attempt is faster than TCP's retransmission.
+	if !m.spawn(func() { sent <- m.deliver(sendCtx, target, msg, stop, true) }) {
 		m.forget(id)
 		return nil, ErrShutdown
 	}
@@ -599,9 +605,12 @@ func (m *Mesh) onMessage(buf []byte) {
 	case msgRequest:
 		key := srvKey{w.from, w.id}
 		m.callMu.Lock()
-		if s := m.serving[key]; s != nil {
-			// A retried attempt of a request already here: acknowledge
-			// again (the first ack may be what got lost), serve once.
+		if s := m.serving[key]; s != nil && (s.done.IsZero() || s.w.flags&(flagAck|flagCommit) != 0) {
+			// A retried attempt of a request being served, or of a Call:
+			// acknowledge again (the first ack may be what got lost),
+			// serve once. (A plain Request whose reply already left is
+			// served again: its reply was lost, and its kinds are
+			// idempotent.)
 			again := w.flags&(flagAck|flagCommit) != 0 && s.done.IsZero()
 			m.callMu.Unlock()
 			if again {

@@ -21,8 +21,9 @@
 // everyone (its memberlist keeps running, as after a cable pull or a frozen
 // process), Restore(name) undoes a Crash, Drop(p) loses each packet with
 // probability p, Latency(d) delays packet delivery. Streams are reliable
-// (TCP retransmits), so loss applies to packets only; SynLoss(p) loses
-// connection attempts (retransmitted after 1 s, 2 s, … like TCP's SYN).
+// (TCP retransmits), so Drop applies to packets only; SynLoss(p) loses
+// connection attempts and stream segments, which cost TCP's retransmission
+// timeouts (1 s for a SYN, 200 ms for a segment, doubling).
 // Stop(name) freezes a node like SIGSTOP: connections to it are accepted
 // but never read, packets are lost, nothing is refused; Resume undoes it.
 //
@@ -207,9 +208,10 @@ func (n *Network) Resume(names ...string) {
 }
 
 // SynLoss sets the probability (0..1) that a connection attempt's SYN (or
-// its SYN-ACK) is lost. Like TCP, a lost SYN is sent again after 1 s, then
-// 2 s, 4 s …, until the dial's timeout: a lossy link makes connecting slow,
-// not impossible. Packet loss (Drop) is separate.
+// its SYN-ACK) is lost, and that a stream write's segment is. Like TCP, a
+// lost SYN is sent again after 1 s, then 2 s, 4 s …, until the dial's
+// timeout, and a lost segment after 200 ms, 400 ms, …: a lossy link makes
+// streams slow, not broken. Packet loss (Drop) is separate.
 func (n *Network) SynLoss(p float64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -512,9 +514,22 @@ func (c *conn) LocalAddr() net.Addr  { return c.la }
 func (c *conn) RemoteAddr() net.Addr { return c.ra }
 
 func (c *conn) Write(b []byte) (int, error) {
+	// A lost segment is retransmitted after TCP's minimum RTO (200 ms),
+	// then 400 ms, … (SynLoss).
+	n := c.local.net
+	rto := 200 * time.Millisecond
+	for {
+		n.mu.Lock()
+		lost := n.synLoss > 0 && n.rng.Float64() < n.synLoss
+		n.mu.Unlock()
+		if !lost {
+			break
+		}
+		time.Sleep(rto)
+		rto *= 2
+	}
 	k, err := c.Conn.Write(b)
 	if k > 0 {
-		n := c.local.net
 		n.mu.Lock()
 		c.local.stats.StreamBytesSent += int64(k)
 		c.remote.stats.StreamBytesRecv += int64(k)
