@@ -56,19 +56,40 @@ func newDialer(t memberlist.NodeAwareTransport) *dialer {
 // tag registers a send bounded by ctx and returns the node to pass to
 // SendReliable and a release function.
 func (d *dialer) tag(ctx context.Context, n *memberlist.Node) (*memberlist.Node, *dialTag, func()) {
+	name, t, release := d.tagName(ctx, n.Name)
+	cp := *n
+	cp.Name = name
+	return &cp, t, release
+}
+
+// tagName is tag for a bare node name (memberlist's Join takes
+// "name/host:port" and passes the name to the dial).
+func (d *dialer) tagName(ctx context.Context, name string) (string, *dialTag, func()) {
 	d.mu.Lock()
 	d.seq++
 	key := strconv.FormatUint(d.seq, 36)
 	t := &dialTag{ctx: ctx}
 	d.tags[key] = t
 	d.mu.Unlock()
-	cp := *n
-	cp.Name = n.Name + tagSep + key
-	return &cp, t, func() {
+	return name + tagSep + key, t, func() {
 		d.mu.Lock()
 		delete(d.tags, key)
 		d.mu.Unlock()
 	}
+}
+
+// joinTagged joins one "[name/]host:port" target with its dial bounded by
+// ctx (memberlist's own join dial waits TCPTimeout, 10 s on the LAN
+// profile, and would hold Shutdown that long).
+func (m *Mesh) joinTagged(ctx context.Context, target string) error {
+	name, addr, ok := strings.Cut(target, "/")
+	if !ok {
+		name, addr = "", target
+	}
+	tagged, _, release := m.dial.tagName(ctx, name)
+	defer release()
+	_, err := m.list.Join([]string{tagged + "/" + addr})
+	return err
 }
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport.

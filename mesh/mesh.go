@@ -479,7 +479,10 @@ func (m *Mesh) join(targets []string) int {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := m.list.Join([]string{t}); err != nil {
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.JoinTimeout)
+			err := m.joinTagged(ctx, t)
+			cancel()
+			if err != nil {
 				errM.Lock()
 				errs = append(errs, err.Error())
 				errM.Unlock()
@@ -620,7 +623,9 @@ func (m *Mesh) peerDown(n *memberlist.Node) {
 			if m.liveNames()[n.Name] || m.closed.Load() || m.left.Load() {
 				return
 			}
-			if _, err := m.list.Join([]string{target}); err == nil {
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.JoinTimeout)
+			defer cancel()
+			if err := m.joinTagged(ctx, target); err == nil {
 				m.log.Info("mesh: a peer declared dead answered a rejoin", "peer", n.Name)
 			}
 		})
