@@ -57,10 +57,11 @@
 // "quorum_ack", "catalog" and "leave" are served by the mesh itself.
 //
 // Deadlines hold end to end: every send is dialed with its context and
-// its connection carries its deadline (dial.go), and while a message has
-// not got out a new attempt starts every RetryInterval on a fresh
-// connection (a lost SYN would cost TCP 1 s). An owner serves a request
-// once, whatever the attempts. Call asks the owner to acknowledge receipt
+// its connection carries its deadline (dial.go), and until the answer (or
+// acknowledgement) arrives a new attempt starts every RetryInterval on a
+// fresh connection (a lost SYN would cost TCP 1 s); a message of at most
+// 1000 bytes also goes as a UDP packet (SendBestEffort). Overlapping
+// attempts are served once; a Call is served once, whatever the attempts. Call asks the owner to acknowledge receipt
 // within AckWithin (default RequestTimeout): a silent owner (cut link,
 // stopped process) fails with ErrNoAck then. With Commit the owner, after
 // acknowledging, waits up to its RequestTimeout (monotonic clock) for the

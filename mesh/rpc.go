@@ -138,7 +138,7 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 	// Attempts go on until the acknowledgement or the reply arrives: a
 	// message written to a socket may still be lost on the wire, and a
 	// fresh attempt is faster than TCP's retransmission.
-	if !m.spawn(func() { sent <- m.deliver(sendCtx, target, msg, stop, true) }) {
+	if !m.spawn(func() { sent <- m.deliver(sendCtx, target, msg, stop, true, o.ack == 0) }) {
 		m.forget(id)
 		return nil, ErrShutdown
 	}
@@ -171,7 +171,7 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 				commitSent = make(chan delivery, 1)
 				go_ := (&message{typ: msgCommit, id: id, from: m.cfg.NodeName, addr: m.SelfAddr()}).encode()
 				cctx, ccancel := context.WithDeadline(ctx, earliest(deadline, time.Now().Add(m.cfg.RequestTimeout)))
-				if !m.spawn(func() { defer ccancel(); commitSent <- m.deliver(cctx, target, go_, nil, false) }) {
+				if !m.spawn(func() { defer ccancel(); commitSent <- m.deliver(cctx, target, go_, nil, false, false) }) {
 					ccancel()
 					m.forget(id)
 					return nil, ErrShutdown
@@ -211,6 +211,11 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 	}
 }
 
+// maxPacketMessage is the largest message that is also sent as a UDP
+// packet (memberlist's UDPBufferSize is 1400 bytes, less its headers, the
+// label and the encryption overhead).
+const maxPacketMessage = 1000
+
 func earliest(a, b time.Time) time.Time {
 	if b.Before(a) {
 		return b
@@ -228,9 +233,10 @@ type delivery struct {
 // deliver gets msg to the node over memberlist's reliable channel within
 // ctx. It starts a new attempt every RetryInterval while none has
 // completed (with untilStop, until stop is closed, whatever the sends
-// did); it returns when an attempt completed (without untilStop), stop is
-// closed, ctx ends, or a connection was refused before anything got out.
-func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, stop <-chan struct{}, untilStop bool) delivery {
+// did, the interval doubling once one did if backoff); it returns when an attempt
+// completed (without untilStop), stop is closed, ctx ends, or a connection
+// was refused before anything got out.
+func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, stop <-chan struct{}, untilStop, backoff bool) delivery {
 	const maxAttempts = 32
 	type res struct {
 		connected bool
@@ -243,6 +249,12 @@ func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, sto
 	launch := func() {
 		if attempts >= maxAttempts {
 			return
+		}
+		if len(msg) <= maxPacketMessage {
+			// A small message also goes as one UDP packet (encrypted and
+			// labelled like the stream): on a lossy link it arrives
+			// without a handshake to lose. Duplicates are harmless.
+			_ = m.list.SendBestEffort(to, msg)
 		}
 		if m.spawn(func() {
 			tn, tag, release := m.dial.tag(ctx, to)
@@ -282,6 +294,11 @@ func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, sto
 				if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > every/4 {
 					launch()
 				}
+			}
+			if d.sent && backoff {
+				// The message got out: the answer may just be slow (a
+				// long handler, a big reply). Back off.
+				every *= 2
 			}
 			t.Reset(every)
 		case <-stop:
@@ -723,7 +740,7 @@ func (m *Mesh) control(w message, typ byte) {
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RequestTimeout)
 	defer cancel()
 	msg := (&message{typ: typ, id: w.id, from: m.cfg.NodeName}).encode()
-	if d := m.deliver(ctx, to, msg, nil, false); !d.sent {
+	if d := m.deliver(ctx, to, msg, nil, false, false); !d.sent {
 		m.log.Debug("mesh: acknowledgement not delivered", "to", w.from, "err", d.err)
 	}
 }
@@ -758,7 +775,7 @@ func (m *Mesh) reply(s *serving, out []byte, err error) {
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, max(time.Duration(w.budget)*time.Millisecond, m.cfg.RequestTimeout))
 	defer cancel()
-	if d := m.deliver(ctx, to, r.encode(), nil, false); !d.sent {
+	if d := m.deliver(ctx, to, r.encode(), nil, false, false); !d.sent {
 		m.log.Debug("mesh: reply not delivered", "to", w.from, "err", d.err)
 	}
 }
