@@ -115,7 +115,7 @@ func TestLossyLinkRetriesAndNoFlap(t *testing.T) {
 				time.Sleep(5 * time.Second)
 				nw.Drop(0.20)
 				nw.SynLoss(0.20)
-				changes, deaths, ok, failed := 0, 0, 0, 0
+				changes, deaths, ok, failed, qok, qfailed := 0, 0, 0, 0, 0, 0
 				last := map[string]string{}
 				for _, s := range all {
 					last[s] = c.nodes[s].PartitionState()
@@ -143,6 +143,13 @@ func TestLossyLinkRetriesAndNoFlap(t *testing.T) {
 							}
 						}
 					}
+					if i%10 == 5 { // a quorum of all 5 every second
+						if q := c.nodes["n5"].Quorum(context.Background(), 5); q == 5 {
+							qok++
+						} else {
+							qfailed++
+						}
+					}
 					if i%10 == 0 { // a routed read every second
 						to := all[1+i/10%4]
 						// As a routed read: acknowledged within request_timeout, answered within 5 s.
@@ -159,8 +166,11 @@ func TestLossyLinkRetriesAndNoFlap(t *testing.T) {
 						}
 					}
 				}
-				report(t, "hold %v, 20%% packet + SYN loss for 5 min: %d partition_state changes on 5 nodes, %d dead observations, reads %d ok / %d failed (first error %v)",
-					hold, changes, deaths, ok, failed, firstErr)
+				report(t, "hold %v, 20%% packet + SYN loss for 5 min: %d partition_state changes on 5 nodes, %d dead observations, reads %d ok / %d failed (first error %v), quorum of 5: %d ok / %d short",
+					hold, changes, deaths, ok, failed, firstErr, qok, qfailed)
+				if qfailed*100 > 3*(qok+qfailed) {
+					t.Errorf("quorum of all 5 short %d times of %d under 20%% loss", qfailed, qok+qfailed)
+				}
 				if hold > 0 {
 					if changes != 0 {
 						t.Errorf("partition_state changed %d times under 20%% loss", changes)

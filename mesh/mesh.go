@@ -116,7 +116,8 @@ type peer struct {
 	suspectAt  time.Time // last negative evidence (failed probe or quorum ack)
 	needFetch  bool
 	fetching   bool
-	rechecking bool // a failed probe is being re-checked
+	rechecking bool      // a failed probe is being re-checked
+	lossyUntil time.Time // a delivery to it needed a retry: hedge until then
 }
 
 type call struct {

@@ -211,6 +211,25 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 	}
 }
 
+// lossyFor is how long a link that needed a retry is treated as lossy.
+const lossyFor = time.Minute
+
+// lossy reports whether a delivery to name needed a retry lately.
+func (m *Mesh) lossy(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.peers[name]
+	return p != nil && time.Now().Before(p.lossyUntil)
+}
+
+func (m *Mesh) markLossy(name string) {
+	m.mu.Lock()
+	if p := m.peers[name]; p != nil {
+		p.lossyUntil = time.Now().Add(lossyFor)
+	}
+	m.mu.Unlock()
+}
+
 // maxPacketMessage is the largest message that is also sent as a UDP
 // packet (memberlist's UDPBufferSize is 1400 bytes, less its headers, the
 // label and the encryption overhead).
@@ -243,9 +262,21 @@ func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, sto
 		err       error
 	}
 	every := m.RetryInterval()
+	lossy := m.lossy(to.Name)
+	if lossy {
+		// This link lost messages lately: hedge (two connections at
+		// once) and retry twice as often.
+		every /= 2
+	}
 	results := make(chan res, maxAttempts)
 	var d delivery
 	attempts, inflight := 0, 0
+	stuck := false // a retry started because no attempt had got out
+	defer func() {
+		if stuck || (d.err != nil && !d.sent && !errors.Is(d.err, ErrShutdown)) {
+			m.markLossy(to.Name)
+		}
+	}()
 	launch := func() {
 		if attempts >= maxAttempts {
 			return
@@ -271,6 +302,9 @@ func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, sto
 		d.err = ErrShutdown
 		return d
 	}
+	if lossy && len(msg) > maxPacketMessage {
+		launch()
+	}
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -292,6 +326,7 @@ func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, sto
 		case <-t.C:
 			if (untilStop || !d.sent) && ctx.Err() == nil {
 				if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > every/4 {
+					stuck = stuck || !d.sent
 					launch()
 				}
 			}
