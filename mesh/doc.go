@@ -59,8 +59,10 @@
 // Deadlines hold end to end: every send is dialed with its context and
 // its connection carries its deadline (dial.go), and until the answer (or
 // acknowledgement) arrives a new attempt starts every RetryInterval on a
-// fresh connection (a lost SYN would cost TCP 1 s); a message of at most
-// 1000 bytes also goes as a UDP packet (SendBestEffort). Overlapping
+// fresh connection (a lost SYN would cost TCP 1 s). A retry, and every
+// message to a peer that needed one in the last minute, also goes as a UDP
+// packet (SendBestEffort) when ≤ 1000 bytes; to such a peer attempts go
+// twice as often and large messages on two connections. Overlapping
 // attempts are served once; a Call is served once, whatever the attempts. Call asks the owner to acknowledge receipt
 // within AckWithin (default RequestTimeout): a silent owner (cut link,
 // stopped process) fails with ErrNoAck then. With Commit the owner, after

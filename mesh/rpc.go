@@ -281,10 +281,12 @@ func (m *Mesh) deliver(ctx context.Context, to *memberlist.Node, msg []byte, sto
 		if attempts >= maxAttempts {
 			return
 		}
-		if len(msg) <= maxPacketMessage {
-			// A small message also goes as one UDP packet (encrypted and
-			// labelled like the stream): on a lossy link it arrives
-			// without a handshake to lose. Duplicates are harmless.
+		if len(msg) <= maxPacketMessage && (lossy || attempts > 0) {
+			// On a lossy link (or a retry), a small message also goes as
+			// one UDP packet (encrypted and labelled like the stream): it
+			// arrives without a handshake to lose. Duplicates are
+			// harmless. (Not on a clean link: it would cost every
+			// request a second receive.)
 			_ = m.list.SendBestEffort(to, msg)
 		}
 		if m.spawn(func() {
