@@ -44,7 +44,9 @@ capabilities:
 
 // startSite runs size gateway processes and returns them once gw_01 sees
 // every catalog.
-func startSite(t *testing.T, size, maxPeers int) ([]*daemon, *mcp.ClientSession) {
+// With ratePolicy, every gateway runs a policy that limits its fan to
+// 30 do_ calls a minute (and allows it in the gate).
+func startSite(t *testing.T, size, maxPeers int, ratePolicy bool) ([]*daemon, *mcp.ClientSession) {
 	t.Helper()
 	dir := t.TempDir()
 	var ds []*daemon
@@ -52,6 +54,14 @@ func startSite(t *testing.T, size, maxPeers int) ([]*daemon, *mcp.ClientSession)
 		state := filepath.Join(dir, fmt.Sprintf("state_%02d", i))
 		args := []string{"run", "--manifest", siteManifest(t, dir, i, size, maxPeers), "--state", state,
 			"--http", fmt.Sprintf("127.0.0.%d:0", 10+i), "--sim-control"}
+		if ratePolicy {
+			pol := filepath.Join(dir, fmt.Sprintf("gw_%02d.policy.yml", i))
+			src := fmt.Sprintf("physmcp_policy_version: \"0.1\"\ncapabilities:\n  do_fan_zone_%02d:\n    rules:\n      - {type: rate, max: \"30/min\"}\ngate:\n  l0:\n    allow:\n      - {name: fans, tool: \"do_fan_*\"}\n", i)
+			if err := os.WriteFile(pol, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--policy", pol)
+		}
 		d := &daemon{cmd: exec.Command(physdBin, args...), state: state, stderr: &syncBuffer{}, done: make(chan error, 1)}
 		d.cmd.Stderr = d.stderr
 		if err := d.cmd.Start(); err != nil {
@@ -97,14 +107,15 @@ func listRemote(t *testing.T, cs *mcp.ClientSession) []string {
 }
 
 // TestMeshTwelveGatewaysSilentOwner: 12 real gateway processes on loopback
-// addresses, max_peers 4. A can_do matching all 12 is complete; a gateway
+// addresses, max_peers 4, each with a rate rule on its fan. A can_do
+// matching all 12 is complete and carries the owners' rate_limit; a gateway
 // frozen with SIGSTOP (accepts connections, answers nothing) makes routed
 // calls fail within request_timeout_ms + a small margin naming it, its fan
 // is reported blocked, and once resumed it has not executed the do_ that
 // waited in its socket buffer.
 func TestMeshTwelveGatewaysSilentOwner(t *testing.T) {
 	const size, margin = 12, 150 * time.Millisecond
-	ds, cs := startSite(t, size, 4)
+	ds, cs := startSite(t, size, 4, true)
 	var rep map[string]any
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -118,6 +129,17 @@ func TestMeshTwelveGatewaysSilentOwner(t *testing.T) {
 	if len(sources(rep, "candidates")) != size || len(sources(rep, "blocked")) != 0 || md["peers_matched"] != float64(size-1) ||
 		md["peers_consulted"] != float64(size-1) || md["responses_received"] != float64(size-1) || md["fanout_used"].(float64) > 4 || md["ttl_used"] != 1.0 {
 		t.Fatalf("can_do over %d gateways: candidates %v, blocked %v, metadata %v", size, sources(rep, "candidates"), sources(rep, "blocked"), md)
+	}
+
+	// The owner's rate rule shows on its candidate, across the mesh.
+	for _, x := range rep["candidates"].([]any) {
+		c := x.(map[string]any)
+		if c["capability"] != "do_fan_zone_05" {
+			continue
+		}
+		if rl, _ := c["rate_limit"].(map[string]any); rl["max"] != 30.0 || rl["current_window_remaining"] != 30.0 {
+			t.Errorf("gw_05's fan candidate rate_limit = %v, want max 30, 30 remaining", c["rate_limit"])
+		}
 	}
 
 	victim := ds[4] // gw_05
@@ -183,7 +205,7 @@ func TestMeshCanDoBench(t *testing.T) {
 			maxPeers = 10
 		}
 		t.Run(fmt.Sprintf("gateways=%d", size), func(t *testing.T) {
-			_, cs := startSite(t, size, maxPeers)
+			_, cs := startSite(t, size, maxPeers, false)
 			for start := time.Now(); len(sources(canDo(t, cs, "ventilation"), "candidates")) != size; time.Sleep(250 * time.Millisecond) {
 				if time.Since(start) > 60*time.Second {
 					t.Fatal("can_do never complete")
