@@ -57,6 +57,14 @@ func TestSilentOwnerBoundedByDeadline(t *testing.T) {
 		if got := served.Get("n3"); got != 0 {
 			t.Errorf("n3 served %d stale requests after resuming", got)
 		}
+		// The go-ahead left and the owner is still at it when the
+		// caller's deadline comes: the outcome is unknown (not "failed").
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := n1.Call(ctx, "n3", "slow", nil, CallOptions{Commit: true}) // n3's "slow" takes 2 s
+		cancel()
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Errorf("Call(n3 slow, commit) with a 1 s deadline = %v, want ErrOutcomeUnknown", err)
+		}
 		// A live owner serves a two-phase Call exactly once.
 		before := served.Get("n2")
 		if out, err := n1.Call(context.Background(), "n2", "count", nil, CallOptions{Commit: true}); err != nil || string(out) != "n2" {

@@ -789,6 +789,7 @@ func (m *Mesh) reply(s *serving, out []byte, err error) {
 	defer func() {
 		m.callMu.Lock()
 		s.done = time.Now()
+		s.w.payload = nil // kept only to recognise retried attempts
 		m.callMu.Unlock()
 	}()
 	if err == nil && len(out) > MaxPayload {
