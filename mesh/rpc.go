@@ -107,7 +107,8 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 		return nil, err
 	}
 	deadline, _ := ctx.Deadline()
-	budget := time.Until(deadline)
+	start := time.Now()
+	budget := deadline.Sub(start)
 	if budget <= 0 || ctx.Err() != nil {
 		return nil, m.ctxError(ctx, node, kind)
 	}
@@ -124,7 +125,7 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 		if o.commit {
 			w.flags |= flagCommit
 		}
-		ackBy = earliest(deadline, time.Now().Add(o.ack))
+		ackBy = earliest(deadline, start.Add(o.ack))
 	}
 	msg := w.encode()
 
@@ -196,12 +197,14 @@ func (m *Mesh) request(ctx context.Context, node, kind string, payload []byte, o
 			m.abandon(id)
 			m.suspectPeer(node)
 			return nil, fmt.Errorf("%w: %s did not acknowledge %s within %v (link cut, process stopped or overloaded)",
-				ErrNoAck, node, kind, o.ack.Round(time.Millisecond))
+				ErrNoAck, node, kind, ackBy.Sub(start).Round(time.Millisecond))
 		case <-ctx.Done():
 			m.abandon(id)
-			if commitStarted && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, fmt.Errorf("%w: %s acknowledged %s and was told to go ahead, but did not answer within the deadline",
-					ErrOutcomeUnknown, node, kind)
+			if commitStarted {
+				// Whether the caller gave up or the deadline came, the
+				// owner may be acting.
+				return nil, fmt.Errorf("%w: %s acknowledged %s and was told to go ahead, but did not answer within the deadline (%v)",
+					ErrOutcomeUnknown, node, kind, ctx.Err())
 			}
 			return nil, m.ctxError(ctx, node, kind)
 		case <-m.done:
