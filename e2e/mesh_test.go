@@ -136,6 +136,30 @@ func TestMeshAcrossProcesses(t *testing.T) {
 	t.Logf("routed call to the killed node failed in %s", time.Since(start).Round(time.Millisecond))
 	t.Logf("gw_zone_c reported source_unreachable %s after SIGKILL", time.Since(killed).Round(time.Millisecond))
 
+	// Once the mesh declares it dead, can_do and a call to its tool give
+	// one answer: the tool is still listed, and the call is a tool error
+	// naming the owner and its state (never JSON-RPC "unknown tool").
+	reason := func() string {
+		for _, x := range canDo(t, cs, "ventilation")["blocked"].([]any) {
+			if b := x.(map[string]any); b["capability"] == "do_vent_zone_c" {
+				return fmt.Sprint(b["reason"])
+			}
+		}
+		return ""
+	}
+	for deadline = time.Now().Add(30 * time.Second); !strings.Contains(reason(), "gw_zone_c is dead") && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+	}
+	if r := reason(); !strings.Contains(r, "gw_zone_c is dead") {
+		t.Fatalf("can_do never reported gw_zone_c dead: %q", r)
+	}
+	res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_vent_zone_c", Arguments: map[string]any{"source": "gw_zone_c", "value": 40, "idempotency_key": "dead-1"}})
+	if err != nil || !res.IsError || !strings.Contains(text(res), "gw_zone_c is dead") || listTools(t, cs)["do_vent_zone_c"] == nil {
+		t.Errorf("call to the dead owner's tool: err %v, result %v", err, res)
+	} else {
+		t.Logf("call to the dead owner's tool: %s", text(res))
+	}
+
 	// Restarted, it rejoins and answers again.
 	meshNode(t, "c", "127.0.0.4", dir+"/c")
 	deadline = time.Now().Add(30 * time.Second)

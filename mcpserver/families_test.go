@@ -169,18 +169,18 @@ func jsonEqual(a, b any) bool {
 	return string(x) == string(y)
 }
 
-// siteRouter is a site of other gateways as the mesh would report it:
+// familySite is a site of other gateways as the mesh would report it:
 // each a copy of the greenhouse in its own zones.
-type siteRouter struct{ tools []mcpserver.RemoteTool }
+type familySite struct{ tools []mcpserver.RemoteTool }
 
-func (s siteRouter) RemoteTools() []mcpserver.RemoteTool { return s.tools }
-func (siteRouter) Read(context.Context, string, string, int64) ([]byte, error) {
+func (s familySite) RemoteTools() []mcpserver.RemoteTool { return s.tools }
+func (familySite) Read(context.Context, string, string, int64) ([]byte, error) {
 	return nil, context.DeadlineExceeded
 }
-func (siteRouter) Do(context.Context, string, string, json.RawMessage, string, node.Caller) ([]byte, error) {
+func (familySite) Do(context.Context, string, string, json.RawMessage, string, node.Caller) ([]byte, error) {
 	return nil, context.DeadlineExceeded
 }
-func (siteRouter) OnChange(func()) {}
+func (familySite) OnChange(func()) {}
 
 // TestTenGatewaySiteFitsClients: a site of ten greenhouse gateways (13
 // capabilities each, every name and zone its own) lists 130+ tools by
@@ -191,7 +191,7 @@ func TestTenGatewaySiteFitsClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var site siteRouter
+	var site familySite
 	for g := 2; g <= 10; g++ {
 		gw := fmt.Sprintf("gw_greenhouse_%03d", g)
 		for _, c := range m.Capabilities {
@@ -215,7 +215,7 @@ func TestTenGatewaySiteFitsClients(t *testing.T) {
 
 // captureRouter records the caller a routed call is sent with.
 type captureRouter struct {
-	siteRouter
+	familySite
 	got chan node.Caller
 }
 
@@ -229,7 +229,7 @@ func (c captureRouter) Do(_ context.Context, _, _ string, _ json.RawMessage, _ s
 // role this gateway gave it.
 func TestRoutedCallForwardsTheCredential(t *testing.T) {
 	lo, hi := 0.0, 100.0
-	cr := captureRouter{siteRouter{[]mcpserver.RemoteTool{{Owner: "gw_other", Tool: "do_pump", Kind: "do", DataType: "int", Min: &lo, Max: &hi}}}, make(chan node.Caller, 1)}
+	cr := captureRouter{familySite{[]mcpserver.RemoteTool{{Owner: "gw_other", Tool: "do_pump", Kind: "do", DataType: "int", Min: &lo, Max: &hi}}}, make(chan node.Caller, 1)}
 	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{Router: cr}, nil)
 	cs := connectPath(t, s, "/mcp", "2026-07-28", operatorToken)
 	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_pump", Arguments: map[string]any{"source": "gw_other", "value": 5, "idempotency_key": "fwd-1"}}); err != nil {

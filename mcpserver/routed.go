@@ -3,17 +3,26 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
 )
+
+// ErrOutcomeUnknown is wrapped by a Router's Do error when the request
+// reached the owner and was told to go ahead, but no answer came back: the
+// actuation may have happened. The call answers a do_ result with status
+// partial, verified false and code outcome_unknown (never a failure).
+var ErrOutcomeUnknown = errors.New("outcome unknown")
 
 // RemoteTool is a capability another node of the site owns.
 type RemoteTool struct {
@@ -190,6 +199,9 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 			key = *args.IdempotencyKey
 		}
 		body, err = rt.router.Do(ctx, owner, tool, args.Value, key, caller)
+		if errors.Is(err, ErrOutcomeUnknown) {
+			return outcomeUnknown(owner, tool, key, args.Value, err), nil
+		}
 	}
 	if err != nil {
 		return toolError(fmt.Errorf("%s on %s: %w", tool, owner, err)), nil
@@ -211,4 +223,22 @@ func (ts *toolSet) routedLocal(ctx context.Context, req *mcp.CallToolRequest, ki
 	}
 	res, _ := ts.routing.route(ctx, req, kind, tool, in.Source)
 	return res, true
+}
+
+// outcomeUnknown is the do_ answer for a routed actuation whose request
+// reached the owner but whose answer did not come back.
+func outcomeUnknown(owner, tool, key string, value json.RawMessage, err error) *mcp.CallToolResult {
+	var requested any
+	_ = json.Unmarshal(value, &requested)
+	r := promcp.DoResult{
+		Status: promcp.StatusPartial, IdempotencyKey: key, Timestamp: time.Now().UTC(), SideEffects: []string{},
+		Capability: tool, Source: owner, RequestedValue: requested, Verified: false,
+		Permission: promcp.PermSourceUnreachable, Code: promcp.CodeOutcomeUnknown,
+		Reason: fmt.Sprintf("%s on %s: the request reached %s and was told to go ahead, but no answer came back (%v): the actuation may have happened. Read the matching read_ tool on %s before acting again; retry only with the same idempotency_key.",
+			tool, owner, owner, err, owner),
+		Details: "code=outcome_unknown; owner=" + owner,
+		Policy:  promcp.PolicyNote{Configured: false, Decision: "not_evaluated", Note: "decided on the owner " + owner},
+	}
+	b, _ := json.Marshal(r)
+	return jsonResult(b)
 }

@@ -121,7 +121,7 @@ func (h *mlHandler) Handle(ctx context.Context, r slog.Record) error {
 	msg = strings.TrimPrefix(msg, "memberlist: ")
 	if rest, ok := strings.CutPrefix(msg, "Suspect "); ok {
 		if name, ok := strings.CutSuffix(rest, " has failed, no acks received"); ok {
-			h.m.suspectPeer(name)
+			h.m.probeFailed(name)
 		}
 	}
 	if !h.inner.Enabled(ctx, level) {

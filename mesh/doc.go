@@ -8,8 +8,10 @@
 //
 //	m, err := mesh.New(cfg, catalog, handler) // create, join seeds (a failed join is retried)
 //	m.Request(ctx, node, kind, payload)       // one request/reply, deadline = ctx
+//	m.Call(ctx, node, kind, payload, opts)    // acknowledged within RequestTimeout; opts.Commit: two-phase
 //	m.Fanout(ctx, nodes, kind, payload)       // concurrent; late answers dropped and counted
-//	m.Quorum(ctx, need)                       // fresh acks within RequestTimeout (policy.QuorumFunc)
+//	m.Consult(ctx, nodes, kind, payload, max) // Fanout, at most max in flight; NotConsulted when time runs out
+//	m.Quorum(ctx, need)                       // fresh acks, decided DecisionMargin before RequestTimeout (policy.QuorumFunc)
 //	m.RequireQuorum(ctx, need)                // *QuorumError "partition_no_quorum: alive 2, required 3"
 //	m.Members(), m.Catalogs(), m.Status()     // the view: states, catalogs, partition_state
 //	m.PartitionState(), m.SizeEstimate()
@@ -49,10 +51,24 @@
 // (a TCP stream per message, encrypted like everything else) carrying a
 // correlation id, the sender's name and reply address, the request kind,
 // the time left before the requester's deadline (the remote handler's ctx
-// deadline) and the payload (≤ MaxPayload = 256 KiB). The reply comes back
-// the same way. Replies arriving after the deadline are dropped and
-// counted (Fanout's late counter, and LateDropped). The kinds
+// deadline), flags and the payload (≤ MaxPayload = 256 KiB). The reply
+// comes back the same way. Replies arriving after the deadline are dropped
+// and counted (Fanout's late counter, and LateDropped). The kinds
 // "quorum_ack", "catalog" and "leave" are served by the mesh itself.
+//
+// Deadlines hold end to end: every send is dialed with its context and
+// its connection carries its deadline (dial.go), and until the answer (or
+// acknowledgement) arrives a new attempt starts every RetryInterval on a
+// fresh connection (a lost SYN would cost TCP 1 s). A retry, and every
+// message to a peer that needed one in the last minute, also goes as a UDP
+// packet (SendBestEffort) when ≤ 1000 bytes; to such a peer attempts go
+// twice as often and large messages on two connections. Overlapping
+// attempts are served once; a Call is served once, whatever the attempts. Call asks the owner to acknowledge receipt
+// within AckWithin (default RequestTimeout): a silent owner (cut link,
+// stopped process) fails with ErrNoAck then. With Commit the owner, after
+// acknowledging, waits up to its RequestTimeout (monotonic clock) for the
+// requester's go-ahead and serves nothing without it; ErrOutcomeUnknown
+// means the go-ahead left and no answer came.
 //
 // # Member states
 //
@@ -83,7 +99,9 @@
 // PartitionState classifies the view (see its doc): partitioned when fewer
 // than a majority of ExpectedSize nodes are alive, suspected_partition when
 // a majority is alive but a member is suspect or dead or an expected node
-// is missing, healthy otherwise.
+// is missing, healthy otherwise. A change is reported once it has held for
+// PartitionHold (3 s), and a failed memberlist probe is re-checked at once
+// with a quorum_ack, so a lossy link does not make it flap.
 //
 // # Partitions and re-merge
 //
@@ -96,6 +114,7 @@
 // # Tests
 //
 // Package meshtest provides an in-memory fault-injecting transport
-// (partitions, crashes, loss, latency, byte counters) with which whole
+// (partitions, crashes, SIGSTOP-like freezes, packet and SYN loss,
+// latency, byte counters) with which whole
 // meshes run inside testing/synctest.
 package mesh

@@ -172,9 +172,35 @@ func echoHandler(node string) Handler {
 			panic("handler bug")
 		case "big":
 			return make([]byte, MaxPayload+1), nil
+		case "count":
+			served.Add(node, 1)
+			return []byte(node), nil
 		}
 		return nil, fmt.Errorf("unknown kind %q", kind)
 	}
+}
+
+// served counts "count" requests served, by node.
+var served counter
+
+type counter struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (c *counter) Add(k string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	c.m[k] += n
+}
+
+func (c *counter) Get(k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
 }
 
 // logBuf is a goroutine-safe log sink.

@@ -38,6 +38,10 @@ var (
 	ErrTooLarge      = errors.New("mesh: payload too large")
 	ErrShutdown      = errors.New("mesh: shut down")
 	ErrDuplicateNode = errors.New("mesh: duplicate node id")
+	// ErrNoAck: the owner did not acknowledge a Call in time (silent).
+	ErrNoAck = errors.New("mesh: no acknowledgement")
+	// ErrOutcomeUnknown: a Commit call's go-ahead left, no answer came.
+	ErrOutcomeUnknown = errors.New("mesh: outcome unknown")
 )
 
 // RemoteError is an error returned by the remote node's handler.
@@ -55,6 +59,7 @@ type Mesh struct {
 	log  *slog.Logger
 	h    Handler
 	list *memberlist.Memberlist
+	dial *dialer // the transport memberlist uses, with per-send deadlines
 
 	ctx    context.Context // canceled by Shutdown
 	cancel context.CancelFunc
@@ -84,31 +89,42 @@ type Mesh struct {
 	nextID     atomic.Uint64
 	callMu     sync.Mutex
 	calls      map[uint64]*call
+	serving    map[srvKey]*serving // requests from others (guarded by callMu)
 	lateTotal  atomic.Int64
 	changeCh   chan struct{}
 	fetchCh    chan struct{}
+
+	psMu       sync.Mutex // partition_state hysteresis
+	psSettled  bool
+	psReported string
+	psRaw      string
+	psSince    time.Time
 }
 
 // peer is what this node knows about another node.
 type peer struct {
-	name      string
-	addr      string // advertise "ip:port"
-	ip        net.IP
-	port      uint16
-	metaHash  string   // catalog hash from the gossiped metadata
-	cat       *Catalog // latest catalog whose hash matched metaHash
-	down      bool     // memberlist declared it dead or left
-	left      bool     // it told us it was leaving
-	downAt    time.Time
-	lastSeen  time.Time // last positive evidence (probe ack, message, alive event)
-	suspectAt time.Time // last negative evidence (failed probe or quorum ack)
-	needFetch bool
-	fetching  bool
+	name       string
+	addr       string // advertise "ip:port"
+	ip         net.IP
+	port       uint16
+	metaHash   string   // catalog hash from the gossiped metadata
+	cat        *Catalog // latest catalog whose hash matched metaHash
+	down       bool     // memberlist declared it dead or left
+	left       bool     // it told us it was leaving
+	downAt     time.Time
+	lastSeen   time.Time // last positive evidence (probe ack, message, alive event)
+	suspectAt  time.Time // last negative evidence (failed probe or quorum ack)
+	needFetch  bool
+	fetching   bool
+	rechecking bool      // a failed probe is being re-checked
+	lossyUntil time.Time // a delivery to it needed a retry: hedge until then
 }
 
 type call struct {
 	node      string
 	ch        chan result
+	ack       chan struct{} // closed by the owner's msgAck
+	acked     bool
 	late      *atomic.Int64
 	abandoned time.Time // zero while the requester waits
 }
@@ -150,12 +166,20 @@ func New(cfg Config, cat Catalog, h Handler) (*Mesh, error) {
 		peers:      map[string]*peer{},
 		handlerSem: make(chan struct{}, MaxConcurrentHandlers),
 		calls:      map[uint64]*call{},
+		serving:    map[srvKey]*serving{},
 		changeCh:   make(chan struct{}, 1),
 		fetchCh:    make(chan struct{}, 1),
 	}
-	mc := m.memberlistConfig()
+	mc, err := m.memberlistConfig()
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("mesh: start memberlist on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
+	}
 	list, err := memberlist.Create(mc)
 	if err != nil {
+		if cfg.Transport == nil {
+			_ = m.dial.Shutdown()
+		}
 		cancel()
 		return nil, fmt.Errorf("mesh: start memberlist on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
@@ -191,6 +215,9 @@ func New(cfg Config, cat Catalog, h Handler) (*Mesh, error) {
 		"expected_size", m.cfg.ExpectedSize, "profile", cfg.Profile)
 	return m, nil
 }
+
+// Done is closed when the mesh shuts down.
+func (m *Mesh) Done() <-chan struct{} { return m.done }
 
 // Name is this node's name (the device id).
 func (m *Mesh) Name() string { return m.cfg.NodeName }
@@ -338,6 +365,7 @@ func (m *Mesh) notifier() {
 		case <-m.done:
 			return
 		case <-m.changeCh:
+			m.Status() // observe the partition state at each change (hysteresis clock)
 			m.mu.Lock()
 			fns := append([]func(){}, m.onChange...)
 			m.mu.Unlock()
@@ -452,7 +480,10 @@ func (m *Mesh) join(targets []string) int {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := m.list.Join([]string{t}); err != nil {
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.JoinTimeout)
+			err := m.joinTagged(ctx, t)
+			cancel()
+			if err != nil {
 				errM.Lock()
 				errs = append(errs, err.Error())
 				errM.Unlock()
@@ -505,6 +536,11 @@ func (m *Mesh) sweep() {
 	for id, c := range m.calls {
 		if !c.abandoned.IsZero() && now.Sub(c.abandoned) > window {
 			delete(m.calls, id)
+		}
+	}
+	for k, s := range m.serving {
+		if !s.done.IsZero() && now.Sub(s.done) > window {
+			delete(m.serving, k) // retried attempts arrive within the requester's deadline
 		}
 	}
 	m.callMu.Unlock()
@@ -571,9 +607,30 @@ func (m *Mesh) peerDown(n *memberlist.Node) {
 		m.peers[n.Name] = p
 	}
 	p.down, p.downAt = true, time.Now()
+	left, target := p.left, n.Name+"/"+n.Address()
 	m.mu.Unlock()
 	m.log.Info("mesh: peer down", "peer", n.Name)
 	m.changed()
+	if !left && m.cfg.ReconnectInterval > 0 {
+		// A death on a lossy link may be false: try to rejoin it once,
+		// soon, rather than at the next reconnect round. A push/pull with
+		// a live peer tells it it was declared dead, and it refutes.
+		m.spawn(func() {
+			select {
+			case <-time.After(m.cfg.RequestTimeout):
+			case <-m.done:
+				return
+			}
+			if m.liveNames()[n.Name] || m.closed.Load() || m.left.Load() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.JoinTimeout)
+			defer cancel()
+			if err := m.joinTagged(ctx, target); err == nil {
+				m.log.Info("mesh: a peer declared dead answered a rejoin", "peer", n.Name)
+			}
+		})
+	}
 }
 
 // sawPeer records positive evidence that name is alive and reachable.
@@ -591,8 +648,69 @@ func (m *Mesh) sawPeer(name string) {
 	}
 }
 
+// probeFailed: memberlist's probe of name failed (UDP, and its indirect
+// and TCP fallbacks). On a lossy link that happens to members that are
+// fine: record the suspicion and re-check at once, and again while it
+// stands, with a quorum_ack over the mesh's own retried TCP requests; an
+// answer clears it.
+func (m *Mesh) probeFailed(name string) { m.suspectPeer(name) }
+
+// recheck starts the re-check loop of a suspect peer (one per peer).
+func (m *Mesh) recheck(name string) {
+	m.mu.Lock()
+	p := m.peers[name]
+	start := p != nil && !p.down && !p.rechecking
+	if start {
+		p.rechecking = true
+	}
+	m.mu.Unlock()
+	if !start {
+		return
+	}
+	if !m.spawn(func() {
+		defer func() {
+			m.mu.Lock()
+			if p := m.peers[name]; p != nil {
+				p.rechecking = false
+			}
+			m.mu.Unlock()
+		}()
+		// Until positive evidence clears the suspicion (any message from
+		// it: the ack's reply included), memberlist declares it dead, or
+		// a minute has passed.
+		for start := time.Now(); time.Since(start) < time.Minute; {
+			m.mu.Lock()
+			p := m.peers[name]
+			still := p != nil && !p.down && p.suspectAt.After(p.lastSeen)
+			m.mu.Unlock()
+			if !still || m.closed.Load() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.RequestTimeout)
+			t0 := time.Now()
+			_, err := m.request(ctx, name, KindQuorumAck, nil, callOpts{})
+			cancel()
+			if err == nil {
+				return
+			}
+			if rest := 2*m.cfg.RequestTimeout - time.Since(t0); rest > 0 { // a refused dial returns at once
+				select {
+				case <-time.After(rest):
+				case <-m.done:
+					return
+				}
+			}
+		}
+	}) {
+		m.mu.Lock()
+		p.rechecking = false
+		m.mu.Unlock()
+	}
+}
+
 // suspectPeer records negative evidence: a failed probe (memberlist's
-// "Suspect X has failed" log line) or a failed quorum ack.
+// "Suspect X has failed" log line), a failed quorum ack or request; it
+// starts the re-check loop (see probeFailed).
 func (m *Mesh) suspectPeer(name string) {
 	m.mu.Lock()
 	p := m.peers[name]
@@ -605,6 +723,7 @@ func (m *Mesh) suspectPeer(name string) {
 	if flip {
 		m.changed()
 	}
+	m.recheck(name)
 }
 
 func (m *Mesh) markLeft(name string) {

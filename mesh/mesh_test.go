@@ -215,9 +215,9 @@ func TestCrash(t *testing.T) {
 				report(t, "crash 1 of %d (LAN profile): quorum decided in %v (alive %d); first suspect (memberlist probe) at %v; dead on all %d survivors at %v simulated",
 					n, qTook, q, suspectAt, n-1, deadAt)
 				for _, s := range all[:n-1] {
-					if got := c.nodes[s].PartitionState(); got != SuspectedPartition {
-						t.Errorf("%s partition state %s, want %s", s, got, SuspectedPartition)
-					}
+					waitFor(t, 2*DefaultPartitionHold, s+" reports suspected_partition", func() bool {
+						return c.nodes[s].PartitionState() == SuspectedPartition
+					})
 				}
 			})
 		})
@@ -251,8 +251,12 @@ func TestPartitionLongHeal(t *testing.T) {
 				if err == nil || err.Error() != "partition_no_quorum: alive 2, required 3" || time.Since(cut) > n4.cfg.RequestTimeout {
 					t.Errorf("minority quorum = %v after %v", err, time.Since(cut))
 				}
-				if got := n4.PartitionState(); got != Partitioned {
-					t.Errorf("minority partition state %s right after the failed quorum", got)
+				if got := n4.PartitionState(); got != Healthy {
+					t.Errorf("minority partition state %s right after the failed quorum: want healthy until the change has held for %v", got, DefaultPartitionHold)
+				}
+				held := waitFor(t, 2*DefaultPartitionHold, "minority reports partitioned", func() bool { return n4.PartitionState() == Partitioned })
+				if held < DefaultPartitionHold-time.Second {
+					t.Errorf("minority reported partitioned after %v, before the %v hold", held, DefaultPartitionHold)
 				}
 				start := time.Now()
 				if err := n1.RequireQuorum(context.Background(), 3); err != nil || time.Since(start) > n1.cfg.RequestTimeout {
@@ -292,9 +296,7 @@ func TestPartitionLongHeal(t *testing.T) {
 					if q := n4.Quorum(context.Background(), 0); q != 5 {
 						t.Errorf("quorum after re-merge = %d", q)
 					}
-					if got := n4.PartitionState(); got != Healthy {
-						t.Errorf("after re-merge %s", got)
-					}
+					waitFor(t, 2*DefaultPartitionHold, "healthy after re-merge", func() bool { return n4.PartitionState() == Healthy })
 				} else {
 					time.Sleep(60 * time.Second)
 					merged := c.converged(all)

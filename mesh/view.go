@@ -32,6 +32,8 @@ type Member struct {
 	// LastSeen is the last positive evidence of the member (a probe ack,
 	// a message, an alive event). Zero for self.
 	LastSeen time.Time `json:"last_seen,omitzero"`
+	// DownSince is when this node saw it die or leave (zero while live).
+	DownSince time.Time `json:"down_since,omitzero"`
 }
 
 // Members returns every node this node knows, itself included, sorted by
@@ -54,9 +56,9 @@ func (m *Mesh) Members() []Member {
 		case live[name]:
 			mem.State = StateAlive
 		case p.left:
-			mem.State = StateLeft
+			mem.State, mem.DownSince = StateLeft, p.downAt
 		default:
-			mem.State = StateDead
+			mem.State, mem.DownSince = StateDead, p.downAt
 		}
 		if p.cat != nil {
 			c := p.cat.clone()
@@ -124,7 +126,7 @@ func (m *Mesh) Status() Status {
 			s.Left++
 		}
 	}
-	s.PartitionState = partitionState(s.Alive, s.Suspect, s.Dead, s.Left, s.ExpectedSize)
+	s.PartitionState = m.holdPartitionState(partitionState(s.Alive, s.Suspect, s.Dead, s.Left, s.ExpectedSize))
 	s.SizeEstimate = s.Alive + s.Suspect + s.Dead
 	if m.list != nil {
 		s.HealthScore = m.list.GetHealthScore()
@@ -138,6 +140,30 @@ func (m *Mesh) Status() Status {
 	return s
 }
 
+// holdPartitionState applies the hysteresis: raw (the state the view shows
+// now) replaces the reported state only once it has been observed without
+// interruption for PartitionHold. Until the mesh has first been healthy
+// (while joining), the state is reported as is.
+func (m *Mesh) holdPartitionState(raw string) string {
+	now := time.Now()
+	m.psMu.Lock()
+	defer m.psMu.Unlock()
+	if !m.psSettled || m.cfg.PartitionHold < 0 {
+		// Until the mesh has first been healthy (joining), report as is.
+		m.psSettled = raw == Healthy
+		m.psReported, m.psRaw, m.psSince = raw, raw, now
+		return raw
+	}
+	if raw != m.psRaw {
+		m.psRaw, m.psSince = raw, now
+	}
+	if raw != m.psReported && now.Sub(m.psSince) >= m.cfg.PartitionHold {
+		m.log.Info("mesh: partition_state changed", "from", m.psReported, "to", raw, "held", now.Sub(m.psSince))
+		m.psReported = raw
+	}
+	return m.psReported
+}
+
 // PartitionState classifies this node's view of the mesh:
 //
 //   - partitioned: fewer than a majority of ExpectedSize nodes (self
@@ -147,6 +173,8 @@ func (m *Mesh) Status() Status {
 //     (an expected peer never joined);
 //   - healthy: otherwise.
 //
+// A change is reported once it has held for PartitionHold (hysteresis), so
+// a lossy link that makes a member briefly suspect does not make it flap.
 // It reads the membership view only (no network round trip); use Quorum
 // for a fresh answer before acting.
 func (m *Mesh) PartitionState() string { return m.Status().PartitionState }

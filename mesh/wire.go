@@ -9,19 +9,32 @@ import (
 // (SendReliable → the delegate's NotifyMsg). memberlist encrypts the whole
 // stream (AES-GCM with the label as additional data) when a key is set.
 //
-//	byte 0     wireVersion
-//	byte 1     msgRequest | msgReply
+//	byte 0     wireVersion (2; version 1 had no flags)
+//	byte 1     msgRequest | msgReply | msgAck | msgCommit
 //	uvarint    correlation id (the requester's)
 //	string     from: sender node name          (uvarint length + bytes)
 //	string     reply address "ip:port" (request) / "" (reply)
 //	string     kind (request) / error text (reply; "" = success)
 //	uvarint    budget in ms (request: time left before the requester's
-//	           deadline) / 0 (reply)
+//	           deadline) / 0 (others)
+//	uvarint    flags (request): flagAck, flagCommit
 //	rest       payload
+//
+// msgAck (owner → requester, "received") and msgCommit (requester → owner,
+// "go ahead") carry only the id, the sender and, for msgCommit, the reply
+// address.
 const (
-	wireVersion = 1
+	wireVersion = 2
 	msgRequest  = 1
 	msgReply    = 2
+	msgAck      = 3
+	msgCommit   = 4
+
+	// flagAck asks the owner to acknowledge receipt at once (msgAck).
+	flagAck = 1
+	// flagCommit asks the owner to acknowledge and then wait for msgCommit
+	// before serving the request (implies flagAck).
+	flagCommit = 2
 
 	maxWireString = 4096
 	// maxMessage is the largest user message accepted off the wire.
@@ -37,6 +50,7 @@ type message struct {
 	addr    string // reply address (requests)
 	text    string // kind (requests) or error (replies)
 	budget  uint64 // ms (requests)
+	flags   uint64 // requests
 	payload []byte
 }
 
@@ -49,6 +63,7 @@ func (w *message) encode() []byte {
 		b = append(b, s...)
 	}
 	b = binary.AppendUvarint(b, w.budget)
+	b = binary.AppendUvarint(b, w.flags)
 	return append(b, w.payload...)
 }
 
@@ -57,7 +72,7 @@ var errBadMessage = errors.New("malformed mesh message")
 // decodeMessage parses b; the payload aliases b.
 func decodeMessage(b []byte) (message, error) {
 	var w message
-	if len(b) < 2 || b[0] != wireVersion || (b[1] != msgRequest && b[1] != msgReply) || len(b) > maxMessage {
+	if len(b) < 2 || b[0] != wireVersion || b[1] < msgRequest || b[1] > msgCommit || len(b) > maxMessage {
 		return w, errBadMessage
 	}
 	w.typ = b[1]
@@ -81,7 +96,12 @@ func decodeMessage(b []byte) (message, error) {
 	if k <= 0 {
 		return w, errBadMessage
 	}
-	w.budget, w.payload = budget, b[k:]
+	w.budget, b = budget, b[k:]
+	flags, k := binary.Uvarint(b)
+	if k <= 0 {
+		return w, errBadMessage
+	}
+	w.flags, w.payload = flags, b[k:]
 	if len(w.payload) > MaxPayload || w.from == "" {
 		return w, errBadMessage
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/physd/physd/audit"
 	_ "github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/manifest"
@@ -22,6 +24,14 @@ import (
 // gateway is one node of a site: a simulated zone with a temperature
 // sensor and a fan, joined to the mesh over real loopback UDP/TCP.
 func gateway(tb testing.TB, i int, seeds []string, size int) (*node.Node, *mesh.Mesh) {
+	tb.Helper()
+	n, ms, _ := gatewayWith(tb, i, seeds, size, nil, 0)
+	return n, ms
+}
+
+// gatewayWith is gateway over transport t (nil: real loopback), asking at
+// most maxPeers peers at once.
+func gatewayWith(tb testing.TB, i int, seeds []string, size int, t memberlist.NodeAwareTransport, maxPeers int) (*node.Node, *mesh.Mesh, *meshnode.Remote) {
 	tb.Helper()
 	zone := fmt.Sprintf("zone_%02d", i)
 	src := fmt.Sprintf(`physmcp_version: "0.1"
@@ -45,20 +55,20 @@ capabilities:
 	if err != nil {
 		tb.Fatal(err)
 	}
-	remote := &meshnode.Remote{Budget: 500 * time.Millisecond}
+	remote := &meshnode.Remote{Budget: 500 * time.Millisecond, MaxPeers: maxPeers}
 	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Remote: remote})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	ms, err := mesh.New(mesh.Config{NodeName: m.Device.ID, BindAddr: "127.0.0.1", Seeds: seeds, Label: "bench",
 		Profile: mesh.ProfileLocal, ExpectedSize: size, RequestTimeout: 500 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)}, mesh.CatalogFromManifest(m), meshnode.Handler(n, nil))
+		Logger: slog.New(slog.DiscardHandler), Transport: t}, mesh.CatalogFromManifest(m), meshnode.Handler(n, nil))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	remote.Mesh = ms
 	tb.Cleanup(func() { ms.Shutdown(); n.Close(context.Background()); al.Close(); st.Close() })
-	return n, ms
+	return n, ms, remote
 }
 
 // BenchmarkDistributedCanDo is a can_do asked of one gateway that every

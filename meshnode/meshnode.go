@@ -114,18 +114,47 @@ func Handler(n *node.Node, authn Authenticator) mesh.Handler {
 	}
 }
 
+// DefaultDownListed is how long the capabilities of a member that died
+// (failed, unreachable) stay known: listed as routed tools (a call gets a
+// tool error naming the owner and its state) and reported by can_do
+// (blocked, source_unreachable, with the same state). After it, both
+// forget them. A member that left gracefully is forgotten by both at once.
+const DefaultDownListed = 10 * time.Minute
+
 // Remote is the node's view of the rest of the site.
 type Remote struct {
 	Mesh *mesh.Mesh
 	// Budget bounds a distributed can_do (PhysMCP's 500 ms total).
 	Budget time.Duration
-	// MaxPeers caps the fan-out (manifest network.mesh.max_peers).
+	// MaxPeers bounds how many peers are asked at once (manifest
+	// network.mesh.max_peers); every matching peer is asked, in turn, or
+	// reported not_consulted when the budget runs out first.
 	MaxPeers int
+	// DownListed overrides DefaultDownListed.
+	DownListed time.Duration
 }
 
-// CanDo asks the nodes whose catalogs could match, within the budget.
-// Owners that do not answer in time are reported as source_unreachable for
-// their matching capabilities.
+// downListed reports whether a dead or left member's capabilities are
+// still listed, and its state text for errors and reports.
+func downListed(mem mesh.Member, keep time.Duration) (bool, string) {
+	if mem.State == mesh.StateLeft {
+		return false, ""
+	}
+	if keep <= 0 {
+		keep = DefaultDownListed
+	}
+	since := mem.DownSince
+	if since.IsZero() {
+		since = mem.LastSeen
+	}
+	text := fmt.Sprintf("node %s is %s (last seen %s)", mem.Name, mem.State, mem.LastSeen.UTC().Format(time.RFC3339))
+	return since.IsZero() || time.Since(since) <= keep, text
+}
+
+// CanDo asks every live node whose catalog could match, at most MaxPeers
+// at a time, within the budget. Owners that do not answer in time, are
+// dead, or could not be asked before the budget ran out are reported
+// blocked for their matching capabilities: the answer is complete.
 func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node.Caller) node.RemoteReport {
 	out := node.RemoteReport{MeshSizeEstimate: r.Mesh.SizeEstimate(), PartitionState: r.Mesh.PartitionState()}
 	in, err := node.Normalise(req)
@@ -148,14 +177,16 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 			continue
 		}
 		if mem.State == mesh.StateDead || mem.State == mesh.StateLeft {
-			// Known capabilities of a node that is gone: say so, do not
-			// pretend they never existed.
-			r.unreachable(&out, owner, matches[owner], fmt.Sprintf("node %s is %s (last seen %s)", owner, mem.State, mem.LastSeen.UTC().Format(time.RFC3339)))
+			// Known capabilities of a node that is gone: say so (as a
+			// call to its tool does), do not pretend they never existed.
+			if listed, state := downListed(mem, r.DownListed); listed {
+				out.PeersMatched++
+				r.unreachable(&out, owner, matches[owner], state, "device_offline")
+			}
 			continue
 		}
-		if r.MaxPeers <= 0 || len(targets) < r.MaxPeers {
-			targets = append(targets, owner)
-		}
+		out.PeersMatched++
+		targets = append(targets, owner)
 	}
 	if len(targets) == 0 {
 		return out
@@ -164,36 +195,50 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 	if budget <= 0 {
 		budget = 500 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(ctx, budget)
+	// Decide DecisionMargin before the budget, so the merged answer
+	// reaches the agent within it.
+	ctx, cancel := context.WithTimeout(ctx, budget-min(r.Mesh.DecisionMargin(), budget/2))
 	defer cancel()
 	payload, _ := json.Marshal(canDoRequest{Request: req, Caller: caller, Credential: caller.Credential})
-	replies, errs, _ := r.Mesh.Fanout(ctx, targets, KindCanDo, payload)
-	out.PeersConsulted = len(targets)
-	for owner, b := range replies {
+	res := r.Mesh.Consult(ctx, targets, KindCanDo, payload, r.MaxPeers)
+	out.PeersConsulted = len(targets) - len(res.NotConsulted)
+	out.PeersNotConsulted = len(res.NotConsulted)
+	out.FanoutUsed = res.Peak
+	if out.PeersConsulted > 0 {
+		out.TTLUsed = 1 // every member is asked directly
+	}
+	for owner, b := range res.Replies {
 		var rep promcp.CapabilityReport
 		if err := json.Unmarshal(b, &rep); err != nil {
-			errs[owner] = err
+			res.Errs[owner] = err
 			continue
 		}
 		out.ResponsesReceived++
 		out.Reports = append(out.Reports, rep)
 	}
-	for owner, err := range errs {
+	for owner, err := range res.Errs {
 		if errors.Is(err, mesh.ErrTimeout) {
 			out.ResponsesDroppedLate++
 		}
-		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("node %s did not answer within %s: %v", owner, budget, err))
+		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("node %s did not answer within %s: %v", owner, budget, err), "device_offline")
+	}
+	for _, owner := range res.NotConsulted {
+		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("not_consulted: fanout_limit: %s matches but was not asked: at most %d peers are asked at once (max_peers) and the %s budget ran out first; ask again with scope [%q]",
+			owner, r.MaxPeers, budget, owner), "not_consulted")
 	}
 	return out
 }
 
 // unreachable reports an owner's matching capabilities as blocked.
-func (r *Remote) unreachable(out *node.RemoteReport, owner string, entries []mesh.CatalogEntry, reason string) {
+func (r *Remote) unreachable(out *node.RemoteReport, owner string, entries []mesh.CatalogEntry, reason, code string) {
 	for _, e := range entries {
 		details := "code=device_unreachable"
+		if code == "not_consulted" {
+			details = "code=not_consulted; reason=fanout_limit"
+		}
 		out.Unreachable = append(out.Unreachable, promcp.Blocked{
 			Capability: e.Tool, Source: owner, DeviceID: owner, Permission: promcp.PermSourceUnreachable,
-			Reason: reason, Code: "device_offline", Details: &details, MatchReasons: []string{"catalog_match"},
+			Reason: reason, Code: code, Details: &details, MatchReasons: []string{"catalog_match"},
 		})
 	}
 }
@@ -202,17 +247,27 @@ func (r *Remote) unreachable(out *node.RemoteReport, owner string, entries []mes
 // server: calls go to the owner, which applies its own policy and gate.
 type Router struct {
 	Mesh *mesh.Mesh
-	// ReadTimeout and DoTimeout bound a routed call (an unreachable owner
-	// is a clear error within them, never a hang).
+	// ReadTimeout and DoTimeout bound a routed call once the owner has
+	// acknowledged it (a slow device may need them); an owner that does
+	// not acknowledge within the mesh's request_timeout_ms is silent, and
+	// the call fails then, naming it.
 	ReadTimeout, DoTimeout time.Duration
+	// DownListed overrides DefaultDownListed.
+	DownListed time.Duration
 }
 
-// RemoteTools lists the tools of live members other than this node.
+// RemoteTools lists the tools of members other than this node: live ones,
+// and dead or left ones for DownListed after they went down.
 func (r *Router) RemoteTools() []mcpserver.RemoteTool {
 	var out []mcpserver.RemoteTool
 	for _, mem := range r.Mesh.Members() {
-		if mem.Self || mem.Catalog == nil || (mem.State != mesh.StateAlive && mem.State != mesh.StateSuspect) {
+		if mem.Self || mem.Catalog == nil {
 			continue
+		}
+		if mem.State == mesh.StateDead || mem.State == mesh.StateLeft {
+			if listed, _ := downListed(mem, r.DownListed); !listed {
+				continue
+			}
 		}
 		for _, e := range mem.Catalog.Capabilities {
 			out = append(out, mcpserver.RemoteTool{Owner: mem.Name, Tool: e.Tool, Kind: e.Kind, DataType: e.DataType, Unit: e.Unit,
@@ -227,19 +282,64 @@ func (r *Router) Read(ctx context.Context, owner, tool string, maxAgeMS int64) (
 	ctx, cancel := context.WithTimeout(ctx, or(r.ReadTimeout, 5*time.Second))
 	defer cancel()
 	payload, _ := json.Marshal(readRequest{Tool: tool, MaxAgeMS: maxAgeMS})
-	return r.Mesh.Request(ctx, owner, KindRead, payload)
+	b, err := r.Mesh.Call(ctx, owner, KindRead, payload, mesh.CallOptions{})
+	return b, r.explain(owner, err)
 }
 
 // Do asks the owner to actuate; the answer is the owner's do_ response.
+// The call is two-phase (mesh.CallOptions.Commit): an error before the
+// go-ahead left means nothing was done; after it, a missing answer is
+// mcpserver.ErrOutcomeUnknown.
 func (r *Router) Do(ctx context.Context, owner, tool string, value json.RawMessage, key string, caller node.Caller) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(r.DoTimeout, 15*time.Second))
 	defer cancel()
 	payload, _ := json.Marshal(doRequest{Tool: tool, Value: value, IdempotencyKey: key, Caller: caller, Credential: caller.Credential})
-	return r.Mesh.Request(ctx, owner, KindDo, payload)
+	b, err := r.Mesh.Call(ctx, owner, KindDo, payload, mesh.CallOptions{Commit: true})
+	if errors.Is(err, mesh.ErrOutcomeUnknown) {
+		return nil, fmt.Errorf("%w: %v", mcpserver.ErrOutcomeUnknown, err)
+	}
+	if err != nil && !errors.As(err, new(*mesh.RemoteError)) {
+		err = fmt.Errorf("%w; nothing was done", r.explain(owner, err))
+	}
+	return b, err
 }
 
-// OnChange registers f for membership and catalog changes.
-func (r *Router) OnChange(f func()) { r.Mesh.OnChange(f) }
+// explain names the owner's state in a routing error.
+func (r *Router) explain(owner string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var na *mesh.NotAliveError
+	if errors.As(err, &na) {
+		return fmt.Errorf("owner %s is %s (down since %s; its tools stay listed for %s after that): %w",
+			owner, na.State, na.Since.UTC().Format(time.RFC3339), or(r.DownListed, DefaultDownListed), err)
+	}
+	for _, mem := range r.Mesh.Members() {
+		if mem.Name == owner {
+			return fmt.Errorf("owner %s (%s, last seen %s): %w", owner, mem.State, mem.LastSeen.UTC().Format(time.RFC3339), err)
+		}
+	}
+	return err
+}
+
+// OnChange registers f for membership and catalog changes, and calls it
+// every minute as well, so a dead owner's tools leave the list once
+// DownListed has passed.
+func (r *Router) OnChange(f func()) {
+	r.Mesh.OnChange(f)
+	go func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.Mesh.Done():
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+}
 
 func or(d, def time.Duration) time.Duration {
 	if d > 0 {

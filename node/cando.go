@@ -40,6 +40,14 @@ func (n *Node) canDo(ctx context.Context, req promcp.CanDoRequest, caller Caller
 			RelatedReads: []string{}, CurrentObservations: map[string]promcp.State{},
 		},
 	}
+	// The other nodes are asked at once, in parallel with the local
+	// evaluation (which may itself wait for a quorum round): the answer
+	// stays within the mesh's budget.
+	var remote chan RemoteReport
+	if coordinate {
+		remote = make(chan RemoteReport, 1)
+		go func() { remote <- n.remote.CanDo(ctx, req, caller) }()
+	}
 	scope := map[string]bool{}
 	for _, s := range req.Scope {
 		scope[s] = true
@@ -86,7 +94,7 @@ func (n *Node) canDo(ctx context.Context, req promcp.CanDoRequest, caller Caller
 	}
 	rep.Metadata = promcp.ReportMetadata{CoordinatorNode: n.DeviceID(), MeshSizeEstimate: 1, PartitionState: "healthy", CapabilitiesScanned: scanned}
 	if coordinate {
-		merge(&rep, n.remote.CanDo(ctx, req, caller))
+		merge(&rep, <-remote)
 	}
 	rep.DeriveFeasible()
 	if !rep.Feasible && len(rep.Blocked) == 0 && len(rep.Unroutable) == 0 {

@@ -19,8 +19,11 @@ type RemoteReport struct {
 	Reports []promcp.CapabilityReport
 	// Unreachable are capabilities of owners that did not answer in time.
 	Unreachable          []promcp.Blocked
+	PeersMatched         int
 	PeersConsulted       int
+	PeersNotConsulted    int
 	ResponsesReceived    int
+	TTLUsed, FanoutUsed  int
 	ResponsesDroppedLate int
 	MeshSizeEstimate     int
 	PartitionState       string
@@ -53,7 +56,11 @@ func merge(rep *promcp.CapabilityReport, rr RemoteReport) {
 		// Something in the site produces the outcome: not unroutable.
 		rep.Unroutable = []promcp.Unroutable{}
 	}
+	rep.Metadata.PeersMatched = rr.PeersMatched
 	rep.Metadata.PeersConsulted = rr.PeersConsulted
+	rep.Metadata.PeersNotConsulted = rr.PeersNotConsulted
+	rep.Metadata.TTLUsed = rr.TTLUsed
+	rep.Metadata.FanoutUsed = rr.FanoutUsed
 	rep.Metadata.ResponsesReceived = rr.ResponsesReceived
 	rep.Metadata.ResponsesDroppedLate = rr.ResponsesDroppedLate
 	if rr.MeshSizeEstimate > 0 {

@@ -252,15 +252,24 @@ type ReportContext struct {
 
 // ReportMetadata is can_do metadata (proMCP + PhysMCP §12).
 type ReportMetadata struct {
-	Timestamp            time.Time `json:"timestamp"`
-	TotalLatencyMS       float64   `json:"total_latency_ms"`
-	CoordinatorNode      string    `json:"coordinator_node"`
-	PeersConsulted       int       `json:"peers_consulted"`
-	ResponsesReceived    int       `json:"responses_received"`
-	ResponsesDroppedLate int       `json:"responses_dropped_late"`
-	MeshSizeEstimate     int       `json:"mesh_size_estimate"`
-	PartitionState       string    `json:"partition_state"`
-	CapabilitiesScanned  int       `json:"capabilities_scanned"`
+	Timestamp       time.Time `json:"timestamp"`
+	TotalLatencyMS  float64   `json:"total_latency_ms"`
+	CoordinatorNode string    `json:"coordinator_node"`
+	// PeersMatched is the number of other nodes whose catalog matched
+	// the query; each is consulted or reported (PeersNotConsulted).
+	PeersMatched      int `json:"peers_matched"`
+	PeersConsulted    int `json:"peers_consulted"`
+	PeersNotConsulted int `json:"peers_not_consulted"`
+	ResponsesReceived int `json:"responses_received"`
+	// TTLUsed is the mesh hops the query travelled (1: every node is
+	// asked directly; 0: no other node was asked). FanoutUsed is the most
+	// peers asked at once (≤ max_peers).
+	TTLUsed              int    `json:"ttl_used"`
+	FanoutUsed           int    `json:"fanout_used"`
+	ResponsesDroppedLate int    `json:"responses_dropped_late"`
+	MeshSizeEstimate     int    `json:"mesh_size_estimate"`
+	PartitionState       string `json:"partition_state"`
+	CapabilitiesScanned  int    `json:"capabilities_scanned"`
 	// View names the endpoint's view (physd); FilteredByView counts the
 	// matching capabilities it left out of candidates and blocked.
 	View           string `json:"view,omitempty"`

@@ -21,7 +21,11 @@
 // everyone (its memberlist keeps running, as after a cable pull or a frozen
 // process), Restore(name) undoes a Crash, Drop(p) loses each packet with
 // probability p, Latency(d) delays packet delivery. Streams are reliable
-// (TCP retransmits), so loss applies to packets only.
+// (TCP retransmits), so Drop applies to packets only; SynLoss(p) loses
+// connection attempts and stream segments, which cost TCP's retransmission
+// timeouts (1 s for a SYN, 200 ms for a segment, doubling).
+// Stop(name) freezes a node like SIGSTOP: connections to it are accepted
+// but never read, packets are lost, nothing is refused; Resume undoes it.
 //
 // Stats counts the bytes and packets each node sent and received, which
 // gives gossip bandwidth at rest.
@@ -58,6 +62,7 @@ type Network struct {
 	mu      sync.Mutex
 	rng     *rand.Rand
 	drop    float64
+	synLoss float64
 	latency time.Duration
 	next    int
 	byAddr  map[string]*Transport
@@ -169,6 +174,50 @@ func (n *Network) Restore(names ...string) {
 	}
 }
 
+// Stop freezes the named node(s) like SIGSTOP: the host still accepts
+// connections (dials succeed) but nothing reads them, so writes block until
+// their deadline; packets to and from them are lost. Nothing is refused:
+// the node is silent. Resume undoes it (held streams are then handed over).
+func (n *Network) Stop(names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, name := range names {
+		for _, t := range n.byName[name] {
+			t.stopped = true
+		}
+	}
+}
+
+// Resume undoes Stop: streams accepted meanwhile are handed to the node.
+func (n *Network) Resume(names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, name := range names {
+		for _, t := range n.byName[name] {
+			t.stopped = false
+			for _, c := range t.held {
+				select {
+				case t.streamCh <- c:
+				default:
+					_ = c.Close()
+				}
+			}
+			t.held = nil
+		}
+	}
+}
+
+// SynLoss sets the probability (0..1) that a connection attempt's SYN (or
+// its SYN-ACK) is lost, and that a stream write's segment is. Like TCP, a
+// lost SYN is sent again after 1 s, then 2 s, 4 s …, until the dial's
+// timeout, and a lost segment after 200 ms, 400 ms, …: a lossy link makes
+// streams slow, not broken. Packet loss (Drop) is separate.
+func (n *Network) SynLoss(p float64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.synLoss = min(max(p, 0), 1)
+}
+
 // Drop sets the probability (0..1) that any packet is lost.
 func (n *Network) Drop(p float64) {
 	n.mu.Lock()
@@ -232,6 +281,12 @@ func (n *Network) linkLocked(from, to *Transport) bool {
 	return !from.down && !to.down && !from.closed && !to.closed && !n.blocked[[2]*Transport{from, to}]
 }
 
+// packetLinkLocked: a link that also carries packets (a stopped node
+// neither reads nor sends any).
+func (n *Network) packetLinkLocked(from, to *Transport) bool {
+	return n.linkLocked(from, to) && !from.stopped && !to.stopped
+}
+
 // cutLocked closes every open stream whose link is now broken.
 func (n *Network) cutLocked() {
 	for c := range n.conns {
@@ -254,6 +309,8 @@ type Transport struct {
 
 	// guarded by net.mu
 	down, closed bool
+	stopped      bool
+	held         []net.Conn // streams accepted while stopped
 	stats        Stats
 }
 
@@ -289,7 +346,7 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	t.stats.PacketsSent++
 	t.stats.PacketBytesSent += int64(len(b))
 	dst := n.byAddr[a.Addr]
-	if dst == nil || !n.linkLocked(t, dst) || (n.drop > 0 && n.rng.Float64() < n.drop) {
+	if dst == nil || !n.packetLinkLocked(t, dst) || (n.drop > 0 && n.rng.Float64() < n.drop) {
 		t.stats.PacketsDropped++
 		n.mu.Unlock()
 		return now, nil
@@ -314,7 +371,7 @@ func (t *Transport) deliver(dst *Transport, p *memberlist.Packet, recheck bool) 
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if recheck && !n.linkLocked(t, dst) {
+	if recheck && !n.packetLinkLocked(t, dst) {
 		t.stats.PacketsDropped++
 		return
 	}
@@ -353,9 +410,9 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		n.mu.Unlock()
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("connect %s: connection refused", a.Addr)}
 	}
-	if !n.linkLocked(t, dst) {
+	if !n.linkLocked(t, dst) || t.stopped {
 		n.mu.Unlock()
-		// The SYN goes nowhere: wait out the timeout (or our shutdown).
+		// The SYN goes nowhere (or a frozen process sends none): wait out the timeout (or our shutdown).
 		tm := time.NewTimer(timeout)
 		defer tm.Stop()
 		select {
@@ -364,9 +421,46 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		}
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: timeoutError{}}
 	}
+	// Lost SYNs: retransmitted after 1 s, 2 s, 4 s … within the timeout.
+	start, rto := time.Now(), time.Second
+	for n.synLoss > 0 && n.rng.Float64() < n.synLoss {
+		n.mu.Unlock()
+		left := timeout - time.Since(start)
+		if left <= rto {
+			tm := time.NewTimer(max(left, 0))
+			select {
+			case <-tm.C:
+			case <-t.done:
+			}
+			tm.Stop()
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: timeoutError{}}
+		}
+		tm := time.NewTimer(rto)
+		select {
+		case <-tm.C:
+		case <-t.done:
+			tm.Stop()
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: timeoutError{}}
+		}
+		rto *= 2
+		n.mu.Lock()
+		if t.closed || dst.closed || !n.linkLocked(t, dst) {
+			n.mu.Unlock()
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: timeoutError{}}
+		}
+	}
 	p1, p2 := net.Pipe()
 	local := &conn{Conn: p1, local: t, remote: dst, la: t.tcpAddr(), ra: dst.tcpAddr()}
 	remote := &conn{Conn: p2, local: dst, remote: t, la: dst.tcpAddr(), ra: t.tcpAddr()}
+	if dst.stopped {
+		// The kernel accepts; the frozen process never reads.
+		dst.held = append(dst.held, remote)
+		n.conns[local] = struct{}{}
+		n.conns[remote] = struct{}{}
+		t.stats.StreamsOpened++
+		n.mu.Unlock()
+		return local, nil
+	}
 	select {
 	case dst.streamCh <- remote:
 	default:
@@ -420,9 +514,22 @@ func (c *conn) LocalAddr() net.Addr  { return c.la }
 func (c *conn) RemoteAddr() net.Addr { return c.ra }
 
 func (c *conn) Write(b []byte) (int, error) {
+	// A lost segment is retransmitted after TCP's minimum RTO (200 ms),
+	// then 400 ms, … (SynLoss).
+	n := c.local.net
+	rto := 200 * time.Millisecond
+	for {
+		n.mu.Lock()
+		lost := n.synLoss > 0 && n.rng.Float64() < n.synLoss
+		n.mu.Unlock()
+		if !lost {
+			break
+		}
+		time.Sleep(rto)
+		rto *= 2
+	}
 	k, err := c.Conn.Write(b)
 	if k > 0 {
-		n := c.local.net
 		n.mu.Lock()
 		c.local.stats.StreamBytesSent += int64(k)
 		c.remote.stats.StreamBytesRecv += int64(k)

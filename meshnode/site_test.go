@@ -1,0 +1,215 @@
+package meshnode_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/mesh"
+	"github.com/physd/physd/mesh/meshtest"
+	"github.com/physd/physd/meshnode"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+// site starts size gateways on an in-memory network inside the bubble;
+// gw_01 asks at most maxPeers peers at once.
+func site(t *testing.T, nw *meshtest.Network, size, maxPeers int) ([]*node.Node, []*mesh.Mesh) {
+	t.Helper()
+	var seeds []string
+	for i := 1; i <= size; i++ {
+		seeds = append(seeds, fmt.Sprintf("gw_%02d/%s", i, meshtest.NthAddr(i)))
+	}
+	// Registered first, so it runs last (after every Shutdown):
+	// memberlist's detached goroutines run out their timers in the bubble.
+	t.Cleanup(func() { time.Sleep(time.Minute) })
+	var nodes []*node.Node
+	var meshes []*mesh.Mesh
+	for i := 1; i <= size; i++ {
+		n, ms, _ := gatewayWith(t, i, seeds, size, nw.NewTransport(fmt.Sprintf("gw_%02d", i)), maxPeers)
+		nodes, meshes = append(nodes, n), append(meshes, ms)
+	}
+	for start := time.Now(); len(meshes[0].Catalogs()) != size; time.Sleep(100 * time.Millisecond) {
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("gw_01 sees %d catalogs of %d", len(meshes[0].Catalogs()), size)
+		}
+	}
+	return nodes, meshes
+}
+
+// 30 gateways each own a fan; max_peers 10. A can_do matching all 30 is
+// complete: 30 candidates, every peer consulted (10 at a time), and the
+// metadata says so. With one owner silent, it is reported, not dropped.
+func TestCanDoCompleteAtThirty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := meshtest.NewNetwork(30)
+		nodes, _ := site(t, nw, 30, 10)
+		req := promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"ventilation"}, Action: "set", Value: 40.0}}
+		start := time.Now()
+		rep, err := nodes[0].CanDo(context.Background(), req, node.Caller{})
+		took := time.Since(start)
+		md := rep.Metadata
+		if err != nil || len(rep.Candidates) != 30 || len(rep.Blocked) != 0 || md.PeersMatched != 29 || md.PeersConsulted != 29 ||
+			md.ResponsesReceived != 29 || md.PeersNotConsulted != 0 || md.FanoutUsed != 10 || md.TTLUsed != 1 {
+			t.Fatalf("can_do: %d candidates, %d blocked, metadata %+v, err %v", len(rep.Candidates), len(rep.Blocked), md, err)
+		}
+		t.Logf("REPORT 30 gateways, max_peers 10: %d candidates, matched %d, consulted %d, answered %d, fanout_used %d, ttl_used %d, in %v simulated",
+			len(rep.Candidates), md.PeersMatched, md.PeersConsulted, md.ResponsesReceived, md.FanoutUsed, md.TTLUsed, took)
+
+		// "fan in zone_30": the one owner that matches is asked.
+		req = promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"fan"}, Action: "set", Value: 40.0, Location: "zone_30"}}
+		if rep, _ := nodes[0].CanDo(context.Background(), req, node.Caller{}); !rep.Feasible || len(rep.Candidates) != 1 || rep.Candidates[0].Source != "gw_30" {
+			t.Errorf("fan in zone_30: feasible %v, candidates %+v, unroutable %+v", rep.Feasible, rep.Candidates, rep.Unroutable)
+		}
+
+		// A silent owner in the first batch: its fan is blocked
+		// (source_unreachable, naming it), the other 28 still answer.
+		nw.Stop("gw_05")
+		req = promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"ventilation"}, Action: "set", Value: 40.0}}
+		start = time.Now()
+		rep, _ = nodes[0].CanDo(context.Background(), req, node.Caller{})
+		took = time.Since(start)
+		if len(rep.Candidates) != 29 || len(rep.Blocked) != 1 || rep.Blocked[0].Source != "gw_05" || took > 500*time.Millisecond {
+			t.Errorf("with gw_05 silent: %d candidates, blocked %+v, after %v", len(rep.Candidates), rep.Blocked, took)
+		}
+		nw.Resume("gw_05")
+	})
+}
+
+// Budget runs out before every matching peer could be asked (each
+// answers slowly): the rest are reported not_consulted: fanout_limit.
+func TestCanDoNotConsultedReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := meshtest.NewNetwork(31)
+		nodes, _ := site(t, nw, 6, 1)
+		nw.Stop("gw_02", "gw_03") // the first asked hold the single slot until the deadline
+		req := promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"ventilation"}, Action: "set", Value: 40.0}}
+		rep, _ := nodes[0].CanDo(context.Background(), req, node.Caller{})
+		md := rep.Metadata
+		notConsulted := 0
+		for _, b := range rep.Blocked {
+			if b.Code == "not_consulted" && strings.HasPrefix(b.Reason, "not_consulted: fanout_limit") {
+				notConsulted++
+			}
+		}
+		if md.PeersMatched != 5 || md.PeersConsulted+md.PeersNotConsulted != 5 || notConsulted != md.PeersNotConsulted || notConsulted == 0 ||
+			len(rep.Candidates)+len(rep.Blocked) != 6 {
+			t.Errorf("metadata %+v, %d not_consulted entries, %d candidates, blocked %+v", md, notConsulted, len(rep.Candidates), rep.Blocked)
+		}
+		nw.Resume("gw_02", "gw_03")
+	})
+}
+
+// Routed calls: a silent owner fails within request_timeout_ms naming
+// it (a do_ says nothing was done); a dead owner's tools stay listed and
+// a call names its state, as can_do does.
+func TestRoutedSilentAndDeadOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := meshtest.NewNetwork(32)
+		nodes, meshes := site(t, nw, 4, 10)
+		r := &meshnode.Router{Mesh: meshes[0]}
+		ctx := context.Background()
+		if b, err := r.Read(ctx, "gw_02", "read_temperature_zone_02", -1); err != nil || !strings.Contains(string(b), "celsius") {
+			t.Fatalf("routed read: %s %v", b, err)
+		}
+		body, err := r.Do(ctx, "gw_02", "do_fan_zone_02", json.RawMessage("35"), "k1", node.Caller{})
+		var res promcp.DoResult
+		if err != nil || json.Unmarshal(body, &res) != nil || res.Status != promcp.StatusSuccess {
+			t.Fatalf("routed do: %s %v", body, err)
+		}
+
+		nw.Stop("gw_03")
+		for _, kind := range []string{"read", "do"} {
+			start := time.Now()
+			if kind == "read" {
+				_, err = r.Read(ctx, "gw_03", "read_temperature_zone_03", -1)
+			} else {
+				_, err = r.Do(ctx, "gw_03", "do_fan_zone_03", json.RawMessage("35"), "k2", node.Caller{})
+			}
+			took := time.Since(start)
+			if !errors.Is(err, mesh.ErrNoAck) || !strings.Contains(err.Error(), "gw_03") || took > 500*time.Millisecond ||
+				(kind == "do" && !strings.Contains(err.Error(), "nothing was done")) {
+				t.Errorf("routed %s to silent gw_03: %v after %v", kind, err, took)
+			}
+			t.Logf("REPORT routed %s to a silent owner: %v after %v", kind, err, took)
+		}
+		nw.Resume("gw_03")
+
+		nw.Crash("gw_04")
+		for start := time.Now(); stateOf(meshes[0], "gw_04") != mesh.StateDead; time.Sleep(100 * time.Millisecond) {
+			if time.Since(start) > time.Minute {
+				t.Fatal("gw_04 never declared dead")
+			}
+		}
+		listed := false
+		for _, tool := range r.RemoteTools() {
+			listed = listed || (tool.Owner == "gw_04" && tool.Tool == "do_fan_zone_04")
+		}
+		_, err = r.Do(ctx, "gw_04", "do_fan_zone_04", json.RawMessage("35"), "k3", node.Caller{})
+		req := promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"fan"}, Location: "zone_04", Action: "set", Value: 40.0}}
+		rep, _ := nodes[0].CanDo(ctx, req, node.Caller{})
+		if !listed || err == nil || !strings.Contains(err.Error(), "gw_04 is dead") || len(rep.Blocked) != 1 || !strings.Contains(rep.Blocked[0].Reason, "gw_04 is dead") {
+			t.Errorf("dead owner: listed %v, call error %v, can_do blocked %+v", listed, err, rep.Blocked)
+		}
+		// After DownListed both forget it.
+		time.Sleep(meshnode.DefaultDownListed + time.Second)
+		for _, tool := range r.RemoteTools() {
+			if tool.Owner == "gw_04" {
+				t.Errorf("gw_04's %s still listed after %v", tool.Tool, meshnode.DefaultDownListed)
+				break
+			}
+		}
+		if rep, _ := nodes[0].CanDo(ctx, req, node.Caller{}); len(rep.Blocked) != 0 {
+			t.Errorf("can_do still reports gw_04 after %v: %+v", meshnode.DefaultDownListed, rep.Blocked)
+		}
+	})
+}
+
+func stateOf(m *mesh.Mesh, name string) string {
+	for _, mem := range m.Members() {
+		if mem.Name == name {
+			return mem.State
+		}
+	}
+	return ""
+}
+
+var _ mcpserver.Router = (*meshnode.Router)(nil)
+
+// Under 20 % loss of packets, connection attempts and stream segments, a
+// distributed can_do stays complete and within its 500 ms budget: the
+// lossy owners' capabilities are candidates, not source_unreachable.
+func TestCanDoUnderLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := meshtest.NewNetwork(33)
+		nodes, _ := site(t, nw, 5, 10)
+		nw.Drop(0.20)
+		nw.SynLoss(0.20)
+		req := promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"ventilation"}, Action: "set", Value: 40.0}}
+		complete, slowest := 0, time.Duration(0)
+		const rounds = 100
+		for range rounds {
+			time.Sleep(time.Second)
+			start := time.Now()
+			rep, _ := nodes[0].CanDo(context.Background(), req, node.Caller{})
+			slowest = max(slowest, time.Since(start))
+			if len(rep.Candidates) == 5 {
+				complete++
+			} else if testing.Verbose() {
+				for _, b := range rep.Blocked {
+					t.Logf("blocked: %s", b.Reason)
+				}
+			}
+		}
+		t.Logf("REPORT 5 gateways, 20%% packet+SYN+segment loss: %d of %d can_dos complete, slowest %v (budget 500ms)", complete, rounds, slowest)
+		if complete < rounds*97/100 || slowest > 500*time.Millisecond {
+			t.Errorf("%d of %d can_dos complete under 20%% loss, slowest %v", complete, rounds, slowest)
+		}
+	})
+}
