@@ -121,7 +121,8 @@ func TestViewEndpoints(t *testing.T) {
 			view, token string
 			want        []string
 		}{
-			{"observe", adminToken, sorted(greenhouseReads, []string{"can_do"})},
+			// observe sets families: true (its endpoint lists family tools).
+			{"observe", adminToken, []string{"can_do", "read_humidity", "read_irrigation_valve_position", "read_rain_tank_level", "read_temperature"}},
 			{"zone_a", operatorToken, []string{"can_do", "do_heater_zone_a", "do_irrigation_valve", "read_humidity_zone_a", "read_irrigation_valve_position", "read_temperature_zone_a"}},
 			// The role filter applies inside a view too.
 			{"zone_a", viewerToken, []string{"can_do", "do_irrigation_valve", "read_humidity_zone_a", "read_irrigation_valve_position", "read_temperature_zone_a"}},

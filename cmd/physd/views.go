@@ -24,9 +24,21 @@ func writeViews(m *manifest.Manifest, stdout, stderr io.Writer) {
 	var parts []string
 	for _, v := range m.Views {
 		n := 0
+		byFamily := map[string]int{} // kind_family -> members in the view
 		for _, c := range m.Capabilities {
 			if v.Match(m.Subject(c)) {
 				n++
+				if c.Family != "" {
+					byFamily[c.Kind+"_"+c.Family]++
+				}
+			}
+		}
+		if v.Families != nil && *v.Families {
+			// A family of two or more members is one tool there.
+			for _, k := range byFamily {
+				if k >= 2 {
+					n -= k - 1
+				}
 			}
 		}
 		parts = append(parts, fmt.Sprintf("%s (%d tools + can_do at /mcp/%s)", v.Name, n, v.Name))
