@@ -84,18 +84,18 @@ type scope struct {
 	view     *manifest.View // nil: every capability
 	families bool           // list family tools instead of their members
 	caller   node.Caller
-	known    bool // caller established (a refused credential fails the call elsewhere)
 }
 
 func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
 	var sc scope
 	if extra != nil && extra.Header != nil {
 		sc.view = s.n.Manifest().View(extra.Header.Get(viewHeader))
-		c, err := s.authenticate(extra.Header)
-		sc.caller, sc.known = c, err == nil
+		// A credential that fails here fails the call itself elsewhere;
+		// until then it is listed as what it authenticated to (nothing).
+		sc.caller, _ = s.authenticate(extra.Header)
 	} else {
 		sc.view = s.n.Manifest().View(s.opts.View)
-		sc.caller, sc.known = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}, true
+		sc.caller = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}
 	}
 	sc.families = s.opts.Families
 	if sc.view != nil && sc.view.Families != nil {
