@@ -135,7 +135,7 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 		return out
 	}
 	matches := map[string][]mesh.CatalogEntry{}
-	var targets []string
+	var targets, suspects []string // alive members are asked first
 	for _, mem := range r.Mesh.Members() {
 		if mem.Self || mem.Catalog == nil {
 			continue
@@ -159,8 +159,13 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 			continue
 		}
 		out.PeersMatched++
-		targets = append(targets, owner)
+		if mem.State == mesh.StateSuspect {
+			suspects = append(suspects, owner)
+		} else {
+			targets = append(targets, owner)
+		}
 	}
+	targets = append(targets, suspects...)
 	if len(targets) == 0 {
 		return out
 	}
