@@ -129,7 +129,8 @@ func downListed(mem mesh.Member, keep time.Duration) (bool, string) {
 // dead, or could not be asked before the budget ran out are reported
 // blocked for their matching capabilities: the answer is complete.
 func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node.Caller) node.RemoteReport {
-	out := node.RemoteReport{MeshSizeEstimate: r.Mesh.SizeEstimate(), PartitionState: r.Mesh.PartitionState()}
+	st := r.Mesh.Status() // one view of the members for both figures
+	out := node.RemoteReport{MeshSizeEstimate: st.SizeEstimate, PartitionState: st.PartitionState}
 	in, err := node.Normalise(req)
 	if err != nil {
 		return out
