@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/physd/physd/mcpserver"
@@ -143,7 +144,7 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 		}
 		owner := mem.Name
 		for _, e := range mem.Catalog.Capabilities {
-			if node.IntentTouches(in, e.Tool, e.Tags) {
+			if inScope(req.Scope, owner, e.Tool) && node.IntentTouches(in, e.Tool, e.Tags) {
 				matches[owner] = append(matches[owner], e)
 			}
 		}
@@ -199,13 +200,29 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 		if errors.Is(err, mesh.ErrTimeout) {
 			out.ResponsesDroppedLate++
 		}
-		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("node %s did not answer within %s: %v", owner, budget, err), "device_offline")
+		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("node %s did not answer in time (can_do budget %s): %v", owner, budget, err), "device_offline")
 	}
 	for _, owner := range res.NotConsulted {
 		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("not_consulted: fanout_limit: %s matches but was not asked: at most %d peers are asked at once (max_peers) and the %s budget ran out first; ask again with scope [%q]",
 			owner, r.MaxPeers, budget, owner), "not_consulted")
 	}
 	return out
+}
+
+// inScope: a can_do scope (device ids, tool or capability names) admits
+// the tool of owner; an empty scope admits everything. The owner filters
+// again; filtering here keeps owners out of scope from being asked.
+func inScope(scope []string, owner, tool string) bool {
+	if len(scope) == 0 {
+		return true
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(tool, "read_"), "do_")
+	for _, s := range scope {
+		if s == owner || s == tool || s == name {
+			return true
+		}
+	}
+	return false
 }
 
 // unreachable reports an owner's matching capabilities as blocked.

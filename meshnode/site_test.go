@@ -121,6 +121,19 @@ func TestCanDoNotConsultedReported(t *testing.T) {
 			len(rep.Candidates)+len(rep.Blocked) != 6 {
 			t.Errorf("metadata %+v, %d not_consulted entries, %d candidates, blocked %+v", md, notConsulted, len(rep.Candidates), rep.Blocked)
 		}
+		// As the reason says: asked again with scope [owner], it is consulted.
+		for _, b := range rep.Blocked {
+			if b.Code != "not_consulted" {
+				continue
+			}
+			req := req
+			req.Scope = []string{b.Source}
+			again, _ := nodes[0].CanDo(context.Background(), req, node.Caller{})
+			if len(again.Candidates) != 1 || again.Candidates[0].Source != b.Source || again.Metadata.PeersConsulted != 1 {
+				t.Errorf("scope [%s]: candidates %+v, metadata %+v", b.Source, again.Candidates, again.Metadata)
+			}
+			break
+		}
 		nw.Resume("gw_02", "gw_03")
 	})
 }
