@@ -56,7 +56,11 @@ func startSite(t *testing.T, size, maxPeers int, ratePolicy bool) ([]*daemon, *m
 			"--http", fmt.Sprintf("127.0.0.%d:0", 10+i), "--sim-control"}
 		if ratePolicy {
 			pol := filepath.Join(dir, fmt.Sprintf("gw_%02d.policy.yml", i))
-			src := fmt.Sprintf("physmcp_policy_version: \"0.1\"\ncapabilities:\n  do_fan_zone_%02d:\n    rules:\n      - {type: rate, max: \"30/min\"}\ngate:\n  l0:\n    allow:\n      - {name: fans, tool: \"do_fan_*\"}\n", i)
+			quorum := ""
+			if i == 1 { // gw_01's fan needs every gateway of the site
+				quorum = fmt.Sprintf("\n      - {type: quorum, min_peers: %d}", size)
+			}
+			src := fmt.Sprintf("physmcp_policy_version: \"0.1\"\ncapabilities:\n  do_fan_zone_%02d:\n    rules:\n      - {type: rate, max: \"30/min\"}%s\ngate:\n  l0:\n    allow:\n      - {name: fans, tool: \"do_fan_*\"}\n", i, quorum)
 			if err := os.WriteFile(pol, []byte(src), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +111,8 @@ func listRemote(t *testing.T, cs *mcp.ClientSession) []string {
 }
 
 // TestMeshTwelveGatewaysSilentOwner: 12 real gateway processes on loopback
-// addresses, max_peers 4, each with a rate rule on its fan. A can_do
+// addresses, max_peers 4, each with a rate rule on its fan (gw_01's also
+// needs a quorum of all 12). A can_do
 // matching all 12 is complete and carries the owners' rate_limit; a gateway
 // frozen with SIGSTOP (accepts connections, answers nothing) makes routed
 // calls fail within request_timeout_ms + a small margin naming it, its fan
@@ -165,10 +170,23 @@ func TestMeshTwelveGatewaysSilentOwner(t *testing.T) {
 	start := time.Now()
 	rep = canDo(t, cs, "ventilation")
 	took := time.Since(start)
-	if got := sources(rep, "blocked")["do_fan_zone_05"]; got != "gw_05/source_unreachable" || len(sources(rep, "candidates")) != size-1 || took > 500*time.Millisecond+margin {
+	if got := sources(rep, "blocked")["do_fan_zone_05"]; got != "gw_05/source_unreachable" || sources(rep, "blocked")["do_fan_zone_01"] != "gw_01/partition_no_quorum" ||
+		len(sources(rep, "candidates")) != size-2 || took > 500*time.Millisecond+margin {
 		t.Errorf("can_do with gw_05 stopped, after %v: blocked %v, %d candidates", took, sources(rep, "blocked"), len(sources(rep, "candidates")))
 	}
 	t.Logf("REPORT can_do with one of %d gateways SIGSTOPped: %v", size, took.Round(time.Millisecond))
+
+	// gw_01's own fan needs a quorum of all 12: with gw_05 silent the
+	// refusal reaches the client within request_timeout_ms.
+	start = time.Now()
+	r0 := structured(t, call(t, cs, "do_fan_zone_01", map[string]any{"value": 50, "idempotency_key": "quorum-1"}))
+	took = time.Since(start)
+	// Decided 50 ms before the deadline; the margin here absorbs a loaded
+	// test machine's audit fsync (the synctest test asserts the decision).
+	if r0["status"] != "failed" || r0["permission"] != "partition_no_quorum" || took > 500*time.Millisecond+margin {
+		t.Errorf("quorum-guarded do_ with gw_05 silent, after %v: %v", took, r0)
+	}
+	t.Logf("REPORT partition_no_quorum refusal (11 of 12) reached the client after %v", took.Round(time.Millisecond))
 
 	if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)

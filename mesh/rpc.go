@@ -464,8 +464,11 @@ type ConsultResult struct {
 
 // Consult is Fanout with at most limit requests in flight (0: no limit):
 // limit bounds concurrency, not coverage. Nodes are asked in order as slots
-// free up; a node is asked only while at least RetryInterval/2 remains
-// before the deadline, and the rest are returned in NotConsulted.
+// free up; while more wait than slots are free, a request holds its slot
+// for at most its share of the time left (time left × limit / waiting, at
+// least 2 RetryIntervals). A node is asked only while at least
+// RetryInterval/2 remains before the deadline; the rest are returned in
+// NotConsulted.
 func (m *Mesh) Consult(ctx context.Context, nodes []string, kind string, payload []byte, limit int) ConsultResult {
 	out := ConsultResult{Replies: map[string][]byte{}, Errs: map[string]error{}, Late: new(atomic.Int64)}
 	if _, ok := ctx.Deadline(); !ok {
@@ -497,10 +500,21 @@ func (m *Mesh) Consult(ctx context.Context, nodes []string, kind string, payload
 		for inflight < limit && next < len(todo) && ctx.Err() == nil && time.Until(deadline) >= minLeft {
 			node := todo[next]
 			next++
+			// While more nodes wait than slots are free, a request may
+			// hold its slot only for its share of the time left (at least
+			// two retry intervals): a silent node must not starve the
+			// ones behind it.
+			rctx, rcancel := ctx, context.CancelFunc(func() {})
+			if waiting := len(todo) - next + 1; waiting > limit-inflight {
+				share := max(time.Until(deadline)*time.Duration(limit)/time.Duration(waiting), 2*m.RetryInterval())
+				rctx, rcancel = context.WithTimeout(ctx, share)
+			}
 			if !m.spawn(func() {
-				b, err := m.request(ctx, node, kind, payload, callOpts{late: out.Late})
+				defer rcancel()
+				b, err := m.request(rctx, node, kind, payload, callOpts{late: out.Late})
 				ch <- res{node, b, err}
 			}) {
+				rcancel()
 				out.Errs[node] = ErrShutdown
 				continue
 			}

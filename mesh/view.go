@@ -91,17 +91,21 @@ type Status struct {
 	Label          string `json:"label"`
 	Encrypted      bool   `json:"encrypted"`
 	PartitionState string `json:"partition_state"`
-	SizeEstimate   int    `json:"mesh_size_estimate"`
-	ExpectedSize   int    `json:"expected_size"`
-	Majority       int    `json:"majority"`
-	Alive          int    `json:"alive"` // self included
-	Suspect        int    `json:"suspect"`
-	Dead           int    `json:"dead"`
-	Left           int    `json:"left"`
-	LateDropped    int64  `json:"responses_dropped_late_total"`
-	HealthScore    int    `json:"health_score"` // memberlist's Lifeguard score, 0 = healthy
-	LastJoinError  string `json:"last_join_error,omitempty"`
-	Error          string `json:"error,omitempty"` // why the mesh stopped (duplicate id)
+	// PartitionStateNow is the state the view shows this instant, before
+	// the PartitionHold hysteresis; PartitionHoldMS is that hold.
+	PartitionStateNow string `json:"partition_state_now"`
+	PartitionHoldMS   int64  `json:"partition_hold_ms"`
+	SizeEstimate      int    `json:"mesh_size_estimate"`
+	ExpectedSize      int    `json:"expected_size"`
+	Majority          int    `json:"majority"`
+	Alive             int    `json:"alive"` // self included
+	Suspect           int    `json:"suspect"`
+	Dead              int    `json:"dead"`
+	Left              int    `json:"left"`
+	LateDropped       int64  `json:"responses_dropped_late_total"`
+	HealthScore       int    `json:"health_score"` // memberlist's Lifeguard score, 0 = healthy
+	LastJoinError     string `json:"last_join_error,omitempty"`
+	Error             string `json:"error,omitempty"` // why the mesh stopped (duplicate id)
 }
 
 // Status returns the current summary.
@@ -126,7 +130,9 @@ func (m *Mesh) Status() Status {
 			s.Left++
 		}
 	}
-	s.PartitionState = m.holdPartitionState(partitionState(s.Alive, s.Suspect, s.Dead, s.Left, s.ExpectedSize))
+	s.PartitionStateNow = partitionState(s.Alive, s.Suspect, s.Dead, s.Left, s.ExpectedSize)
+	s.PartitionState = m.holdPartitionState(s.PartitionStateNow)
+	s.PartitionHoldMS = max(m.cfg.PartitionHold, 0).Milliseconds()
 	s.SizeEstimate = s.Alive + s.Suspect + s.Dead
 	if m.list != nil {
 		s.HealthScore = m.list.GetHealthScore()

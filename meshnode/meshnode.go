@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/physd/physd/mcpserver"
@@ -156,20 +157,21 @@ func downListed(mem mesh.Member, keep time.Duration) (bool, string) {
 // dead, or could not be asked before the budget ran out are reported
 // blocked for their matching capabilities: the answer is complete.
 func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node.Caller) node.RemoteReport {
-	out := node.RemoteReport{MeshSizeEstimate: r.Mesh.SizeEstimate(), PartitionState: r.Mesh.PartitionState()}
+	st := r.Mesh.Status() // one view of the members for both figures
+	out := node.RemoteReport{MeshSizeEstimate: st.SizeEstimate, PartitionState: st.PartitionState}
 	in, err := node.Normalise(req)
 	if err != nil {
 		return out
 	}
 	matches := map[string][]mesh.CatalogEntry{}
-	var targets []string
+	var targets, suspects []string // alive members are asked first
 	for _, mem := range r.Mesh.Members() {
 		if mem.Self || mem.Catalog == nil {
 			continue
 		}
 		owner := mem.Name
 		for _, e := range mem.Catalog.Capabilities {
-			if node.IntentTouches(in, e.Tool, e.Tags) {
+			if inScope(req.Scope, owner, e.Tool) && node.IntentTouches(in, e.Tool, e.Tags) {
 				matches[owner] = append(matches[owner], e)
 			}
 		}
@@ -186,8 +188,13 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 			continue
 		}
 		out.PeersMatched++
-		targets = append(targets, owner)
+		if mem.State == mesh.StateSuspect {
+			suspects = append(suspects, owner)
+		} else {
+			targets = append(targets, owner)
+		}
 	}
+	targets = append(targets, suspects...)
 	if len(targets) == 0 {
 		return out
 	}
@@ -220,13 +227,29 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 		if errors.Is(err, mesh.ErrTimeout) {
 			out.ResponsesDroppedLate++
 		}
-		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("node %s did not answer within %s: %v", owner, budget, err), "device_offline")
+		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("node %s did not answer in time (can_do budget %s): %v", owner, budget, err), "device_offline")
 	}
 	for _, owner := range res.NotConsulted {
 		r.unreachable(&out, owner, matches[owner], fmt.Sprintf("not_consulted: fanout_limit: %s matches but was not asked: at most %d peers are asked at once (max_peers) and the %s budget ran out first; ask again with scope [%q]",
 			owner, r.MaxPeers, budget, owner), "not_consulted")
 	}
 	return out
+}
+
+// inScope: a can_do scope (device ids, tool or capability names) admits
+// the tool of owner; an empty scope admits everything. The owner filters
+// again; filtering here keeps owners out of scope from being asked.
+func inScope(scope []string, owner, tool string) bool {
+	if len(scope) == 0 {
+		return true
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(tool, "read_"), "do_")
+	for _, s := range scope {
+		if s == owner || s == tool || s == name {
+			return true
+		}
+	}
+	return false
 }
 
 // unreachable reports an owner's matching capabilities as blocked.

@@ -79,6 +79,25 @@ func TestCanDoCompleteAtThirty(t *testing.T) {
 			t.Errorf("with gw_05 silent: %d candidates, blocked %+v, after %v", len(rep.Candidates), rep.Blocked, took)
 		}
 		nw.Resume("gw_05")
+		time.Sleep(30 * time.Second) // gw_05 is alive and answering again
+
+		// Ten silent owners first in line (frozen just now: still alive in
+		// the view) must not starve the other nineteen of the 10 slots.
+		var frozen []string
+		for i := 2; i <= 11; i++ {
+			frozen = append(frozen, fmt.Sprintf("gw_%02d", i))
+		}
+		nw.Stop(frozen...)
+		start = time.Now()
+		rep, _ = nodes[0].CanDo(context.Background(), req, node.Caller{})
+		took = time.Since(start)
+		md = rep.Metadata
+		if len(rep.Candidates) != 20 || len(rep.Blocked) != 10 || md.PeersNotConsulted != 0 || took > 500*time.Millisecond {
+			t.Errorf("with 10 of 30 silent: %d candidates, %d blocked, metadata %+v, after %v", len(rep.Candidates), len(rep.Blocked), md, took)
+		}
+		t.Logf("REPORT 30 gateways, 10 of them silent and first in line: %d candidates, %d blocked, %d not consulted, in %v",
+			len(rep.Candidates), len(rep.Blocked), md.PeersNotConsulted, took)
+		nw.Resume(frozen...)
 	})
 }
 
@@ -101,6 +120,19 @@ func TestCanDoNotConsultedReported(t *testing.T) {
 		if md.PeersMatched != 5 || md.PeersConsulted+md.PeersNotConsulted != 5 || notConsulted != md.PeersNotConsulted || notConsulted == 0 ||
 			len(rep.Candidates)+len(rep.Blocked) != 6 {
 			t.Errorf("metadata %+v, %d not_consulted entries, %d candidates, blocked %+v", md, notConsulted, len(rep.Candidates), rep.Blocked)
+		}
+		// As the reason says: asked again with scope [owner], it is consulted.
+		for _, b := range rep.Blocked {
+			if b.Code != "not_consulted" {
+				continue
+			}
+			req := req
+			req.Scope = []string{b.Source}
+			again, _ := nodes[0].CanDo(context.Background(), req, node.Caller{})
+			if len(again.Candidates) != 1 || again.Candidates[0].Source != b.Source || again.Metadata.PeersConsulted != 1 {
+				t.Errorf("scope [%s]: candidates %+v, metadata %+v", b.Source, again.Candidates, again.Metadata)
+			}
+			break
 		}
 		nw.Resume("gw_02", "gw_03")
 	})
