@@ -2,6 +2,7 @@ package modbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -122,15 +123,26 @@ func pointOn(t testing.TB, b *Bus, src string) drivers.Point {
 }
 
 // readOK reads with a deadline and fails the test on error.
+// readOK reads p until it answers (at most 5 attempts within 2 s): the
+// tests run with timeouts of tens of milliseconds, which a loaded machine
+// (CI running every package at once) can miss. A timeout is never a wrong
+// value; the value returned is what the tests judge.
 func readOK(t testing.TB, p drivers.Point) any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	r, err := p.Read(ctx)
-	if err != nil {
-		t.Fatalf("Read: %v", err)
+	var err error
+	for range 5 {
+		var r drivers.Reading
+		if r, err = p.Read(ctx); err == nil {
+			return r.Value
+		}
+		if !errors.Is(err, drivers.ErrTimeout) || ctx.Err() != nil {
+			break
+		}
 	}
-	return r.Value
+	t.Fatalf("Read: %v", err)
+	return nil
 }
 
 func readErr(t testing.TB, p drivers.Point, timeout time.Duration) error {
