@@ -6,6 +6,7 @@
 //	physd lint …
 //	physd client-config --manifest FILE [--client KIND] [--transport stdio|http]
 //	physd audit verify STATE_DIR
+//	physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
 //	physd version
 package main
 
@@ -60,6 +61,7 @@ Usage:
   physd lint [--json] [--strict] [--allow-do] [--header "K: V"] <URL | tools.json | -- COMMAND...>
   physd client-config --manifest FILE [--client claude-desktop|vscode|cursor] [--transport stdio|http]
   physd audit verify STATE_DIR
+  physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
   physd version
 
 Run "physd run -h" (or any command with -h) for its flags.
@@ -81,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdClientConfig(args[1:], stdout, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
+	case "scan":
+		return cmdScan(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		writeVersion(stdout)
 		return 0

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/physd/physd/audit"
-	_ "github.com/physd/physd/drivers/modbus" // registers modbus_tcp, modbus_rtu
+	"github.com/physd/physd/drivers/modbus" // registers modbus_tcp, modbus_rtu
 	"github.com/physd/physd/drivers/modbus/modbustest"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
@@ -123,5 +124,105 @@ func TestExampleEndToEnd(t *testing.T) {
 		if c.Name == "bus:boiler" && !strings.Contains(c.Error, srv.Addr) {
 			t.Fatalf("readiness check %+v should name the endpoint", c)
 		}
+	}
+}
+
+// TestScanSkeletonReadsLikeExample: physd scan's engine finds the
+// simulator's one unit among ten, and a node started on the skeleton it
+// writes reads the same raw registers the hand-written example decodes:
+// every example capability is checked against the skeleton's raw reads of
+// its registers.
+func TestScanSkeletonReadsLikeExample(t *testing.T) {
+	b := newBoiler()
+	srv, err := modbustest.StartTCP("127.0.0.1:0", b.bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	b.step(0.2) // the model is not stepped again: the registers hold still
+
+	units := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	rep, err := modbus.Scan(context.Background(), modbus.ScanOptions{TCP: srv.Addr, Units: units, Timeout: 500 * time.Millisecond, To: 255})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Units) != 1 || rep.Units[0].ID != 1 {
+		t.Fatalf("scan found %+v, want unit 1 only", rep.Units)
+	}
+	skel, err := manifest.Parse("skeleton.yml", rep.Skeleton(modbus.SkeletonOptions{Bus: "boiler"}))
+	if err != nil {
+		t.Fatalf("skeleton does not validate: %v", err)
+	}
+	ex, err := manifest.Load("../physmcp.manifest.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ex.Buses["boiler"].Config
+	for i := 0; i+1 < len(cfg.Content); i += 2 {
+		if cfg.Content[i].Value == "address" {
+			cfg.Content[i+1].Value = srv.Addr
+		}
+	}
+	open := func(m *manifest.Manifest) *node.Node {
+		dir := t.TempDir()
+		st, err := store.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		al, err := audit.Open(dir + "/audit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { al.Close() })
+		n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close(context.Background()) })
+		return n
+	}
+	exN, skN := open(ex), open(skel)
+	ctx := context.Background()
+	read := func(n *node.Node, tool string) any {
+		t.Helper()
+		o, err := n.Read(ctx, tool, 0)
+		if err != nil || o.Quality != promcp.QualityGood {
+			t.Fatalf("%s: %+v, %v", tool, o, err)
+		}
+		return o.Value
+	}
+	reg := func(name string) uint16 { return uint16(read(skN, "read_u1_"+name).(int64)) }
+	f32 := func(hi, lo uint16) float64 { return float64(math.Float32frombits(uint32(hi)<<16 | uint32(lo))) }
+	want := map[string]any{
+		"read_boiler_flow_temperature":   f32(reg("input_0"), reg("input_1")),
+		"read_boiler_return_temperature": f32(reg("input_3"), reg("input_2")), // CDAB
+		"read_outdoor_temperature":       float64(int16(reg("input_4"))) * 0.1,
+		"read_burner_hours":              int64(uint32(reg("input_5"))<<16 | uint32(reg("input_6"))),
+		"read_flame_detected":            read(skN, "read_u1_discrete_0"),
+		"read_boiler_alarm":              reg("holding_10")&(1<<3) != 0,
+		"do_flow_setpoint":               float64(int16(reg("holding_0"))) * 0.1,
+		"do_pump_speed":                  int64(reg("holding_1")),
+		"do_operating_mode":              []string{"off", "heating", "hot_water", "frost_protection"}[reg("holding_2")],
+		"do_burner_enable":               read(skN, "read_u1_coil_0"),
+		"do_pump_enable":                 read(skN, "read_u1_coil_1"),
+	}
+	for _, c := range ex.Capabilities {
+		w, ok := want[c.ToolName()]
+		if !ok {
+			t.Errorf("%s: no comparison", c.ToolName())
+			continue
+		}
+		got := read(exN, c.ToolName())
+		if g, isF := got.(float64); isF {
+			if math.Abs(g-w.(float64)) > 1e-3 {
+				t.Errorf("%s = %v, the skeleton's registers give %v", c.ToolName(), got, w)
+			}
+		} else if got != w {
+			t.Errorf("%s = %v, the skeleton's registers give %v", c.ToolName(), got, w)
+		}
+	}
+	if reg("holding_0") != 550 || reg("holding_1") != 60 {
+		t.Fatalf("setpoint registers %d %d, want the simulator's 550 60", reg("holding_0"), reg("holding_1"))
 	}
 }
