@@ -6,8 +6,9 @@
 //
 // It serves unit 1 on 127.0.0.1:5020 (502 needs root; other unit ids draw
 // exception 11, as from a gateway) with the register map below, through
-// github.com/simonvetter/modbus, and runs a first-order thermal model: with the burner enabled and a heating mode, the flow
-// temperature approaches its setpoint; otherwise it cools to the room.
+// github.com/simonvetter/modbus, and runs a first-order thermal model:
+// with the burner enabled and a heating mode, the flow temperature
+// approaches its setpoint; otherwise it cools to the room.
 //
 //	coil      00001  burner enable                 (rw)
 //	coil      00002  circulation pump enable       (rw)

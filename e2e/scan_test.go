@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestScanModbusSim: the built binary scans the bundled modbus-sim (a
+// separate process), the skeleton validates and names the one unit found,
+// and a daemon started on the skeleton reads, over MCP, the same raw
+// registers that a daemon on the hand-written example decodes.
+func TestScanModbusSim(t *testing.T) {
+	dir := t.TempDir()
+	simBin := filepath.Join(dir, "modbus-sim")
+	if out, err := exec.Command("go", "build", "-o", simBin, "github.com/physd/physd/examples/modbus/modbus-sim").CombinedOutput(); err != nil {
+		t.Fatalf("building modbus-sim: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	sim := exec.Command(simBin, "-addr", addr, "-step", "1h") // the model holds still during the test
+	if err := sim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Process.Kill(); _ = sim.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("modbus-sim did not start listening")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	skel := filepath.Join(dir, "skeleton.yml")
+	out, err := exec.Command(physdBin, "scan", "modbus", "--tcp", addr, "--units", "1-20", "--out", skel).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "1 of 20 unit(s) answered") {
+		t.Fatalf("scan: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(physdBin, "validate", skel).CombinedOutput(); err != nil {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+	src, _ := os.ReadFile(skel)
+	if !strings.Contains(string(src), "# ==== unit 1: no identification") || strings.Contains(string(src), "u2_") {
+		t.Fatalf("skeleton should name unit 1 and no other:\n%.2000s", src)
+	}
+
+	ex, err := os.ReadFile(repoPath("examples/modbus/physmcp.manifest.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exPath := filepath.Join(dir, "example.yml")
+	if err := os.WriteFile(exPath, []byte(strings.ReplaceAll(string(ex), "127.0.0.1:5020", addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	skD := startHTTP(t, daemonOpts{manifest: skel})
+	exD := startHTTP(t, daemonOpts{manifest: exPath})
+	sk, exS := connectHTTP(t, skD, "2026-07-28"), connectHTTP(t, exD, "2026-07-28")
+	val := func(d string, tool string) any {
+		t.Helper()
+		cs := sk
+		if d == "ex" {
+			cs = exS
+		}
+		o := structured(t, call(t, cs, tool, map[string]any{}))
+		if o["quality"] != "good" {
+			t.Fatalf("%s %s: %v", d, tool, o)
+		}
+		return o["value"]
+	}
+	reg := func(name string) uint16 { return uint16(val("sk", "read_u1_"+name).(float64)) }
+	f32 := func(hi, lo uint16) float64 { return float64(math.Float32frombits(uint32(hi)<<16 | uint32(lo))) }
+	checks := []struct {
+		tool string
+		want any
+	}{
+		{"read_boiler_flow_temperature", f32(reg("input_0"), reg("input_1"))},
+		{"read_boiler_return_temperature", f32(reg("input_3"), reg("input_2"))},
+		{"read_outdoor_temperature", float64(int16(reg("input_4"))) * 0.1},
+		{"read_burner_hours", float64(uint32(reg("input_5"))<<16 | uint32(reg("input_6")))},
+		{"read_flame_detected", val("sk", "read_u1_discrete_0")},
+		{"read_boiler_alarm", reg("holding_10")&(1<<3) != 0},
+	}
+	for _, c := range checks {
+		got := val("ex", c.tool)
+		if g, ok := got.(float64); ok {
+			if math.Abs(g-c.want.(float64)) > 0.06 { // the example rounds to its precision, 0.1
+				t.Errorf("%s = %v; the skeleton's raw registers give %v", c.tool, got, c.want)
+			}
+		} else if got != c.want {
+			t.Errorf("%s = %v; the skeleton's raw registers give %v", c.tool, got, c.want)
+		}
+	}
+	// The setpoint, pump speed and mode registers hold the simulator's
+	// documented start values (55.0 °C as int16 x0.1, 60 %, heating).
+	if a, b, c := reg("holding_0"), reg("holding_1"), reg("holding_2"); a != 550 || b != 60 || c != 1 {
+		t.Errorf("holding 0..2 = %d %d %d, want 550 60 1", a, b, c)
+	}
+}
