@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"math"
 	"net"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/physd/physd/drivers/modbus/modbustest"
 )
 
 // TestScanModbusSim: the built binary scans the bundled modbus-sim (a
@@ -106,5 +109,55 @@ func TestScanModbusSim(t *testing.T) {
 	// documented start values (55.0 °C as int16 x0.1, 60 %, heating).
 	if a, b, c := reg("holding_0"), reg("holding_1"), reg("holding_2"); a != 550 || b != 60 || c != 1 {
 		t.Errorf("holding 0..2 = %d %d %d, want 550 60 1", a, b, c)
+	}
+}
+
+// TestModbusProfileEnergyMeter: a manifest that binds an energy meter by
+// its profile (profile: eastron_sdm120, point: ...) reads, over MCP from
+// the built binary, a Modbus TCP server serving the meter's documented
+// register map; and `physd validate` names the profile's points when a
+// point is misspelt.
+func TestModbusProfileEnergyMeter(t *testing.T) {
+	bank := modbustest.NewBank(1000)
+	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	set := func(addr uint16, v float32) {
+		u := math.Float32bits(v)
+		bank.SetInput(2, addr, uint16(u>>16), uint16(u))
+	}
+	set(0x0000, 229.8) // voltage, 30001
+	set(0x000C, 836.5) // active power, 30013
+	set(0x0156, 4711.25)
+	meterCap := func(name, point, unit string) string {
+		return fmt.Sprintf(`  - name: %s
+    kind: read
+    description: %s of the main meter
+    data_type: float
+    unit: %s
+    semantic_tags: [energy, meter]
+    binding: {type: modbus, bus: plc, unit: 2, profile: eastron_sdm120, point: %s}
+`, name, name, unit, point)
+	}
+	_, cs := startModbus(t, srv.Addr, "", meterCap("mains_voltage", "voltage", "volt"), meterCap("mains_power", "active_power", "watt"),
+		meterCap("mains_energy", "total_active_energy", "kWh"))
+	for tool, want := range map[string]float64{"read_mains_voltage": 229.8, "read_mains_power": 836.5, "read_mains_energy": 4711.25} {
+		o := structured(t, call(t, cs, tool, map[string]any{}))
+		if o["quality"] != "good" || math.Abs(o["value"].(float64)-want) > 1e-3 {
+			t.Errorf("%s: %v, want %v", tool, o, want)
+		}
+	}
+
+	bad := strings.NewReplacer("ADDR", srv.Addr, "BUSEXTRA", "", "CAPS", meterCap("mains_voltage", "volts", "volt")).Replace(modbusManifest)
+	p := filepath.Join(t.TempDir(), "bad.yml")
+	if err := os.WriteFile(p, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(physdBin, "validate", p).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `bad.yml:18:80: `) || !strings.Contains(string(out), `capabilities[0].binding.point: profile eastron_sdm120 (Eastron SDM120-Modbus) has no point "volts"`) ||
+		!strings.Contains(string(out), "use one of its points: active_power, apparent_power, current,") {
+		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }
