@@ -66,13 +66,13 @@ func (c *Chip) Tx(addr uint16, w, r []byte) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.TxLocked(w, r)
+	return c.txLocked(w, r)
 }
 
 var pairs = [8][2]int{{0, 1}, {0, 3}, {1, 3}, {2, 3}, {0, -1}, {1, -1}, {2, -1}, {3, -1}}
 
-// TxLocked is Tx without the address check and the chip's lock.
-func (c *Chip) TxLocked(w, r []byte) error {
+// txLocked is Tx after the address check, with the chip's lock held.
+func (c *Chip) txLocked(w, r []byte) error {
 	if len(w) > 0 {
 		c.ptr = w[0] & 0x03
 		switch {

@@ -98,12 +98,11 @@ func (f *Chip) Tx(addr uint16, w, r []byte) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.TxLocked(w, r)
+	return f.txLocked(w, r)
 }
 
-// TxLocked is Tx for a bus that already serialises access (a test bus
-// with several devices); the caller holds no lock of the chip's.
-func (f *Chip) TxLocked(w, r []byte) error {
+// txLocked is Tx after the address check, with the chip's lock held.
+func (f *Chip) txLocked(w, r []byte) error {
 	if len(w) > 0 {
 		f.ptr = w[0]
 		if len(w) > 1 {

@@ -65,11 +65,11 @@ func (c *Chip) Tx(addr uint16, w, r []byte) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.TxLocked(w, r)
+	return c.txLocked(w, r)
 }
 
-// TxLocked is Tx without the address check and the chip's lock.
-func (c *Chip) TxLocked(w, r []byte) error {
+// txLocked is Tx after the address check, with the chip's lock held.
+func (c *Chip) txLocked(w, r []byte) error {
 	if len(w) > 0 {
 		c.ptr = w[0] & 0x0F
 		if len(w) == 3 {
