@@ -40,8 +40,17 @@ type ModbusPoint struct {
 	Description string
 }
 
+// identify is how a device names itself in its device identification
+// (function 43/14): substrings of VendorName and of ProductCode or
+// ModelName, compared without case.
+type identify struct {
+	Vendor  string `yaml:"vendor"`
+	Product string `yaml:"product"`
+}
+
 // Modbus is a Modbus device profile.
 type Modbus struct {
+	Identify    *identify
 	Name        string
 	Vendor      string
 	Model       string
@@ -73,6 +82,7 @@ type pointKeys struct {
 }
 
 type modbusFile struct {
+	Identify    *identify            `yaml:"identify"`
 	Vendor      string               `yaml:"vendor"`
 	Model       string               `yaml:"model"`
 	Description string               `yaml:"description"`
@@ -123,7 +133,7 @@ func parseModbus(name string, data []byte) (*Modbus, error) {
 	if len(f.Points) == 0 {
 		return nil, fmt.Errorf("profile %s has no points", name)
 	}
-	m := &Modbus{Name: name, Vendor: f.Vendor, Model: f.Model, Description: f.Description, Points: map[string]*ModbusPoint{}}
+	m := &Modbus{Identify: f.Identify, Name: name, Vendor: f.Vendor, Model: f.Model, Description: f.Description, Points: map[string]*ModbusPoint{}}
 	str := func(v, def *string) string {
 		if v != nil {
 			return *v
@@ -167,4 +177,22 @@ func parseModbus(name string, data []byte) (*Modbus, error) {
 		m.Points[pn] = p
 	}
 	return m, nil
+}
+
+// MatchModbus returns the profile whose identify: entry fits a device's
+// identification (VendorName, and ProductCode or ModelName), or nil.
+func MatchModbus(vendor, product, model string) *Modbus {
+	has := func(s, sub string) bool {
+		return sub != "" && strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+	}
+	for _, n := range ModbusNames() {
+		m, err := LoadModbus(n)
+		if err != nil || m.Identify == nil {
+			continue
+		}
+		if has(vendor, m.Identify.Vendor) && (has(product, m.Identify.Product) || has(model, m.Identify.Product)) {
+			return m
+		}
+	}
+	return nil
 }

@@ -67,3 +67,15 @@ func TestLoadErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestMatchModbus(t *testing.T) {
+	if m := MatchModbus("EASTRON", "SDM120-Modbus", ""); m == nil || m.Name != "eastron_sdm120" {
+		t.Fatalf("%+v", m)
+	}
+	if m := MatchModbus("ABB Oy", "", "ACS550-01-012A-4"); m == nil || m.Name != "abb_acs550" {
+		t.Fatalf("%+v", m)
+	}
+	if m := MatchModbus("Eastron", "SDM72", ""); m != nil {
+		t.Fatalf("SDM72 matched %s", m.Name)
+	}
+}

@@ -128,7 +128,10 @@ func cmdScan(args []string, stdout, stderr io.Writer) int {
 	if name == "" {
 		name = "<skeleton>"
 	}
-	_, verr := manifest.Parse(name, skel)
+	m, verr := manifest.Parse(name, skel)
+	if verr == nil {
+		verr = checkBindings(m)
+	}
 	if *out != "" {
 		if err := os.WriteFile(*out, skel, 0o644); err != nil {
 			fmt.Fprintf(stderr, "physd scan modbus: %v\n", err)

@@ -151,6 +151,7 @@ func TestScanRTU(t *testing.T) {
 	})
 	bank.SetIdent(2, "Eastron", "SDM120", "1.02", "", "Energy meter", "SDM120-Modbus")
 	bank.SetInput(2, 0, 0x4366, 0x0000) // 230.0 V, float32
+	bank.SetInput(5, 0, 0x4366, 0x0000)
 	rep, err := Scan(context.Background(), ScanOptions{
 		Serial: serial.Config{Address: tty.Name(), BaudRate: 115200, DataBits: 8, Parity: "N", StopBits: 2},
 		Units:  []byte{1, 2, 3, 4, 5, 6}, Timeout: 150 * time.Millisecond, Silence: 20 * time.Millisecond, From: 0, To: 63,
@@ -178,12 +179,24 @@ func TestScanRTU(t *testing.T) {
 		t.Fatalf("unit 5 ident note %q", rep.Units[1].IdentNote)
 	}
 	skel := string(rep.Skeleton(SkeletonOptions{}))
-	if _, err := manifest.Parse("skel.yml", []byte(skel)); err != nil {
+	m, err := manifest.Parse("skel.yml", []byte(skel))
+	if err != nil {
 		t.Fatalf("skeleton: %v\n%s", err, skel)
+	}
+	// The profile's points validate as bindings on the bus (the driver's
+	// own check, as physd validate runs it).
+	for _, c := range m.Capabilities {
+		if _, err := parseBinding(c, TypeRTU); err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
 	}
 	for _, part := range []string{
 		`# ==== unit 2: VendorName "Eastron", ProductCode "SDM120"`, "type: modbus_rtu", "baud: 115200", "parity: N", "stop_bits: 2",
-		`description: "Unit 2 (Eastron SDM120 1.02 SDM120-Modbus), input 30001 (address 0), read 17254 at scan time."`,
+		"# It identifies as Eastron SDM120-Modbus: profile eastron_sdm120 names its registers",
+		`description: "Unit 2 (Eastron SDM120 1.02 SDM120-Modbus): Line to neutral voltage (30001) [volt]."`,
+		"binding: {type: modbus, bus: modbus1, unit: 2, profile: eastron_sdm120, point: voltage}",
+		// unit 5 did not identify itself: raw registers, with hints.
+		`description: "Unit 5, input 30001 (address 0), read 17254 at scan time."`,
 		"float32 ABCD reads 230: if so, bind data_type: float32",
 	} {
 		if !strings.Contains(skel, part) {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/physd/physd/profiles"
 )
 
 // SkeletonOptions shape the manifest skeleton written from a scan.
@@ -92,6 +94,32 @@ func (r *ScanReport) Skeleton(o SkeletonOptions) []byte {
 			p("  # note: %s", oneLine(note))
 		}
 		who := unitName(u)
+		if prof := profileFor(u); prof != nil {
+			p("  # It identifies as %s %s: profile %s names its registers (profiles/modbus/%s.yml);", prof.Vendor, prof.Model, prof.Name, prof.Name)
+			p("  # its points are bound below instead of the raw addresses the scan read:")
+			for _, b := range u.Blocks {
+				p("  #   %s: %d readable address(es) from %s", b.Table, b.Len(), b.Ref())
+			}
+			for _, pn := range prof.PointNames() {
+				pt := prof.Points[pn]
+				dt := "int"
+				if strings.HasPrefix(pt.DataType, "float") || pt.Scale != nil || pt.Offset != nil {
+					dt = "float"
+				}
+				n++
+				p("  - name: u%d_%s   # DECIDE: a name for what it measures here", u.ID, pn)
+				p("    kind: read   # DECIDE: do only for a point the profile marks writable")
+				unit := ""
+				if pt.Unit != "" {
+					unit = " [" + pt.Unit + "]"
+				}
+				p("    description: %q", fmt.Sprintf("Unit %d%s: %s%s.", u.ID, who, pt.Description, unit))
+				p("    binding: {type: modbus, bus: %s, unit: %d, profile: %s, point: %s}", o.Bus, u.ID, prof.Name, pn)
+				p("    data_type: %s", dt)
+				p("    semantic_tags: [unit%d, %s]   # DECIDE: what it measures", u.ID, prof.Name)
+			}
+			continue
+		}
 		for _, b := range u.Blocks {
 			t := tableNames[b.Table]
 			p("  # --- %s: %d readable address(es) from %s", b.Table, b.Len(), b.Ref())
@@ -135,6 +163,26 @@ func (r *ScanReport) Skeleton(o SkeletonOptions) []byte {
 		p("  []")
 	}
 	return []byte(w.String())
+}
+
+// profileFor returns the library profile that fits a unit's
+// identification, or nil.
+func profileFor(u ScannedUnit) *profiles.Modbus {
+	var vendor, product, model string
+	for _, o := range u.Ident {
+		switch o.ID {
+		case 0:
+			vendor = o.Value
+		case 1:
+			product = o.Value
+		case 5:
+			model = o.Value
+		}
+	}
+	if vendor == "" {
+		return nil
+	}
+	return profiles.MatchModbus(vendor, product, model)
 }
 
 // unitName is ", VendorName ProductCode" for a unit that identified itself.
