@@ -7,6 +7,7 @@
 //	physd client-config --manifest FILE [--client KIND] [--transport stdio|http]
 //	physd audit verify STATE_DIR
 //	physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
+//	physd scan i2c [--bus 1] [--out FILE]
 //	physd version
 package main
 
@@ -62,6 +63,7 @@ Usage:
   physd client-config --manifest FILE [--client claude-desktop|vscode|cursor] [--transport stdio|http]
   physd audit verify STATE_DIR
   physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
+  physd scan i2c [--bus 1] [--out FILE]
   physd version
 
 Run "physd run -h" (or any command with -h) for its flags.

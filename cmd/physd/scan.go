@@ -12,23 +12,28 @@ import (
 	"time"
 
 	"github.com/goburrow/serial"
+	"github.com/physd/physd/drivers/i2c"
 	"github.com/physd/physd/drivers/modbus"
 	"github.com/physd/physd/manifest"
 )
 
 const scanUsage = `usage: physd scan modbus (--tcp HOST:PORT | --rtu DEVICE [--baud N --parity E --stop-bits 1])
                          [--units 1-247] [--timeout-ms 500] [--silence-ms 100] [--registers 0-255]
-                         [--chunk 16] [--max-time 10m] [--out FILE] [--bus NAME] [--device-id ID]`
+                         [--chunk 16] [--max-time 10m] [--out FILE] [--bus NAME] [--device-id ID]
+       physd scan i2c [--bus 1] [--out FILE]`
 
 // cmdScan is `physd scan modbus`: find the units on a Modbus endpoint and
 // write a manifest skeleton. It only ever sends read requests.
 func cmdScan(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "i2c" {
+		return cmdScanI2C(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "modbus" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprintln(stdout, scanUsage)
 			return 0
 		}
-		fmt.Fprintln(stderr, "physd scan: name the bus kind: physd scan modbus ...")
+		fmt.Fprintln(stderr, "physd scan: name the bus kind: physd scan modbus ... or physd scan i2c ...")
 		fmt.Fprintln(stderr, scanUsage)
 		return 2
 	}
@@ -197,4 +202,62 @@ func parseSpan(s string, lo, hi int) (int, int, error) {
 		return 0, 0, fmt.Errorf("%q must lie within %d-%d, FROM not above TO", s, lo, hi)
 	}
 	return a, b, nil
+}
+
+// cmdScanI2C is `physd scan i2c`: sweep an I²C bus, recognise the parts
+// physd has profiles for by their id registers, and write a skeleton.
+func cmdScanI2C(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("physd scan i2c", flag.ContinueOnError)
+	bus := fs.String("bus", "1", `the I²C bus: "1", "/dev/i2c-1" or a periph bus name`)
+	out := fs.String("out", "", "write the skeleton to this file instead of stdout")
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "physd scan i2c: unexpected argument %q\n%s\n", fs.Arg(0), scanUsage)
+		return 2
+	}
+	bc, resolved, err := i2c.OpenForScan(*bus)
+	if err != nil {
+		fmt.Fprintf(stderr, "physd scan i2c: %v\n", err)
+		return 1
+	}
+	found := i2c.Sweep(bc)
+	_ = bc.Close()
+	known := 0
+	for _, f := range found {
+		what := "not recognised"
+		if f.Profile != "" {
+			what, known = f.Profile+" ("+f.How+")", known+1
+		}
+		fmt.Fprintf(stderr, "0x%02X answers: %s\n", f.Addr, what)
+	}
+	skel := i2c.I2CSkeleton(*bus, resolved, "physd scan i2c "+strings.Join(args, " "), found)
+	fmt.Fprintf(stderr, "physd scan: %d address(es) answered, %d recognised\n", len(found), known)
+	name := *out
+	if name == "" {
+		name = "<skeleton>"
+	}
+	m, verr := manifest.Parse(name, skel)
+	if verr == nil {
+		verr = checkBindings(m)
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, skel, 0o644); err != nil {
+			fmt.Fprintf(stderr, "physd scan i2c: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "physd scan: wrote %s; edit the DECIDE lines, then: physd validate %s\n", *out, *out)
+	} else {
+		_, _ = stdout.Write(skel)
+	}
+	if known == 0 {
+		fmt.Fprintln(stderr, "physd scan: no part physd knows was found: check wiring and pull-ups; bind other addresses by hand")
+		return 1
+	}
+	if verr != nil {
+		fmt.Fprintf(stderr, "physd scan: the skeleton does not validate (a physd bug, please report): %v\n", verr)
+		return 1
+	}
+	return 0
 }
