@@ -161,3 +161,72 @@ func TestModbusProfileEnergyMeter(t *testing.T) {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }
+
+// TestOneWireTemperature: the built binary reads DS18B20 sensors over MCP
+// from a w1 sysfs tree (a directory laid out as the kernel's w1-therm
+// driver does), refuses a CRC failure as quality error, and validate
+// reports a bad sensor id at file:line:col.
+func TestOneWireTemperature(t *testing.T) {
+	dir := t.TempDir()
+	write := func(id, content string) {
+		if err := os.MkdirAll(filepath.Join(dir, id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, id, "w1_slave"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("28-0316a2794bff", "72 01 4b 46 7f ff 0e 10 57 : crc=57 YES\n72 01 4b 46 7f ff 0e 10 57 t=23125\n")
+	write("28-0316a2794c0a", "72 01 4b 46 7f ff 0e 10 57 : crc=00 NO\n72 01 4b 46 7f ff 0e 10 57 t=23125\n")
+	src := `physmcp_version: "0.1"
+device: {id: gw_w1_001, type: gateway, location: {zone: tank_room}}
+network:
+  protocols: [{type: ip, address: 127.0.0.1, mcp_port: 8080, role: native}]
+  mesh: {enabled: false}
+buses:
+  w1: {type: onewire, path: "DIR"}
+capabilities:
+  - name: tank_temperature
+    kind: read
+    description: Water tank temperature (DS18B20 probe).
+    data_type: float
+    unit: celsius
+    semantic_tags: [temperature, water]
+    cache_ttl_ms: 0
+    binding: {type: onewire, bus: w1, address: "28-0316a2794bff"}
+  - name: pipe_temperature
+    kind: read
+    description: Return pipe temperature (DS18B20 probe on a long cable).
+    data_type: float
+    unit: celsius
+    semantic_tags: [temperature, water]
+    binding: {type: onewire, bus: w1, address: "ADDR2"}
+`
+	p := filepath.Join(dir, "w1.yml")
+	if err := os.WriteFile(p, []byte(strings.NewReplacer("DIR", dir, "ADDR2", "28-0316a2794c0a").Replace(src)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{manifest: p})
+	cs := connectHTTP(t, d, "2026-07-28")
+	o := structured(t, call(t, cs, "read_tank_temperature", map[string]any{}))
+	if o["quality"] != "good" || o["value"] != 23.125 {
+		t.Fatalf("tank: %v", o)
+	}
+	write("28-0316a2794bff", "5e ff 4b 46 7f ff 02 10 a8 : crc=a8 YES\n5e ff 4b 46 7f ff 02 10 a8 t=-10125\n")
+	if o := structured(t, call(t, cs, "read_tank_temperature", map[string]any{})); o["value"] != -10.125 {
+		t.Fatalf("tank after the change: %v", o)
+	}
+	res := call(t, cs, "read_pipe_temperature", map[string]any{})
+	if !strings.Contains(text(res), "scratchpad CRC error") {
+		t.Fatalf("pipe with a CRC error: %s", text(res))
+	}
+
+	bad := filepath.Join(dir, "bad.yml")
+	if err := os.WriteFile(bad, []byte(strings.NewReplacer("DIR", dir, "ADDR2", "28-0316A2794C0A").Replace(src)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(physdBin, "validate", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "bad.yml:23:14: capabilities[1].binding.address: \"28-0316A2794C0A\" is not a 1-Wire device id") {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+}

@@ -47,6 +47,9 @@ import (
 	"github.com/physd/physd/store"
 )
 
+// 1-Wire temperature sensors through the kernel's w1 sysfs.
+import "github.com/physd/physd/drivers/onewire"
+
 // version is set with -ldflags "-X main.version=…" by release builds.
 var version = ""
 
@@ -205,6 +208,7 @@ func checkBindings(m *manifest.Manifest) error {
 var bindingChecks = map[string]func(*manifest.Capability) error{
 	"i2c":        i2c.CheckBinding,
 	"gpio":       gpio.CheckBinding,
+	"onewire":    onewire.CheckBinding,
 	"modbus_tcp": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_tcp", c) },
 	"modbus_rtu": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_rtu", c) },
 }
