@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+	"github.com/goburrow/serial"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/modbus" // registers modbus_tcp, modbus_rtu
 	"github.com/physd/physd/drivers/modbus/modbustest"
@@ -128,21 +131,56 @@ func TestExampleEndToEnd(t *testing.T) {
 }
 
 // TestScanSkeletonReadsLikeExample: physd scan's engine finds the
-// simulator's one unit among ten, and a node started on the skeleton it
-// writes reads the same raw registers the hand-written example decodes:
-// every example capability is checked against the skeleton's raw reads of
-// its registers.
+// simulator's one unit among ten, over Modbus TCP and over RTU (the same
+// register bank behind the RTU slave on a pty), and a node started on the
+// skeleton it writes reads the same raw registers the hand-written example
+// decodes: every example capability is checked against the skeleton's raw
+// reads of its registers.
 func TestScanSkeletonReadsLikeExample(t *testing.T) {
-	b := newBoiler()
-	srv, err := modbustest.StartTCP("127.0.0.1:0", b.bank)
+	example, err := os.ReadFile("../physmcp.manifest.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Stop()
-	b.step(0.2) // the model is not stepped again: the registers hold still
+	t.Run("tcp", func(t *testing.T) {
+		b := newBoiler()
+		srv, err := modbustest.StartTCP("127.0.0.1:0", b.bank)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		b.step(0.2) // the model is not stepped again: the registers hold still
+		scanMatchesExample(t, b, modbus.ScanOptions{TCP: srv.Addr}, strings.ReplaceAll(string(example), "127.0.0.1:5020", srv.Addr))
+	})
+	t.Run("rtu", func(t *testing.T) {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			t.Skipf("no pty: %v", err)
+		}
+		b := newBoiler()
+		slave := modbustest.ServeRTU(ptmx, b.bank, 1)
+		t.Cleanup(func() {
+			_ = tty.Close()
+			<-slave.Done()
+			_ = ptmx.Close()
+		})
+		b.step(0.2)
+		rtu := strings.Replace(string(example), "    type: modbus_tcp\n    address: \"127.0.0.1:5020\"\n",
+			"    type: modbus_rtu\n    port: "+tty.Name()+"\n    baud: 115200\n    parity: N\n    stop_bits: 2\n", 1)
+		if rtu == string(example) {
+			t.Fatal("the example's bus block changed; update this test")
+		}
+		// Every binding needs its unit on RTU; the example's address
+		// strings carry slave=1, and the one plain binding says unit: 1.
+		scanMatchesExample(t, b, modbus.ScanOptions{Serial: serial.Config{Address: tty.Name(), BaudRate: 115200, DataBits: 8, Parity: "N", StopBits: 2},
+			Silence: 20 * time.Millisecond}, rtu)
+	})
+}
 
-	units := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	rep, err := modbus.Scan(context.Background(), modbus.ScanOptions{TCP: srv.Addr, Units: units, Timeout: 500 * time.Millisecond, To: 255})
+func scanMatchesExample(t *testing.T, b *boiler, o modbus.ScanOptions, exampleSrc string) {
+	o.Units = []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	o.Timeout = 200 * time.Millisecond
+	o.To = 255
+	rep, err := modbus.Scan(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,15 +191,9 @@ func TestScanSkeletonReadsLikeExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("skeleton does not validate: %v", err)
 	}
-	ex, err := manifest.Load("../physmcp.manifest.yml")
+	ex, err := manifest.Parse("example.yml", []byte(exampleSrc))
 	if err != nil {
 		t.Fatal(err)
-	}
-	cfg := ex.Buses["boiler"].Config
-	for i := 0; i+1 < len(cfg.Content); i += 2 {
-		if cfg.Content[i].Value == "address" {
-			cfg.Content[i+1].Value = srv.Addr
-		}
 	}
 	open := func(m *manifest.Manifest) *node.Node {
 		dir := t.TempDir()
@@ -179,10 +211,8 @@ func TestScanSkeletonReadsLikeExample(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { n.Close(context.Background()) })
 		return n
 	}
-	exN, skN := open(ex), open(skel)
 	ctx := context.Background()
 	read := func(n *node.Node, tool string) any {
 		t.Helper()
@@ -192,6 +222,8 @@ func TestScanSkeletonReadsLikeExample(t *testing.T) {
 		}
 		return o.Value
 	}
+	// One node at a time: on RTU both would otherwise be masters on one line.
+	skN := open(skel)
 	reg := func(name string) uint16 { return uint16(read(skN, "read_u1_"+name).(int64)) }
 	f32 := func(hi, lo uint16) float64 { return float64(math.Float32frombits(uint32(hi)<<16 | uint32(lo))) }
 	want := map[string]any{
@@ -207,6 +239,12 @@ func TestScanSkeletonReadsLikeExample(t *testing.T) {
 		"do_burner_enable":               read(skN, "read_u1_coil_0"),
 		"do_pump_enable":                 read(skN, "read_u1_coil_1"),
 	}
+	if reg("holding_0") != 550 || reg("holding_1") != 60 {
+		t.Fatalf("setpoint registers %d %d, want the simulator's 550 60", reg("holding_0"), reg("holding_1"))
+	}
+	skN.Close(ctx)
+	exN := open(ex)
+	defer exN.Close(ctx)
 	for _, c := range ex.Capabilities {
 		w, ok := want[c.ToolName()]
 		if !ok {
@@ -221,8 +259,5 @@ func TestScanSkeletonReadsLikeExample(t *testing.T) {
 		} else if got != w {
 			t.Errorf("%s = %v, the skeleton's registers give %v", c.ToolName(), got, w)
 		}
-	}
-	if reg("holding_0") != 550 || reg("holding_1") != 60 {
-		t.Fatalf("setpoint registers %d %d, want the simulator's 550 60", reg("holding_0"), reg("holding_1"))
 	}
 }
