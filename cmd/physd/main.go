@@ -47,8 +47,11 @@ import (
 	"github.com/physd/physd/store"
 )
 
-// 1-Wire temperature sensors through the kernel's w1 sysfs.
-import "github.com/physd/physd/drivers/onewire"
+// 1-Wire temperature sensors through the kernel's w1 sysfs; SPI ADCs.
+import (
+	"github.com/physd/physd/drivers/onewire"
+	"github.com/physd/physd/drivers/spi"
+)
 
 // version is set with -ldflags "-X main.version=…" by release builds.
 var version = ""
@@ -209,6 +212,7 @@ var bindingChecks = map[string]func(*manifest.Capability) error{
 	"i2c":        i2c.CheckBinding,
 	"gpio":       gpio.CheckBinding,
 	"onewire":    onewire.CheckBinding,
+	"spi":        spi.CheckBinding,
 	"modbus_tcp": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_tcp", c) },
 	"modbus_rtu": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_rtu", c) },
 }
