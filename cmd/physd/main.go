@@ -47,9 +47,11 @@ import (
 	"github.com/physd/physd/store"
 )
 
-// 1-Wire temperature sensors through the kernel's w1 sysfs; SPI ADCs.
+// 1-Wire temperature sensors and PWM outputs through the kernel's sysfs;
+// SPI ADCs through periph.io.
 import (
 	"github.com/physd/physd/drivers/onewire"
+	"github.com/physd/physd/drivers/pwm"
 	"github.com/physd/physd/drivers/spi"
 )
 
@@ -213,6 +215,7 @@ var bindingChecks = map[string]func(*manifest.Capability) error{
 	"gpio":       gpio.CheckBinding,
 	"onewire":    onewire.CheckBinding,
 	"spi":        spi.CheckBinding,
+	"pwm":        pwm.CheckBinding,
 	"modbus_tcp": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_tcp", c) },
 	"modbus_rtu": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_rtu", c) },
 }
