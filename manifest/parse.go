@@ -35,7 +35,7 @@ var (
 	Kinds          = []string{KindRead, KindDo}
 	ReadDataTypes  = []string{TypeFloat, TypeInt, TypeBool, TypeString, TypeEnum}
 	DoDataTypes    = []string{TypeFloat, TypeInt, TypeBool, TypeEnum}
-	BindingTypes   = []string{"i2c", "spi", "gpio", "adc", "pwm", "uart", "modbus", "opcua", "bacnet", "mqtt", "virtual", "sim"}
+	BindingTypes   = []string{"i2c", "spi", "gpio", "adc", "pwm", "uart", "modbus", "opcua", "bacnet", "mqtt", "virtual", "sim", "onewire"}
 	ProtocolTypes  = []string{"ip", "serial", "lora", "ble"}
 	ProtocolRoles  = []string{"native", "proxy", "lite"}
 	RemoteSinkKind = []string{"mqtt", "http", "syslog"}

@@ -6,6 +6,8 @@
 //	physd lint …
 //	physd client-config --manifest FILE [--client KIND] [--transport stdio|http]
 //	physd audit verify STATE_DIR
+//	physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
+//	physd scan i2c [--bus 1] [--out FILE]
 //	physd version
 package main
 
@@ -46,6 +48,14 @@ import (
 	"github.com/physd/physd/store"
 )
 
+// 1-Wire temperature sensors and PWM outputs through the kernel's sysfs;
+// SPI ADCs through periph.io.
+import (
+	"github.com/physd/physd/drivers/onewire"
+	"github.com/physd/physd/drivers/pwm"
+	"github.com/physd/physd/drivers/spi"
+)
+
 // version is set with -ldflags "-X main.version=…" by release builds.
 var version = ""
 
@@ -61,6 +71,8 @@ Usage:
   physd lint [--json] [--strict] [--allow-do] [--header "K: V"] <URL | tools.json | -- COMMAND...>
   physd client-config --manifest FILE [--client claude-desktop|vscode|cursor] [--transport stdio|http]
   physd audit verify STATE_DIR
+  physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
+  physd scan i2c [--bus 1] [--out FILE]
   physd version
 
 Run "physd run -h" (or any command with -h) for its flags.
@@ -82,6 +94,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdClientConfig(args[1:], stdout, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
+	case "scan":
+		return cmdScan(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		writeVersion(stdout)
 		return 0
@@ -200,6 +214,9 @@ func checkBindings(m *manifest.Manifest) error {
 var bindingChecks = map[string]func(*manifest.Capability) error{
 	"i2c":        i2c.CheckBinding,
 	"gpio":       gpio.CheckBinding,
+	"onewire":    onewire.CheckBinding,
+	"spi":        spi.CheckBinding,
+	"pwm":        pwm.CheckBinding,
 	"modbus_tcp": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_tcp", c) },
 	"modbus_rtu": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_rtu", c) },
 }

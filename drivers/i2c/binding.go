@@ -3,6 +3,7 @@ package i2c
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 	"time"
 
 	"github.com/physd/physd/manifest"
@@ -11,18 +12,22 @@ import (
 // bindingKeys are the structured keys of an i2c binding (and the key=value
 // parts of its address string). Pointers tell "absent" from a zero value.
 type bindingKeys struct {
-	Register     *uint8  `yaml:"register"`
-	Width        *int    `yaml:"width"`
-	Signed       *bool   `yaml:"signed"`
-	ByteOrder    *string `yaml:"byte_order"`
-	Scale        *number `yaml:"scale"`
-	Offset       *number `yaml:"offset"`
-	Command      *uint32 `yaml:"command"`
-	CommandBytes *int    `yaml:"command_bytes"`
-	WaitMS       *int    `yaml:"wait_ms"`
-	ReadBytes    *int    `yaml:"read_bytes"`
-	CRC          *string `yaml:"crc"`
-	Field        *int    `yaml:"field"`
+	Register     *uint8   `yaml:"register"`
+	Width        *int     `yaml:"width"`
+	Signed       *bool    `yaml:"signed"`
+	ByteOrder    *string  `yaml:"byte_order"`
+	Scale        *number  `yaml:"scale"`
+	Offset       *number  `yaml:"offset"`
+	Command      *uint32  `yaml:"command"`
+	CommandBytes *int     `yaml:"command_bytes"`
+	WaitMS       *int     `yaml:"wait_ms"`
+	ReadBytes    *int     `yaml:"read_bytes"`
+	CRC          *string  `yaml:"crc"`
+	Field        *int     `yaml:"field"`
+	Profile      *string  `yaml:"profile"`       // a device profile (profile.go)
+	Point        *string  `yaml:"point"`         // the profile's value
+	FullScaleV   *float64 `yaml:"full_scale_v"`  // ads1115 gain
+	DataRateSPS  *int     `yaml:"data_rate_sps"` // ads1115 data rate
 }
 
 // Limits on command-style frames: generous for real sensors, small enough
@@ -44,6 +49,9 @@ type pointSpec struct {
 	isReg bool
 	reg   uint8
 
+	// Profile mode: a device driver reads the part (profile.go).
+	profile *profileSpec
+
 	// Command mode.
 	command   []byte
 	wait      time.Duration
@@ -54,6 +62,9 @@ type pointSpec struct {
 
 // label names the point in errors: "0x48 reg 0x00", "0x44 cmd 0x2400".
 func (s *pointSpec) label() string {
+	if s.profile != nil {
+		return fmt.Sprintf("0x%02X %s", s.addr, s.profile.label())
+	}
 	if s.isReg {
 		return fmt.Sprintf("0x%02X reg 0x%02X", s.addr, s.reg)
 	}
@@ -110,6 +121,11 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 	}
 
 	switch {
+	case k.Profile != nil:
+		profileBinding(p, s, &k)
+	case k.Point != nil || k.FullScaleV != nil || k.DataRateSPS != nil:
+		p.Add("point", "point, full_scale_v and data_rate_sps belong to a device profile, but the binding has no profile:",
+			"add profile: with one of "+strings.Join(ProfileNames(), ", ")+", or remove them")
 	case k.Register != nil && k.Command != nil:
 		p.Add("command", "a binding has either register (a register-mapped device) or command (a command-style sensor), not both", "remove one of them")
 	case k.Register != nil:
@@ -117,8 +133,8 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 	case k.Command != nil:
 		commandSpec(p, s, &k)
 	default:
-		p.Add("", "an i2c binding needs register or command",
-			`add register: 0x00 (or address: "0x48:reg=0x00") for a register-mapped device, or command: 0x2400 with read_bytes for a command-style sensor`)
+		p.Add("", "an i2c binding needs register, command or profile",
+			`add register: 0x00 (or address: "0x48:reg=0x00") for a register-mapped device, command: 0x2400 with read_bytes for a command-style sensor, or profile: (`+strings.Join(ProfileNames(), ", ")+`) for a part physd knows`)
 	}
 	if len(p.Errs) > 0 {
 		return nil, p.Errs

@@ -14,7 +14,7 @@ func TestBindingErrors(t *testing.T) {
 		want      []string // substrings of the error
 	}{
 		{"no register or command", readCap("c", "float", `{type: i2c, bus: i2c1, address: 0x48}`),
-			[]string{"rpi.yml:12:14: capabilities[0].binding: an i2c binding needs register or command"}},
+			[]string{"rpi.yml:12:14: capabilities[0].binding: an i2c binding needs register, command or profile"}},
 		{"8-bit address", readCap("c", "float", `{type: i2c, bus: i2c1, address: 0x90, register: 0}`),
 			[]string{"binding.address: 0x90 is an 8-bit (shifted) address; use the 7-bit address 0x48"}},
 		{"reserved address", readCap("c", "float", `{type: i2c, bus: i2c1, address: 0x00, register: 0}`),

@@ -30,6 +30,18 @@ func (p *point) Health() error { return p.health.err(p.what) }
 // Read reads the register (or runs the command and reads the frame) and
 // returns the value as the capability's data type.
 func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
+	if p.spec.profile != nil {
+		x, err := p.readProfile(ctx)
+		if err != nil {
+			return drivers.Reading{}, p.failed("read", err)
+		}
+		v, err := p.scaled(x)
+		if err != nil {
+			return drivers.Reading{}, fmt.Errorf("%s: %w", p.what, err)
+		}
+		p.health.ok()
+		return drivers.Reading{Value: v, At: time.Now()}, nil
+	}
 	var (
 		raw []byte
 		err error
@@ -138,6 +150,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// scaled applies scale and offset to a device driver's reading and
+// converts it to the capability's data type.
+func (p *point) scaled(x float64) (any, error) {
+	v := x*p.spec.format.Scale + p.spec.format.Offset
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil, fmt.Errorf("value %v is not finite (check scale and offset)", v)
+	}
+	if p.spec.dataType == manifest.TypeInt {
+		return int64(math.Round(v)), nil
+	}
+	return v, nil
 }
 
 // value converts the register bytes to the capability's data type.

@@ -24,7 +24,9 @@ type bindingKeys struct {
 	Offset        *float64         `yaml:"offset"`
 	WriteFunction *int             `yaml:"write_function"`
 	EnumMap       map[string]int64 `yaml:"enum_map"`
-	Verify        *yaml.Node       `yaml:"verify"` // verify.go
+	Verify        *yaml.Node       `yaml:"verify"`  // verify.go
+	Profile       *string          `yaml:"profile"` // a device profile (profile.go)
+	Point         *string          `yaml:"point"`   // the profile's point
 }
 
 // pointSpec is a validated binding.
@@ -92,6 +94,18 @@ func parseBinding(c *manifest.Capability, busKind string) (*pointSpec, error) {
 	if err != nil {
 		addrErr(err.Error(), `write the 0-based protocol address (address: 17, with table:) or "slave=1:reg=40001:type=holding" (reg= is 1-based Modicon notation)`)
 		return nil, p.err()
+	}
+	prof, ok := applyProfile(p, &k, c.Kind == manifest.KindDo)
+	if !ok {
+		return nil, p.err()
+	}
+	if prof != nil {
+		if a.addr != nil || a.table != nil {
+			addrErr(fmt.Sprintf("the register is set by profile %s point %s (%s %d)", *k.Profile, prof.Name, prof.Table, prof.Address),
+				"remove the address (keep the unit as unit: N)")
+			return nil, p.err()
+		}
+		a.addr = &prof.Address
 	}
 	s := &pointSpec{name: c.Name, do: c.Kind == manifest.KindDo}
 

@@ -97,6 +97,8 @@ func rtuReplyLen(req, got []byte) (int, error) {
 		return 3 + want + 2, nil
 	case 5, 6, 15, 16:
 		return 8, nil // echo of address and value/quantity
+	case 43:
+		return meiReplyLen(got)
 	}
 	return 0, frameErr("function %d is not supported over RTU here", fc)
 }
@@ -153,4 +155,27 @@ func probeReplyLen(id byte, got []byte) (int, error) {
 		return rtuExceptionLen, nil
 	}
 	return 0, frameErr("reply function %d to a probe (function 8): a late reply", got[1])
+}
+
+// meiReplyLen frames a function 43 / MEI 14 (read device identification)
+// reply: unit, 43, 14, read code, conformity, more follows, next object,
+// number of objects, then per object its id, length and value; then CRC.
+func meiReplyLen(got []byte) (int, error) {
+	if len(got) < 8 {
+		return 0, nil
+	}
+	if got[2] != 14 {
+		return 0, frameErr("function 43 reply of MEI type %d, want 14", got[2])
+	}
+	p := 8
+	for range int(got[7]) {
+		if len(got) < p+2 {
+			return 0, nil
+		}
+		p += 2 + int(got[p+1])
+		if p+2 > rtuMaxFrame {
+			return 0, frameErr("device identification reply exceeds %d bytes", rtuMaxFrame)
+		}
+	}
+	return p + 2, nil
 }

@@ -93,6 +93,69 @@ type Bank struct {
 	delay  func(Request) time.Duration
 	fault  func(Request) error
 	mirror []Mirror
+	ident  map[byte][]string
+}
+
+// SetIdent gives a unit a device identification (function 43 / MEI 14,
+// answered over RTU): objects 0, 1, 2, ... in order (VendorName,
+// ProductCode, MajorMinorRevision, VendorUrl, ProductName, ModelName,
+// UserApplicationName). A unit without one answers illegal function.
+func (b *Bank) SetIdent(unit byte, objects ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ident == nil {
+		b.ident = map[byte][]string{}
+	}
+	b.ident[unit] = objects
+}
+
+// handleIdent answers function 43 / MEI 14 (read device identification):
+// read codes 1 (basic, objects 0..2), 2 (regular, 0..6) and 4 (one object),
+// in one reply (no "more follows").
+func (b *Bank) handleIdent(unit byte, data []byte) ([]byte, bool) {
+	exc := func(e Exception) ([]byte, bool) { return []byte{43 | 0x80, byte(e)}, true }
+	_, answers, err := b.begin(Request{Unit: unit, Function: 43})
+	if !answers {
+		return nil, false
+	}
+	if err != nil {
+		if e, ok := err.(Exception); ok {
+			return exc(e)
+		}
+		return exc(DeviceFailure)
+	}
+	b.mu.Lock()
+	objs := b.ident[unit]
+	b.mu.Unlock()
+	if objs == nil {
+		return exc(IllegalFunction)
+	}
+	if len(data) != 3 || data[0] != 14 {
+		return exc(IllegalDataValue)
+	}
+	code, first := data[1], int(data[2])
+	last := 0
+	switch code {
+	case 1:
+		last = 2
+	case 2:
+		last = 6
+	case 4:
+		last = first
+	default:
+		return exc(IllegalDataValue)
+	}
+	if first >= len(objs) {
+		return exc(IllegalDataAddress)
+	}
+	last = min(last, len(objs)-1)
+	out := []byte{43, 14, code, code, 0, 0, 0}
+	for id := first; id <= last; id++ {
+		out = append(out, byte(id), byte(len(objs[id])))
+		out = append(out, objs[id]...)
+		out[6]++
+	}
+	return out, true
 }
 
 // Mirror makes the bank reflect writes at another address, the way real
@@ -386,6 +449,9 @@ func (b *Bank) HandlePDU(unit byte, pdu []byte) (resp []byte, ok bool) {
 	fc := pdu[0]
 	exc := func(e Exception) ([]byte, bool) { return []byte{fc | 0x80, byte(e)}, true }
 	data := pdu[1:]
+	if fc == 43 {
+		return b.handleIdent(unit, data)
+	}
 	if len(data) < 4 {
 		return exc(IllegalDataValue)
 	}

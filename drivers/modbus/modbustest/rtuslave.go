@@ -301,6 +301,8 @@ func requestLen(b []byte) int {
 		return 0
 	}
 	switch b[1] {
+	case 43:
+		return 7 // unit, 43, MEI type, read code, object id, CRC
 	case 15, 16:
 		if len(b) < 7 {
 			return 0

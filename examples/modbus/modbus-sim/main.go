@@ -4,10 +4,11 @@
 //	go run ./examples/modbus/modbus-sim &
 //	physd run --manifest examples/modbus/physmcp.manifest.yml
 //
-// It serves unit 1 on 127.0.0.1:5020 (502 needs root) with the register map
-// below, through github.com/simonvetter/modbus, and runs a first-order
-// thermal model: with the burner enabled and a heating mode, the flow
-// temperature approaches its setpoint; otherwise it cools to the room.
+// It serves unit 1 on 127.0.0.1:5020 (502 needs root; other unit ids draw
+// exception 11, as from a gateway) with the register map below, through
+// github.com/simonvetter/modbus, and runs a first-order thermal model:
+// with the burner enabled and a heating mode, the flow temperature
+// approaches its setpoint; otherwise it cools to the room.
 //
 //	coil      00001  burner enable                 (rw)
 //	coil      00002  circulation pump enable       (rw)
@@ -78,6 +79,11 @@ func newBoiler() *boiler {
 	b.bank.SetHolding(unit, 1, 60)  // 60 %
 	b.bank.SetHolding(unit, 2, 1)   // heating
 	b.bank.SetCoil(unit, 0, true, true)
+	// Like a Modbus TCP gateway, other unit ids get exception 11 (gateway
+	// target failed to respond), so physd scan modbus finds unit 1 only.
+	for u := range 256 {
+		b.bank.Absent(byte(u), u != unit)
+	}
 	// The controller's own limits: out-of-range writes draw exception 3
 	// (illegal data value), which physd reports as "nothing changed".
 	b.bank.SetFault(func(r modbustest.Request) error {

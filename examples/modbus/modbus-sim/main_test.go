@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+	"github.com/goburrow/serial"
 	"github.com/physd/physd/audit"
-	_ "github.com/physd/physd/drivers/modbus" // registers modbus_tcp, modbus_rtu
+	"github.com/physd/physd/drivers/modbus" // registers modbus_tcp, modbus_rtu
 	"github.com/physd/physd/drivers/modbus/modbustest"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
@@ -122,6 +126,138 @@ func TestExampleEndToEnd(t *testing.T) {
 	for _, c := range checks {
 		if c.Name == "bus:boiler" && !strings.Contains(c.Error, srv.Addr) {
 			t.Fatalf("readiness check %+v should name the endpoint", c)
+		}
+	}
+}
+
+// TestScanSkeletonReadsLikeExample: physd scan's engine finds the
+// simulator's one unit among ten, over Modbus TCP and over RTU (the same
+// register bank behind the RTU slave on a pty), and a node started on the
+// skeleton it writes reads the same raw registers the hand-written example
+// decodes: every example capability is checked against the skeleton's raw
+// reads of its registers.
+func TestScanSkeletonReadsLikeExample(t *testing.T) {
+	example, err := os.ReadFile("../physmcp.manifest.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("tcp", func(t *testing.T) {
+		b := newBoiler()
+		srv, err := modbustest.StartTCP("127.0.0.1:0", b.bank)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		b.step(0.2) // the model is not stepped again: the registers hold still
+		scanMatchesExample(t, b, modbus.ScanOptions{TCP: srv.Addr}, strings.ReplaceAll(string(example), "127.0.0.1:5020", srv.Addr))
+	})
+	t.Run("rtu", func(t *testing.T) {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			t.Skipf("no pty: %v", err)
+		}
+		b := newBoiler()
+		slave := modbustest.ServeRTU(ptmx, b.bank, 1)
+		t.Cleanup(func() {
+			_ = tty.Close()
+			<-slave.Done()
+			_ = ptmx.Close()
+		})
+		b.step(0.2)
+		rtu := strings.Replace(string(example), "    type: modbus_tcp\n    address: \"127.0.0.1:5020\"\n",
+			"    type: modbus_rtu\n    port: "+tty.Name()+"\n    baud: 115200\n    parity: N\n    stop_bits: 2\n", 1)
+		if rtu == string(example) {
+			t.Fatal("the example's bus block changed; update this test")
+		}
+		// Every binding needs its unit on RTU; the example's address
+		// strings carry slave=1, and the one plain binding says unit: 1.
+		scanMatchesExample(t, b, modbus.ScanOptions{Serial: serial.Config{Address: tty.Name(), BaudRate: 115200, DataBits: 8, Parity: "N", StopBits: 2},
+			Silence: 20 * time.Millisecond}, rtu)
+	})
+}
+
+func scanMatchesExample(t *testing.T, b *boiler, o modbus.ScanOptions, exampleSrc string) {
+	o.Units = []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	o.Timeout = 200 * time.Millisecond
+	o.To = 255
+	rep, err := modbus.Scan(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Units) != 1 || rep.Units[0].ID != 1 {
+		t.Fatalf("scan found %+v, want unit 1 only", rep.Units)
+	}
+	skel, err := manifest.Parse("skeleton.yml", rep.Skeleton(modbus.SkeletonOptions{Bus: "boiler"}))
+	if err != nil {
+		t.Fatalf("skeleton does not validate: %v", err)
+	}
+	ex, err := manifest.Parse("example.yml", []byte(exampleSrc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(m *manifest.Manifest) *node.Node {
+		dir := t.TempDir()
+		st, err := store.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		al, err := audit.Open(dir + "/audit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { al.Close() })
+		n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ctx := context.Background()
+	read := func(n *node.Node, tool string) any {
+		t.Helper()
+		o, err := n.Read(ctx, tool, 0)
+		if err != nil || o.Quality != promcp.QualityGood {
+			t.Fatalf("%s: %+v, %v", tool, o, err)
+		}
+		return o.Value
+	}
+	// One node at a time: on RTU both would otherwise be masters on one line.
+	skN := open(skel)
+	reg := func(name string) uint16 { return uint16(read(skN, "read_u1_"+name).(int64)) }
+	f32 := func(hi, lo uint16) float64 { return float64(math.Float32frombits(uint32(hi)<<16 | uint32(lo))) }
+	want := map[string]any{
+		"read_boiler_flow_temperature":   f32(reg("input_0"), reg("input_1")),
+		"read_boiler_return_temperature": f32(reg("input_3"), reg("input_2")), // CDAB
+		"read_outdoor_temperature":       float64(int16(reg("input_4"))) * 0.1,
+		"read_burner_hours":              int64(uint32(reg("input_5"))<<16 | uint32(reg("input_6"))),
+		"read_flame_detected":            read(skN, "read_u1_discrete_0"),
+		"read_boiler_alarm":              reg("holding_10")&(1<<3) != 0,
+		"do_flow_setpoint":               float64(int16(reg("holding_0"))) * 0.1,
+		"do_pump_speed":                  int64(reg("holding_1")),
+		"do_operating_mode":              []string{"off", "heating", "hot_water", "frost_protection"}[reg("holding_2")],
+		"do_burner_enable":               read(skN, "read_u1_coil_0"),
+		"do_pump_enable":                 read(skN, "read_u1_coil_1"),
+	}
+	if reg("holding_0") != 550 || reg("holding_1") != 60 {
+		t.Fatalf("setpoint registers %d %d, want the simulator's 550 60", reg("holding_0"), reg("holding_1"))
+	}
+	skN.Close(ctx)
+	exN := open(ex)
+	defer exN.Close(ctx)
+	for _, c := range ex.Capabilities {
+		w, ok := want[c.ToolName()]
+		if !ok {
+			t.Errorf("%s: no comparison", c.ToolName())
+			continue
+		}
+		got := read(exN, c.ToolName())
+		if g, isF := got.(float64); isF {
+			if math.Abs(g-w.(float64)) > 1e-3 {
+				t.Errorf("%s = %v, the skeleton's registers give %v", c.ToolName(), got, w)
+			}
+		} else if got != w {
+			t.Errorf("%s = %v, the skeleton's registers give %v", c.ToolName(), got, w)
 		}
 	}
 }
