@@ -27,7 +27,7 @@ func TestObserveKeys(t *testing.T) {
 	type want struct{ at, msg, fix string }
 	for _, tc := range []struct {
 		name, doc string
-		want want
+		want      want
 	}{
 		{"poll too fast", header + okCap + "    poll_ms: 10\n",
 			want{"18:14: capabilities[0].poll_ms", "poll_ms 10 is out of range", "use a value from 100 to 86400000"}},
