@@ -69,6 +69,9 @@ type Options struct {
 	// Router, when set, lists and routes the tools of the site's other
 	// nodes (a source argument picks the owner).
 	Router Router
+	// ObsMinInterval is the least time between two updates of one
+	// physmcp://obs/ resource (DefaultObsMinInterval when zero).
+	ObsMinInterval time.Duration
 }
 
 // Server is the MCP face of one node.
@@ -99,26 +102,32 @@ func New(n *node.Node, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "physd", Title: "physd — PhysMCP edge node " + n.DeviceID(), Version: Version},
-		&mcp.ServerOptions{
-			Instructions: Instructions,
-			// Explicit capabilities: no deprecated logging capability, and
-			// the lists are fixed for a node's lifetime. The SDK answers
-			// prompts/list (empty) regardless, so prompts is declared too.
-			Capabilities: &mcp.ServerCapabilities{
-				// The mesh changes the list; a policy reload changes what
-				// each role is shown.
-				Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil || opts.Safety != nil},
-				Resources: &mcp.ResourceCapabilities{ListChanged: false},
-				Prompts:   &mcp.PromptCapabilities{ListChanged: false},
-			},
-			SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
-				// The tool list depends on the caller's role (scopeMiddleware):
-				// never shared between callers by a cache on the way.
-				c.TTLMs, c.CacheScope = 60_000, "private"
-			},
-		})
-	srv := &Server{start: time.Now(), n: n, mcp: s, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
+	sdkOpts := &mcp.ServerOptions{
+		Instructions: Instructions,
+		// Explicit capabilities: no deprecated logging capability, and
+		// the lists are fixed for a node's lifetime. The SDK answers
+		// prompts/list (empty) regardless, so prompts is declared too.
+		Capabilities: &mcp.ServerCapabilities{
+			// The mesh changes the list; a policy reload changes what
+			// each role is shown.
+			Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil || opts.Safety != nil},
+			Resources: &mcp.ResourceCapabilities{ListChanged: false, Subscribe: true},
+			Prompts:   &mcp.PromptCapabilities{ListChanged: false},
+		},
+		SetCacheable: func(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
+			// The tool list depends on the caller's role (scopeMiddleware):
+			// never shared between callers by a cache on the way.
+			c.TTLMs, c.CacheScope = 60_000, "private"
+			if liveResource(req) {
+				c.TTLMs = 0 // an observation or its history is stale at once
+			}
+		},
+	}
+	srv := &Server{start: time.Now(), n: n, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
+	sdkOpts.SubscribeHandler = srv.subscribable
+	sdkOpts.UnsubscribeHandler = func(context.Context, *mcp.UnsubscribeRequest) error { return nil }
+	s := mcp.NewServer(&mcp.Implementation{Name: "physd", Title: "physd — PhysMCP edge node " + n.DeviceID(), Version: Version}, sdkOpts)
+	srv.mcp = s
 	if opts.Metrics != nil {
 		srv.refusals = newRefusalCounter(opts.Metrics.Registry)
 	}
@@ -148,6 +157,7 @@ func New(n *node.Node, opts Options) *Server {
 		Description: "The physmcp.manifest.yml this node serves, as JSON, with promcp_base and physmcp_version.",
 		MIMEType:    "application/json",
 	}, srv.readManifest)
+	srv.addObservationResources(opts.ObsMinInterval)
 	return srv
 }
 
