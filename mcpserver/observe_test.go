@@ -221,7 +221,6 @@ func TestObservationSubscribeUnknown(t *testing.T) {
 	})
 }
 
-
 // TestObservationOverHTTP: on physd's stateless HTTP endpoint a 2026-07-28
 // client subscribes with subscriptions/listen and is told of a do_'s
 // change; a 2025-11-25 resources/subscribe, which has no stream there, is
