@@ -18,6 +18,8 @@ type Observed struct {
 	Cap *manifest.Capability
 	// Obs is the observation as read_ would answer it at that moment.
 	Obs promcp.Observation
+	// At is when the read ended.
+	At time.Time
 	// Changed is true when the value moved beyond the capability's
 	// deadband from the last observation that counted as a change, or
 	// the quality changed; the first observation of a capability counts.
@@ -161,7 +163,7 @@ func (n *Node) publishRead(cs *capState, s *sample, err error) {
 	} else {
 		o = n.observation(cs, s, false, nil)
 	}
-	n.obs.publish(Observed{Cap: cs.cap, Obs: o, Changed: cs.noteChange(o)})
+	n.obs.publish(Observed{Cap: cs.cap, Obs: o, At: time.Now(), Changed: cs.noteChange(o)})
 }
 
 // noteChange decides whether o counts as a change (deadband, quality) and,
