@@ -399,6 +399,19 @@ func (h *History) Flush() {
 		return nil
 	})
 	if err != nil {
+		// Keep the finished buckets for the next flush (the open ones are
+		// still in memory).
+		h.mu.Lock()
+		for _, r := range recs {
+			if o := h.open[r.name]; o != nil && o.start == r.a.start {
+				continue
+			}
+			if h.dirty[r.name] == nil || h.dirty[r.name][r.a.start] == nil {
+				a := r.a
+				h.markDirty(r.name, &a)
+			}
+		}
+		h.mu.Unlock()
 		h.writeErrs.Add(1)
 		h.lastErr.Store(&err)
 		return
@@ -472,6 +485,9 @@ func (h *History) Query(name string, since, until time.Time, step time.Duration)
 		return nil, &QueryError{fmt.Sprintf("step: %v gives %d buckets, more than %d in one answer; fix: use a step of at least %v", step, n, h.cfg.MaxPoints, (until.Sub(since)/time.Duration(h.cfg.MaxPoints)/res+1)*res)}
 	}
 	lo, hi := since.Truncate(res).Unix(), until.Unix()
+	if until.After(time.Unix(hi, 0)) {
+		hi++ // buckets that start before until, the one filling now included
+	}
 	base := map[int64]*agg{}
 	err := h.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(name))

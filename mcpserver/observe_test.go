@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
@@ -87,6 +88,15 @@ func openObsRig(t *testing.T, era string, opts mcpserver.Options) *obsRig {
 		t.Fatal(err)
 	}
 	r := &obsRig{n: n}
+	if opts.History != nil {
+		h, err := history.Open(filepath.Join(dir, history.FileName), m, history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Follow(n)
+		t.Cleanup(func() { h.Close() })
+		opts.History = h
+	}
 	srv := mcpserver.New(n, opts)
 	ct, srvT := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(context.Background(), srvT, nil)
@@ -268,4 +278,43 @@ func TestObservationOverHTTP(t *testing.T) {
 			t.Fatal("no resource update within 10 s of do_ calls")
 		}
 	}
+}
+
+// TestHistoryResourceTemplate: the history template is listed, answers the
+// last minutes of a polled capability in buckets, and a bad query names the
+// parameter and the fix.
+func TestHistoryResourceTemplate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := openObsRig(t, "2026-07-28", mcpserver.Options{History: &history.History{}})
+		ctx := context.Background()
+		tl, err := r.cs.ListResourceTemplates(ctx, nil)
+		if err != nil || len(tl.ResourceTemplates) != 1 || tl.ResourceTemplates[0].URITemplate != mcpserver.HistoryURITemplate {
+			t.Fatalf("templates: %+v %v", tl, err)
+		}
+		r.setHeater(t, 30, "h1")
+		time.Sleep(2*time.Minute + 500*time.Millisecond)
+		synctest.Wait()
+		res, err := r.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "physmcp://history/heater_power_zone_a?since=5m&step=1m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s history.Series
+		if err := json.Unmarshal([]byte(res.Contents[0].Text), &s); err != nil {
+			t.Fatal(err)
+		}
+		if s.Capability != "read_heater_power_zone_a" || s.StepS != 60 || len(s.Buckets) != 3 || s.Buckets[0].Count != 59 || s.Buckets[1].Count != 60 ||
+			*s.Buckets[1].Min != 30 || *s.Buckets[1].Max != 30 || *s.Buckets[1].Mean != 30 || s.Buckets[1].GoodShare != 1 {
+			t.Fatalf("history = %s", res.Contents[0].Text)
+		}
+		for uri, want := range map[string]string{
+			"physmcp://history/heater_power_zone_a?step=90s":    "step: 1m30s is not a multiple of the history's resolution 1m0s; fix: use step=1m0s",
+			"physmcp://history/heater_power_zone_a?since=later": `since: "later" is neither an RFC 3339 time nor a duration; fix:`,
+			"physmcp://history/nope":                            `no history of "nope"`,
+		} {
+			_, err := r.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: err = %v, want %q", uri, err, want)
+			}
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/history"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
@@ -69,6 +70,9 @@ type Options struct {
 	// Router, when set, lists and routes the tools of the site's other
 	// nodes (a source argument picks the owner).
 	Router Router
+	// History, when set, is served as the physmcp://history/ resource
+	// template (history.go).
+	History *history.History
 	// ObsMinInterval is the least time between two updates of one
 	// physmcp://obs/ resource (DefaultObsMinInterval when zero).
 	ObsMinInterval time.Duration
@@ -158,6 +162,9 @@ func New(n *node.Node, opts Options) *Server {
 		MIMEType:    "application/json",
 	}, srv.readManifest)
 	srv.addObservationResources(opts.ObsMinInterval)
+	if opts.History != nil {
+		srv.addHistoryResource(opts.History)
+	}
 	return srv
 }
 
