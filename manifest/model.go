@@ -248,6 +248,7 @@ type Capability struct {
 	// PollMS and Deadband are the observation keys (observe.go).
 	PollMS   int       `json:"poll_ms,omitempty"`
 	Deadband *Deadband `json:"deadband,omitempty"`
+	Alarms   *Alarms   `json:"alarms,omitempty"`
 	Pos      Pos       `json:"-"`
 }
 

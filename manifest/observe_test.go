@@ -20,6 +20,11 @@ func TestObserveKeys(t *testing.T) {
 	if b.PollMS != 0 || b.Deadband.Band(b.Range) != 0.25 {
 		t.Errorf("b = poll %d, deadband %+v", b.PollMS, b.Deadband)
 	}
+	if m2, err := Parse("t.yml", []byte(header+okCap+"    poll_ms: 1000\n    alarms: {high: 28, low: 5, hysteresis: 0.5, for_ms: 60000, quality: [error], stale_s: 10}\n")); err != nil {
+		t.Error(err)
+	} else if al := m2.Capabilities[0].Alarms; *al.High != 28 || *al.Low != 5 || al.Hysteresis != 0.5 || al.For().Minutes() != 1 || al.Quality[0] != "error" || al.StaleS != 10 {
+		t.Errorf("alarms = %+v", al)
+	}
 	if a.Changed(20.0, 21.0) || !a.Changed(20.0, 21.5) || !a.Changed(nil, 1.0) || b.Changed(1.0, 1.25) || !b.Changed(1.0, 1.3) {
 		t.Error("Changed ignores the deadband")
 	}
@@ -43,6 +48,20 @@ func TestObserveKeys(t *testing.T) {
 			want{"18:5: capabilities[0].deadband", "deadband applies only to data_type float or int, not bool", "remove deadband"}},
 		{"mapping", header + okCap + "    deadband: {abs: 1}\n",
 			want{"18:15: capabilities[0].deadband", "expected a number or a percent, got a mapping", "absolute band"}},
+		{"alarm typo", header + okCap + "    alarms: {hgh: 3}\n",
+			want{"18:14: capabilities[0].alarms.hgh", `unknown key "hgh"`, `did you mean "high"?`}},
+		{"stale without poll", header + okCap + "    alarms: {stale_s: 30}\n",
+			want{"18:14: capabilities[0].alarms.stale_s", "stale_s needs background polling", "add poll_ms"}},
+		{"stale shorter than a poll", header + okCap + "    poll_ms: 5000\n    alarms: {stale_s: 5}\n",
+			want{"19:23: capabilities[0].alarms.stale_s", "stale_s 5 is not longer than one poll", "e.g. stale_s: 15"}},
+		{"overlap", header + okCap + "    alarms: {high: 10, low: 9, hysteresis: 1}\n",
+			want{"18:24: capabilities[0].alarms.low", "low 9 and high 10 overlap with hysteresis 1", "keep low + hysteresis below high - hysteresis"}},
+		{"bad quality", header + okCap + "    alarms: {quality: [bad]}\n",
+			want{"18:24: capabilities[0].alarms.quality[0]", `invalid quality "bad"`, "stale, degraded, error"}},
+		{"empty", header + okCap + "    alarms: {for_ms: 10}\n",
+			want{"18:13: capabilities[0].alarms", "alarms declares no condition", "at least one of high, low, quality or stale_s"}},
+		{"threshold on bool", header + strings.Replace(okCap, "float", "bool", 1) + "    alarms: {high: 1}\n",
+			want{"18:14: capabilities[0].alarms.high", "high applies only to data_type float or int, not bool", "quality/stale_s"}},
 	} {
 		_, err := Parse("t.yml", []byte(tc.doc))
 		if err == nil {

@@ -62,7 +62,7 @@ var (
 		"rate_limit", "requires_permission", "requires_quorum", "quorum_size",
 		"cooldown_ms", "timeout_ms", "cacheable", "cache_ttl_ms", "zone",
 		"compensable", "settle_ms", "tolerance", "adopted_from", "family",
-		"poll_ms", "deadband",
+		"poll_ms", "deadband", "alarms",
 	}
 )
 
