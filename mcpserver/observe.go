@@ -75,9 +75,10 @@ func (s *Server) addObservationResources(minInterval time.Duration) {
 // without sessions there): the client is told to listen instead.
 func (s *Server) subscribable(_ context.Context, req *mcp.SubscribeRequest) error {
 	uri := req.Params.URI
-	name, ok := strings.CutPrefix(uri, ObsURIPrefix)
-	if !ok || s.n.Manifest().Capability(name) == nil {
-		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("uri: %q is not a subscribable resource; fix: subscribe to %s<capability>, one of the physmcp://obs/ resources resources/list shows", uri, ObsURIPrefix)}
+	name, isObs := strings.CutPrefix(uri, ObsURIPrefix)
+	known := isObs && s.n.Manifest().Capability(name) != nil || uri == AlarmsURI && s.opts.Alarms != nil
+	if !known {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("uri: %q is not a subscribable resource; fix: subscribe to %s<capability>, one of the physmcp://obs/ resources resources/list shows (or physmcp://alarms)", uri, ObsURIPrefix)}
 	}
 	if req.Extra != nil && req.Extra.Header != nil {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resources/subscribe: physd's HTTP endpoint is stateless and keeps no stream for 2025-11-25 updates; fix: use protocol 2026-07-28 (subscriptions/listen with resourceSubscriptions), or stdio"}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
@@ -50,6 +51,7 @@ capabilities:
     semantic_tags: [heater, power]
     poll_ms: 1000
     deadband: "5%"
+    alarms: {high: 50, for_ms: 2000}
 `
 
 const heaterURI = mcpserver.ObsURIPrefix + "heater_power_zone_a"
@@ -96,6 +98,12 @@ func openObsRig(t *testing.T, era string, opts mcpserver.Options) *obsRig {
 		h.Follow(n)
 		t.Cleanup(func() { h.Close() })
 		opts.History = h
+	}
+	if opts.Alarms != nil {
+		e := alarms.New(m)
+		e.Follow(n)
+		t.Cleanup(e.Close)
+		opts.Alarms = e
 	}
 	srv := mcpserver.New(n, opts)
 	ct, srvT := mcp.NewInMemoryTransports()
@@ -317,4 +325,55 @@ func TestHistoryResourceTemplate(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAlarmsResource: a raised alarm updates physmcp://alarms for its
+// subscriber, the resource lists it, and can_do's context names it for the
+// matched capabilities.
+func TestAlarmsResource(t *testing.T) {
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := openObsRig(t, era, mcpserver.Options{Alarms: &alarms.Engine{}})
+				ctx := context.Background()
+				if err := r.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: mcpserver.AlarmsURI}); err != nil {
+					t.Fatal(err)
+				}
+				r.setHeater(t, 70, "hot")
+				time.Sleep(1500 * time.Millisecond)
+				synctest.Wait()
+				if r.count() != 0 {
+					t.Fatalf("before for_ms: %v", r.updates)
+				}
+				time.Sleep(2 * time.Second)
+				synctest.Wait()
+				if r.count() != 1 || r.updates[0] != mcpserver.AlarmsURI {
+					t.Fatalf("after for_ms: updates %v", r.updates)
+				}
+				res, err := r.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.AlarmsURI})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var doc struct{ Active []alarms.Active }
+				if err := json.Unmarshal([]byte(res.Contents[0].Text), &doc); err != nil || len(doc.Active) != 1 ||
+					doc.Active[0].Capability != "read_heater_power_zone_a" || doc.Active[0].Kind != "high" {
+					t.Fatalf("alarms = %s", res.Contents[0].Text)
+				}
+				cr, err := r.cs.CallTool(ctx, &mcp.CallToolParams{Name: "can_do", Arguments: map[string]any{
+					"intent": map[string]any{"semantic_tags": []string{"heater"}, "action": "decrease", "target": "heater"}}})
+				if err != nil || cr.IsError {
+					t.Fatalf("can_do: %v %+v", err, cr)
+				}
+				var rep promcp.CapabilityReport
+				raw, _ := json.Marshal(cr.StructuredContent)
+				if err := json.Unmarshal(raw, &rep); err != nil {
+					t.Fatal(err)
+				}
+				if len(rep.Context.ActiveAlarms) != 1 || rep.Context.ActiveAlarms[0].Capability != "read_heater_power_zone_a" ||
+					!strings.Contains(rep.Context.ActiveAlarms[0].Message, "70 percent above the high limit 50") {
+					t.Fatalf("can_do context = %s", raw)
+				}
+			})
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/history"
@@ -73,6 +74,9 @@ type Options struct {
 	// History, when set, is served as the physmcp://history/ resource
 	// template (history.go).
 	History *history.History
+	// Alarms, when set, is served as physmcp://alarms and adds the active
+	// alarms of matched capabilities to can_do's context.
+	Alarms *alarms.Engine
 	// ObsMinInterval is the least time between two updates of one
 	// physmcp://obs/ resource (DefaultObsMinInterval when zero).
 	ObsMinInterval time.Duration
@@ -142,6 +146,9 @@ func New(n *node.Node, opts Options) *Server {
 	}
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
+		if opts.Alarms != nil {
+			alarmContext(opts.Alarms, rep)
+		}
 	}
 	ts.register(s)
 	srv.ts = ts
@@ -164,6 +171,9 @@ func New(n *node.Node, opts Options) *Server {
 	srv.addObservationResources(opts.ObsMinInterval)
 	if opts.History != nil {
 		srv.addHistoryResource(opts.History)
+	}
+	if opts.Alarms != nil {
+		srv.addAlarmsResource(opts.Alarms)
 	}
 	return srv
 }

@@ -401,6 +401,10 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	if hist != nil {
 		defer hist.Close()
 	}
+	alarmEngine := startAlarms(n, al, mx, log)
+	if alarmEngine != nil {
+		defer alarmEngine.Close()
+	}
 	if remote != nil {
 		if err := bridgeMemberlistMetrics(mx); err != nil {
 			log.Warn("memberlist metrics not exported", "err", err.Error())
@@ -444,7 +448,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, View: f.view,
 		Families: f.families == "on" || f.families == "auto" && m.Network.Mesh.Enabled, Logger: log, SimControls: simControls,
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
-		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist})
+		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	if guard != nil {
 		go reloadOnHUP(ctx, f, m, guard, al, log, srv.PolicyReloaded)
 	}
