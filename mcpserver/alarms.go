@@ -7,6 +7,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/alarms"
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/promcp"
 )
 
@@ -19,8 +20,14 @@ func (s *Server) addAlarmsResource(e *alarms.Engine) {
 		URI: AlarmsURI, Name: "alarms", Title: "Active alarms",
 		Description: "The alarms raised now (capabilities[].alarms of the manifest: high, low, quality, stale), each with its capability, kind, since and message. Subscribe to be told when one is raised or cleared.",
 		MIMEType:    "application/json",
-	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		body, err := json.Marshal(map[string]any{"active": e.Active()})
+	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		active := []alarms.Active{}
+		for _, a := range e.Active() {
+			if c := s.capOfTool(a.Capability); c != nil && s.inView(req.Extra, c) {
+				active = append(active, a)
+			}
+		}
+		body, err := json.Marshal(map[string]any{"active": active})
 		if err != nil {
 			return nil, err
 		}
@@ -29,6 +36,15 @@ func (s *Server) addAlarmsResource(e *alarms.Engine) {
 	e.OnEvent(func(alarms.Event) {
 		_ = s.mcp.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: AlarmsURI})
 	})
+}
+
+func (s *Server) capOfTool(tool string) *manifest.Capability {
+	for _, c := range s.n.Manifest().Capabilities {
+		if c.ToolName() == tool {
+			return c
+		}
+	}
+	return nil
 }
 
 // alarmContext adds to a can_do report the alarms raised now on the

@@ -37,6 +37,9 @@ func (s *Server) addHistoryResource(h *history.History) {
 		MIMEType: "application/json",
 	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		name, since, until, step, err := parseHistoryURI(req.Params.URI, time.Now())
+		if c := s.n.Manifest().Capability(name); err == nil && c != nil && !s.inView(req.Extra, c) {
+			return nil, s.notInView(req.Extra, req.Params.URI)
+		}
 		if err == nil {
 			var series *history.Series
 			if series, err = h.Query(name, since, until, step); err == nil {

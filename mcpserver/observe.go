@@ -10,6 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/manifest"
 )
 
 // ObsURIPrefix names the observation resources: physmcp://obs/<capability>
@@ -39,6 +41,9 @@ func (s *Server) addObservationResources(minInterval time.Duration) {
 				"Subscribe to be told when it changes beyond the capability's deadband or its quality changes (at most one update per " + minInterval.String() + ").",
 			MIMEType: "application/json",
 		}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			if !s.inView(req.Extra, c) {
+				return nil, s.notInView(req.Extra, uri)
+			}
 			o, err := s.n.Read(ctx, tool, -1)
 			if err != nil {
 				return nil, err
@@ -67,6 +72,18 @@ func (s *Server) addObservationResources(minInterval time.Duration) {
 			}
 		}
 	}()
+}
+
+// inView reports whether capability c is in the view of the endpoint the
+// request came through (every capability without a view): resources show
+// what the endpoint's tools show.
+func (s *Server) inView(extra *mcp.RequestExtra, c *manifest.Capability) bool {
+	sc := s.scopeOf(extra)
+	return sc.view == nil || sc.view.Match(s.n.Manifest().Subject(c))
+}
+
+func (s *Server) notInView(extra *mcp.RequestExtra, uri string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("%s is not in the view %q of this endpoint; fix: read it through an endpoint whose view includes it", uri, s.scopeOf(extra).view.Name)}
 }
 
 // subscribable checks a subscription request: an observation resource, and

@@ -377,3 +377,23 @@ func TestAlarmsResource(t *testing.T) {
 		})
 	}
 }
+
+// TestObservationResourcesFollowViews: an endpoint's view bounds the
+// observation and history resources as it bounds its tools.
+func TestObservationResourcesFollowViews(t *testing.T) {
+	s := newSurface(t, "", mcpserver.Options{}, nil)
+	ctx := context.Background()
+	for _, era := range eras {
+		cs := connectPath(t, s, "/mcp/zone_a", era, "")
+		if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.ObsURIPrefix + "temperature_zone_a"}); err != nil {
+			t.Errorf("%s: in the view: %v", era, err)
+		}
+		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.ObsURIPrefix + "temperature_zone_b"})
+		if err == nil || !strings.Contains(err.Error(), `is not in the view "zone_a" of this endpoint`) {
+			t.Errorf("%s: outside the view: %v", era, err)
+		}
+		if _, err := connectPath(t, s, "/mcp", era, "").ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.ObsURIPrefix + "temperature_zone_b"}); err != nil {
+			t.Errorf("%s: the default endpoint: %v", era, err)
+		}
+	}
+}
