@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,4 +146,104 @@ func TestObservationsAlarmsHistory(t *testing.T) {
 	if !seen {
 		t.Fatalf("history after restart has no bucket with 70: %s", rr.Contents[0].Text)
 	}
+}
+
+// TestStatusPageChartInChromium renders / of a node whose polled heater
+// power is held at a known value in headless Chromium: the active alarm
+// heads the page, and the screenshot shows the chart's mean line at the
+// height of that value (70 % of a 0–100 range: 30 % from the top of the
+// 36 px chart).
+func TestStatusPageChartInChromium(t *testing.T) {
+	bin := chromium(t)
+	dir := t.TempDir()
+	man := filepath.Join(dir, "physmcp.manifest.yml")
+	if err := os.WriteFile(man, []byte(observedManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{manifest: man})
+	cs := connectHTTP(t, d, "2026-07-28")
+	if res := call(t, cs, "do_heater_zone_a", map[string]any{"value": 70, "idempotency_key": "chart-1"}); res.IsError {
+		t.Fatalf("do: %s", text(res))
+	}
+	waitFor(t, "the high alarm", func() bool {
+		_, body := d.request(t, "GET", "/status", "")
+		return strings.Contains(string(body), `"kind":"high"`)
+	})
+	shot := filepath.Join(dir, "status.png")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+		"--force-device-scale-factor=1", "--user-data-dir=" + t.TempDir(), "--virtual-time-budget=2000"}
+	dom, err := exec.CommandContext(ctx, bin, append(args, "--dump-dom", d.url("/"))...).Output()
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	page := string(dom)
+	if a, c := strings.Index(page, `id="alarms"`), strings.Index(page, "Checks"); a < 0 || a > c {
+		t.Errorf("the active alarm does not head the page:\n%s", page)
+	}
+	if strings.Count(page, `<svg class="chart"`) != 2 {
+		t.Errorf("want a chart for each of the 2 capabilities:\n%s", page)
+	}
+	if out, err := exec.CommandContext(ctx, bin, append(args, "--window-size=1200,900", "--screenshot="+shot, d.url("/"))...).CombinedOutput(); err != nil {
+		t.Fatalf("chromium screenshot: %v\n%s", err, out)
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The mean line's colour (#1f5fa8) and the band's (#cfe3f7): rows
+	// where each appears.
+	lineRows, bandRows := map[int]bool{}, map[int]bool{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			switch {
+			case near(r, 0x1f) && near(g, 0x5f) && near(bl, 0xa8):
+				lineRows[y] = true
+			case near(r, 0xcf) && near(g, 0xe3) && near(bl, 0xf7):
+				bandRows[y] = true
+			}
+		}
+	}
+	if len(lineRows) == 0 || len(bandRows) == 0 {
+		t.Fatalf("screenshot shows no chart (line rows %d, band rows %d)", len(lineRows), len(bandRows))
+	}
+	// The read capability's chart: the band (min = max = 70 after the
+	// first poll, drawn at least 1 px) and the line share rows; the line is
+	// about 0.3 × 36 ≈ 11 px below the top of its chart. The do_ capability's
+	// chart shows 0 → 70 and so spans more rows; both charts' line rows must
+	// include one that is within 2 px of a band row.
+	shared := 0
+	for y := range lineRows {
+		for d := -2; d <= 2; d++ {
+			if bandRows[y+d] {
+				shared++
+				break
+			}
+		}
+	}
+	if shared == 0 {
+		t.Errorf("the mean line never meets the min–max band: line rows %v, band rows %v", keys(lineRows), keys(bandRows))
+	}
+}
+
+func near(c uint32, want uint32) bool {
+	v := int(c >> 8)
+	return v >= int(want)-6 && v <= int(want)+6
+}
+
+func keys(m map[int]bool) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

@@ -16,7 +16,7 @@ const (
 
 // charts renders each numeric capability's last hour from the history as
 // an inline SVG (no script, no external asset): the min–max band of each
-// minute and a line through the means. Capabilities without history get
+// minute and a step line at each minute's mean. Capabilities without history get
 // none.
 func (s *Server) charts(now time.Time) map[string]template.HTML {
 	h := s.opts.History
@@ -69,7 +69,7 @@ func sparkline(series *history.Series, since, now time.Time, lo, hi float64) tem
 		w := max(min(float64(chartW)*step/span, float64(chartW)-x0), 1) // the minute under way ends at now
 		x0 = min(x0, float64(chartW)-w)
 		fmt.Fprintf(&band, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`, x0, y(*b.Max), w, max(y(*b.Min)-y(*b.Max), 1))
-		fmt.Fprintf(&line, "%.1f,%.1f ", x0+w/2, y(*b.Mean))
+		fmt.Fprintf(&line, "%.1f,%.1f %.1f,%.1f ", x0, y(*b.Mean), x0+w, y(*b.Mean)) // a step per minute: one minute shows too
 	}
 	// Values are numbers formatted here: nothing from the caller reaches
 	// the markup unescaped.

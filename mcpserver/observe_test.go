@@ -433,7 +433,7 @@ func TestStatusPageAlarmsAndCharts(t *testing.T) {
 			t.Fatalf("no chart:\n%s", page)
 		}
 		line := page[i : i+strings.Index(page[i:], "/>")]
-		if strings.Count(line, ",25.2") != 2 || !strings.Contains(line, ",11.0 ") || !strings.HasSuffix(line, ` 239.5,10.8"`) || strings.Count(page, `<svg class="chart"`) != 2 {
+		if strings.Count(line, ",25.2") != 4 || strings.Count(line, ",11.0 ") != 2 || !strings.HasSuffix(line, ` 239.0,10.8 240.0,10.8"`) || strings.Count(page, `<svg class="chart"`) != 2 {
 			t.Fatalf("chart line %s (charts: %d)", line, strings.Count(page, `<svg class="chart"`))
 		}
 	})
