@@ -15,6 +15,7 @@ package history
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"sort"
@@ -104,6 +105,9 @@ type History struct {
 	open  map[string]*agg           // the bucket being filled, per capability
 	dirty map[string]map[int64]*agg // buckets not yet written
 	seen  map[string]bool           // first bucket since start was seeded from disk
+	count map[string]int            // stored buckets per capability
+
+	flushMu sync.Mutex // one flush at a time (count)
 
 	writeErrs atomic.Uint64
 	lastErr   atomic.Pointer[error]
@@ -182,7 +186,7 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 	}
 	db.AllocSize = int(min(1<<20, cfg.MaxBytes/8))
 	h := &History{cfg: cfg, db: db, caps: map[string]*manifest.Capability{},
-		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{},
+		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{}, count: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	for _, c := range m.Capabilities {
 		switch c.DataType {
@@ -193,9 +197,11 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 	h.keep = int(max(cfg.MaxBytes/2/recordCost/int64(max(len(h.caps), 1)), 1))
 	err = db.Update(func(tx *bolt.Tx) error {
 		for name := range h.caps {
-			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
+			b, err := tx.CreateBucketIfNotExists([]byte(name))
+			if err != nil {
 				return err
 			}
+			h.count[name] = b.Stats().KeyN
 		}
 		return nil
 	})
@@ -384,20 +390,32 @@ func (h *History) Flush() {
 	}
 	h.mu.Unlock()
 	cutoff := time.Now().Add(-h.cfg.MaxAge).Unix()
+	h.flushMu.Lock()
+	defer h.flushMu.Unlock()
+	counts := maps.Clone(h.count)
 	err := h.db.Update(func(tx *bolt.Tx) error {
 		for _, r := range recs {
 			b := tx.Bucket([]byte(r.name))
-			if err := b.Put(key(r.a.start), r.a.encode()); err != nil {
+			k := key(r.a.start)
+			if b.Get(k) == nil {
+				counts[r.name]++
+			}
+			if err := b.Put(k, r.a.encode()); err != nil {
 				return err
 			}
 		}
 		for name := range h.caps {
-			if err := h.prune(tx.Bucket([]byte(name)), cutoff); err != nil {
+			n, err := h.prune(tx.Bucket([]byte(name)), cutoff, counts[name])
+			if err != nil {
 				return err
 			}
+			counts[name] = n
 		}
 		return nil
 	})
+	if err == nil {
+		h.count = counts
+	}
 	if err != nil {
 		// Keep the finished buckets for the next flush (the open ones are
 		// still in memory).
@@ -419,20 +437,20 @@ func (h *History) Flush() {
 	h.lastErr.Store(nil)
 }
 
-// prune drops buckets older than cutoff, then the oldest beyond keep.
-func (h *History) prune(b *bolt.Bucket, cutoff int64) error {
-	n := b.Stats().KeyN
+// prune drops buckets older than cutoff, then the oldest beyond keep; n
+// is how many the bucket holds, and it returns how many are left.
+func (h *History) prune(b *bolt.Bucket, cutoff int64, n int) (int, error) {
 	c := b.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.First() {
 		if int64(binary.BigEndian.Uint64(k)) >= cutoff && n <= h.keep {
-			return nil
+			return n, nil
 		}
 		if err := c.Delete(); err != nil {
-			return err
+			return n, err
 		}
 		n--
 	}
-	return nil
+	return n, nil
 }
 
 // Bucket is one step of a query's answer.

@@ -161,9 +161,13 @@ func (l *updateLimiter) stop() {
 	}
 }
 
-// liveResource reports whether req reads an observation or history
-// resource, whose answer no cache may keep.
+// liveResource reports whether req reads an observation, history or
+// alarms resource, whose answer no cache may keep.
 func liveResource(req mcp.Request) bool {
 	r, ok := req.(*mcp.ReadResourceRequest)
-	return ok && r.Params != nil && strings.HasPrefix(r.Params.URI, "physmcp://obs/") || ok && r.Params != nil && strings.HasPrefix(r.Params.URI, "physmcp://history/")
+	if !ok || r.Params == nil {
+		return false
+	}
+	u := r.Params.URI
+	return strings.HasPrefix(u, ObsURIPrefix) || strings.HasPrefix(u, historyPrefix) || u == AlarmsURI
 }
