@@ -55,9 +55,9 @@ type Config struct {
 }
 
 // Default is the history's bound, chosen for an SD card: 1-minute buckets
-// written once a minute, 7 days, at most 64 MiB on disk (about 60 days
-// of one capability at 1-minute buckets, or a week of 9 — the size bound
-// wins when many capabilities share it).
+// written once a minute, 7 days, at most 64 MiB on disk: a week of up to
+// 26 capabilities (262144 buckets of 128 bytes in half the bound); with
+// more capabilities the size bound wins and each keeps 262144/N minutes.
 func Default() Config {
 	return Config{Resolution: time.Minute, MaxAge: 7 * 24 * time.Hour, MaxBytes: 64 << 20,
 		FlushEvery: time.Minute, Queue: 4096, MaxPoints: 2000}
