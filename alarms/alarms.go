@@ -227,11 +227,11 @@ func (e *Engine) Observe(o node.Observed) []Event {
 	if v, ok := number(o.Obs.Value); ok && fresh {
 		if h := ca.a.High; h != nil {
 			evs = ca.threshold(evs, KindHigh, at, v, v > *h, v <= *h-ca.a.Hysteresis,
-				fmt.Sprintf("%g %s above the high limit %g", v, ca.c.Unit, *h), fmt.Sprintf("back to %g %s, at or below %g", v, ca.c.Unit, *h-ca.a.Hysteresis))
+				fmt.Sprintf("%g %s, above the high limit %g", v, ca.c.Unit, *h), fmt.Sprintf("back to %g %s, at or below %g", v, ca.c.Unit, *h-ca.a.Hysteresis))
 		}
 		if l := ca.a.Low; l != nil {
 			evs = ca.threshold(evs, KindLow, at, v, v < *l, v >= *l+ca.a.Hysteresis,
-				fmt.Sprintf("%g %s below the low limit %g", v, ca.c.Unit, *l), fmt.Sprintf("back to %g %s, at or above %g", v, ca.c.Unit, *l+ca.a.Hysteresis))
+				fmt.Sprintf("%g %s, below the low limit %g", v, ca.c.Unit, *l), fmt.Sprintf("back to %g %s, at or above %g", v, ca.c.Unit, *l+ca.a.Hysteresis))
 		}
 	}
 	if len(ca.a.Quality) > 0 {

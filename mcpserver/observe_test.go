@@ -374,7 +374,7 @@ func TestAlarmsResource(t *testing.T) {
 					t.Fatal(err)
 				}
 				if len(rep.Context.ActiveAlarms) != 1 || rep.Context.ActiveAlarms[0].Capability != "read_heater_power_zone_a" ||
-					!strings.Contains(rep.Context.ActiveAlarms[0].Message, "70 percent above the high limit 50") {
+					!strings.Contains(rep.Context.ActiveAlarms[0].Message, "70 percent, above the high limit 50") {
 					t.Fatalf("can_do context = %s", raw)
 				}
 			})
