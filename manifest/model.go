@@ -245,7 +245,11 @@ type Capability struct {
 	Family string `json:"family,omitempty"`
 	// AdoptedFrom is PhysMCP's proxy-mode origin of the capability.
 	AdoptedFrom *AdoptedFrom `json:"adopted_from,omitempty"`
-	Pos         Pos          `json:"-"`
+	// PollMS and Deadband are the observation keys (observe.go).
+	PollMS   int       `json:"poll_ms,omitempty"`
+	Deadband *Deadband `json:"deadband,omitempty"`
+	Alarms   *Alarms   `json:"alarms,omitempty"`
+	Pos      Pos       `json:"-"`
 }
 
 // AdoptedFrom is capabilities[].adopted_from (PhysMCP proxy mode).

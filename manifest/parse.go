@@ -62,6 +62,7 @@ var (
 		"rate_limit", "requires_permission", "requires_quorum", "quorum_size",
 		"cooldown_ms", "timeout_ms", "cacheable", "cache_ttl_ms", "zone",
 		"compensable", "settle_ms", "tolerance", "adopted_from", "family",
+		"poll_ms", "deadband", "alarms",
 	}
 )
 
@@ -477,6 +478,7 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 		af.SourceProtocol, _ = a.str("source_protocol", false)
 		c.AdoptedFrom = af
 	}
+	p.observe(o, c)
 	return c
 }
 

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -121,7 +122,7 @@ func capabilitySchema() *jsonschema.Schema {
 		object("capabilities[].range", rangeKeys, rangeKeys, props{"min": number("Minimum.", nil, nil), "max": number("Maximum.", nil, nil)}),
 		{Type: "array", Items: number("", nil, nil), MinItems: ptr(2), MaxItems: ptr(2)},
 	}}
-	c := object("capabilities[]", capKeys, []string{"name", "kind", "description", "binding", "data_type", "semantic_tags"}, props{
+	cp := props{
 		"name":                withLen(pattern(reCapName.String(), "Capability name; the tool is read_<name> or do_<name>.", "temperature_zone_a"), MaxNameLen),
 		"kind":                enum(Kinds, "read: an observation tool; do: an actuation tool."),
 		"description":         text("What it is; becomes the tool description.", true),
@@ -151,7 +152,9 @@ func capabilitySchema() *jsonschema.Schema {
 			"source_address":  text("Where the proxied capability comes from.", true),
 			"source_protocol": text("Its protocol.", false),
 		}),
-	})
+	}
+	maps.Copy(cp, observeSchema())
+	c := object("capabilities[]", capKeys, []string{"name", "kind", "description", "binding", "data_type", "semantic_tags"}, cp)
 	// What the parser ties to kind and data_type.
 	c.AllOf = []*jsonschema.Schema{
 		ifThen(props{"kind": {Const: anyPtr(KindDo)}}, props{"data_type": enum(DoDataTypes, "")}),

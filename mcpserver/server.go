@@ -15,8 +15,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/history"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
@@ -69,6 +71,15 @@ type Options struct {
 	// Router, when set, lists and routes the tools of the site's other
 	// nodes (a source argument picks the owner).
 	Router Router
+	// History, when set, is served as the physmcp://history/ resource
+	// template (history.go).
+	History *history.History
+	// Alarms, when set, is served as physmcp://alarms and adds the active
+	// alarms of matched capabilities to can_do's context.
+	Alarms *alarms.Engine
+	// ObsMinInterval is the least time between two updates of one
+	// physmcp://obs/ resource (DefaultObsMinInterval when zero).
+	ObsMinInterval time.Duration
 }
 
 // Server is the MCP face of one node.
@@ -99,26 +110,32 @@ func New(n *node.Node, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "physd", Title: "physd — PhysMCP edge node " + n.DeviceID(), Version: Version},
-		&mcp.ServerOptions{
-			Instructions: Instructions,
-			// Explicit capabilities: no deprecated logging capability, and
-			// the lists are fixed for a node's lifetime. The SDK answers
-			// prompts/list (empty) regardless, so prompts is declared too.
-			Capabilities: &mcp.ServerCapabilities{
-				// The mesh changes the list; a policy reload changes what
-				// each role is shown.
-				Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil || opts.Safety != nil},
-				Resources: &mcp.ResourceCapabilities{ListChanged: false},
-				Prompts:   &mcp.PromptCapabilities{ListChanged: false},
-			},
-			SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
-				// The tool list depends on the caller's role (scopeMiddleware):
-				// never shared between callers by a cache on the way.
-				c.TTLMs, c.CacheScope = 60_000, "private"
-			},
-		})
-	srv := &Server{start: time.Now(), n: n, mcp: s, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
+	sdkOpts := &mcp.ServerOptions{
+		Instructions: Instructions,
+		// Explicit capabilities: no deprecated logging capability, and
+		// the lists are fixed for a node's lifetime. The SDK answers
+		// prompts/list (empty) regardless, so prompts is declared too.
+		Capabilities: &mcp.ServerCapabilities{
+			// The mesh changes the list; a policy reload changes what
+			// each role is shown.
+			Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil || opts.Safety != nil},
+			Resources: &mcp.ResourceCapabilities{ListChanged: false, Subscribe: true},
+			Prompts:   &mcp.PromptCapabilities{ListChanged: false},
+		},
+		SetCacheable: func(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
+			// The tool list depends on the caller's role (scopeMiddleware):
+			// never shared between callers by a cache on the way.
+			c.TTLMs, c.CacheScope = 60_000, "private"
+			if liveResource(req) {
+				c.TTLMs = 0 // an observation or its history is stale at once
+			}
+		},
+	}
+	srv := &Server{start: time.Now(), n: n, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
+	sdkOpts.SubscribeHandler = srv.subscribable
+	sdkOpts.UnsubscribeHandler = func(context.Context, *mcp.UnsubscribeRequest) error { return nil }
+	s := mcp.NewServer(&mcp.Implementation{Name: "physd", Title: "physd — PhysMCP edge node " + n.DeviceID(), Version: Version}, sdkOpts)
+	srv.mcp = s
 	if opts.Metrics != nil {
 		srv.refusals = newRefusalCounter(opts.Metrics.Registry)
 	}
@@ -129,6 +146,9 @@ func New(n *node.Node, opts Options) *Server {
 	}
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
+		if opts.Alarms != nil {
+			alarmContext(opts.Alarms, rep)
+		}
 	}
 	ts.register(s)
 	srv.ts = ts
@@ -148,6 +168,13 @@ func New(n *node.Node, opts Options) *Server {
 		Description: "The physmcp.manifest.yml this node serves, as JSON, with promcp_base and physmcp_version.",
 		MIMEType:    "application/json",
 	}, srv.readManifest)
+	srv.addObservationResources(opts.ObsMinInterval)
+	if opts.History != nil {
+		srv.addHistoryResource(opts.History)
+	}
+	if opts.Alarms != nil {
+		srv.addAlarmsResource(opts.Alarms)
+	}
 	return srv
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
 )
@@ -26,6 +27,14 @@ type Status struct {
 	Capabilities []node.CapabilityStatus `json:"capabilities"`
 	Recent       []json.RawMessage       `json:"recent_actuations"`
 	Mesh         any                     `json:"mesh"`
+	// Alarms are the alarms raised now (none without declared alarms).
+	Alarms []alarms.Active `json:"alarms"`
+}
+
+// pageData is the status page: the status and each capability's chart.
+type pageData struct {
+	Status
+	Charts map[string]template.HTML
 }
 
 func (s *Server) status() Status {
@@ -40,6 +49,10 @@ func (s *Server) status() Status {
 	}
 	if s.opts.Mesh != nil {
 		st.Mesh = s.opts.Mesh()
+	}
+	st.Alarms = []alarms.Active{}
+	if s.opts.Alarms != nil {
+		st.Alarms = s.opts.Alarms.Active()
 	}
 	if st.Recent == nil {
 		st.Recent = []json.RawMessage{}
@@ -89,7 +102,7 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if err := page.Execute(w, s.status()); err != nil {
+	if err := page.Execute(w, pageData{Status: s.status(), Charts: s.charts(time.Now())}); err != nil {
 		s.log.Error("status page", "err", err)
 	}
 }

@@ -96,6 +96,10 @@ type Node struct {
 	actuating sync.WaitGroup // device steps under way
 	stopPrune chan struct{}
 	pruned    chan struct{}
+
+	obs      stream         // the observation stream (observe.go)
+	stopPoll chan struct{}  // closed by Close: background polls end
+	polls    sync.WaitGroup // background polls running
 }
 
 // Open opens every bus the manifest names, binds every capability to its
@@ -121,6 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		remote:      cfg.Remote,
 		stopPrune:   make(chan struct{}),
 		pruned:      make(chan struct{}),
+		stopPoll:    make(chan struct{}),
 	}
 	if n.guard == nil {
 		n.guard = NoPolicy{}
@@ -184,6 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.prune()
 	go n.pruneLoop()
+	n.startPolls()
 	return n, nil
 }
 
@@ -340,6 +346,9 @@ func (n *Node) Close(ctx context.Context) error {
 	if !already {
 		close(n.stopPrune)
 		<-n.pruned
+		close(n.stopPoll)
+		n.polls.Wait()
+		n.obs.close()
 	}
 	done := make(chan struct{})
 	go func() { n.actuating.Wait(); close(done) }()

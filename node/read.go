@@ -30,6 +30,12 @@ type capState struct {
 	flight   *flight // the cache refresh under way, shared by its waiters
 
 	act actuator // the do_ path of this capability (actuator.go)
+
+	// The observation stream's change reference (observe.go).
+	refMu      sync.Mutex
+	refSet     bool
+	refValue   any
+	refQuality promcp.Quality
 }
 
 type sample struct {
@@ -129,6 +135,7 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 		if n.onDeviceErr != nil {
 			n.onDeviceErr(cs.cap.Binding.Bus, err)
 		}
+		n.publishRead(cs, nil, err)
 		return nil, err
 	}
 	if r.At.IsZero() {
@@ -137,6 +144,7 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	s := &sample{value: quantise(cs.cap, r.Value), at: r.At, started: start.UnixNano()}
 	cs.remember(s)
 	cs.lastErr.Store(nil)
+	n.publishRead(cs, s, nil)
 	return s, nil
 }
 

@@ -196,6 +196,10 @@ func CanDoOutputSchema() Schema {
 				"implied_target":       Schema{"type": "string"},
 				"related_reads":        strs,
 				"current_observations": Schema{"type": "object", "additionalProperties": stateSchema()},
+				"active_alarms": Schema{"type": "array", "items": Schema{"type": "object", "properties": Schema{
+					"capability": Schema{"type": "string"}, "kind": Schema{"type": "string", "enum": []any{"high", "low", "quality", "stale"}},
+					"since": timestamp, "message": Schema{"type": "string"},
+				}}},
 			}},
 			"metadata": Schema{"type": "object", "properties": Schema{
 				"timestamp":              timestamp,

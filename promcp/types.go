@@ -248,6 +248,17 @@ type ReportContext struct {
 	ImpliedTarget       string           `json:"implied_target,omitempty"`
 	RelatedReads        []string         `json:"related_reads"`
 	CurrentObservations map[string]State `json:"current_observations"`
+	// ActiveAlarms (physd) are the alarms raised now on the candidates,
+	// the blocked capabilities and the related reads.
+	ActiveAlarms []ActiveAlarm `json:"active_alarms,omitempty"`
+}
+
+// ActiveAlarm is an alarm raised now (physd; manifest capabilities[].alarms).
+type ActiveAlarm struct {
+	Capability string    `json:"capability"`
+	Kind       string    `json:"kind"` // high | low | quality | stale
+	Since      time.Time `json:"since"`
+	Message    string    `json:"message"`
 }
 
 // ReportMetadata is can_do metadata (proMCP + PhysMCP §12).

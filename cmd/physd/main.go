@@ -37,6 +37,7 @@ import (
 	"github.com/physd/physd/drivers/modbus" // Modbus TCP and RTU buses
 	_ "github.com/physd/physd/drivers/sim"  // the built-in simulator
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/mesh"
@@ -226,6 +227,8 @@ type runFlags struct {
 	stdio, allowRemote, simControl, stateInTmp                                        bool
 	grace                                                                             time.Duration
 	tls                                                                               tlsFlags
+	historyMaxAge                                                                     time.Duration
+	historyMaxMB                                                                      int
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -246,6 +249,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.simControl, "sim-control", false, "development: expose the simulator's fault controls at /sim/<bus>/ on the HTTP listener")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long in-flight calls may take to finish on SIGTERM")
+	fs.DurationVar(&f.historyMaxAge, "history-max-age", history.Default().MaxAge, "history of numeric capabilities (state dir, history.db): drop buckets older than this")
+	fs.IntVar(&f.historyMaxMB, "history-max-mb", int(history.Default().MaxBytes>>20), "history: bound on history.db in MiB, oldest buckets dropped first; 0 turns history off")
 	f.tls.register(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
@@ -408,6 +413,17 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	}
 	registerBusMetrics(mx, n)
 	registerLedgerMetrics(mx, n)
+	hist, err := openHistory(f, stateDir, n, mx, log)
+	if err != nil {
+		return err
+	}
+	if hist != nil {
+		defer hist.Close()
+	}
+	alarmEngine := startAlarms(n, al, mx, log)
+	if alarmEngine != nil {
+		defer alarmEngine.Close()
+	}
 	if remote != nil {
 		if err := bridgeMemberlistMetrics(mx); err != nil {
 			log.Warn("memberlist metrics not exported", "err", err.Error())
@@ -460,7 +476,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, View: f.view,
 		Families: f.families == "on" || f.families == "auto" && m.Network.Mesh.Enabled, Logger: log, SimControls: simControls,
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
-		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site)})
+		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
 	if guard != nil {
 		go reloadOnHUP(ctx, f, m, guard, al, log, srv.PolicyReloaded)

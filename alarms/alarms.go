@@ -1,0 +1,350 @@
+// Package alarms raises and clears the alarms the manifest declares per
+// capability (capabilities[].alarms) from the node's observation stream:
+// high and low thresholds with hysteresis, a quality the operator watches
+// for, and a capability that has not been read for stale_s. A condition
+// raises only after it has held for for_ms (noise raises nothing) and a
+// threshold clears only past its hysteresis (no flapping).
+//
+// The engine reads no device: it consumes the stream, and the do_ path
+// never waits for it. Raised and cleared events go to the listeners
+// (audit, metrics, MCP resource updates); Active lists what is raised now.
+package alarms
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+// Kinds of alarm.
+const (
+	KindHigh    = "high"
+	KindLow     = "low"
+	KindQuality = "quality"
+	KindStale   = "stale"
+)
+
+// Event is an alarm raised or cleared.
+type Event struct {
+	Capability string    `json:"capability"` // the tool, read_… or do_…
+	Kind       string    `json:"kind"`
+	State      string    `json:"state"` // raised | cleared
+	At         time.Time `json:"at"`
+	Value      any       `json:"value,omitempty"`
+	Message    string    `json:"message"`
+}
+
+// Active is an alarm raised now.
+type Active struct {
+	Capability string    `json:"capability"`
+	Kind       string    `json:"kind"`
+	Since      time.Time `json:"since"`
+	Value      any       `json:"value,omitempty"`
+	Message    string    `json:"message"`
+}
+
+// Engine evaluates the alarms of one node.
+type Engine struct {
+	caps  map[string]*capAlarms // by capability name
+	tick  time.Duration
+	sub   *node.Subscription
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	mu    sync.Mutex
+	lsnrs []func(Event)
+}
+
+type capAlarms struct {
+	c        *manifest.Capability
+	a        *manifest.Alarms
+	lastRead time.Time // last observation with a fresh value
+	conds    map[string]*cond
+}
+
+type cond struct {
+	since   time.Time // the condition holds since (zero: it does not)
+	active  bool
+	raised  time.Time
+	value   any
+	message string
+}
+
+// New builds the engine for the manifest's declared alarms (nil when none
+// is declared).
+func New(m *manifest.Manifest) *Engine {
+	e := &Engine{caps: map[string]*capAlarms{}, tick: time.Second, stop: make(chan struct{}), done: make(chan struct{})}
+	for _, c := range m.Capabilities {
+		if c.Alarms == nil {
+			continue
+		}
+		ca := &capAlarms{c: c, a: c.Alarms, conds: map[string]*cond{}}
+		for _, k := range kindsOf(c.Alarms) {
+			ca.conds[k] = &cond{}
+		}
+		e.caps[c.Name] = ca
+	}
+	if len(e.caps) == 0 {
+		return nil
+	}
+	return e
+}
+
+func kindsOf(a *manifest.Alarms) []string {
+	var ks []string
+	if a.High != nil {
+		ks = append(ks, KindHigh)
+	}
+	if a.Low != nil {
+		ks = append(ks, KindLow)
+	}
+	if len(a.Quality) > 0 {
+		ks = append(ks, KindQuality)
+	}
+	if a.StaleS > 0 {
+		ks = append(ks, KindStale)
+	}
+	return ks
+}
+
+// Declared lists every declared alarm as capability tool and kind (for
+// metrics).
+func (e *Engine) Declared() [][2]string {
+	var out [][2]string
+	for _, ca := range e.caps {
+		for k := range ca.conds {
+			out = append(out, [2]string{ca.c.ToolName(), k})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0]+out[i][1] < out[j][0]+out[j][1] })
+	return out
+}
+
+// OnEvent adds a listener; listeners run on the engine's goroutine, in
+// order, and should be quick (the audit's fsync is).
+func (e *Engine) OnEvent(f func(Event)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lsnrs = append(e.lsnrs, f)
+}
+
+// Follow starts evaluating the node's observation stream; Close stops.
+func (e *Engine) Follow(n *node.Node) {
+	e.sub = n.Subscribe(0)
+	now := time.Now()
+	e.mu.Lock()
+	for _, ca := range e.caps {
+		ca.lastRead = now // stale counts from the start
+	}
+	e.mu.Unlock()
+	go e.run()
+}
+
+func (e *Engine) run() {
+	defer close(e.done)
+	t := time.NewTicker(e.tick)
+	defer t.Stop()
+	for {
+		select {
+		case o := <-e.sub.C:
+			e.emit(e.Observe(o))
+		case <-t.C:
+			e.emit(e.Tick(time.Now()))
+		case <-e.sub.Done():
+			return
+		case <-e.stop:
+			return
+		}
+	}
+}
+
+// Close stops the engine.
+func (e *Engine) Close() {
+	e.once.Do(func() {
+		close(e.stop)
+		if e.sub != nil {
+			<-e.done
+			e.sub.Close()
+		}
+	})
+}
+
+func (e *Engine) emit(evs []Event) {
+	if len(evs) == 0 {
+		return
+	}
+	e.mu.Lock()
+	ls := append([]func(Event){}, e.lsnrs...)
+	e.mu.Unlock()
+	for _, ev := range evs {
+		for _, f := range ls {
+			f(ev)
+		}
+	}
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// Observe evaluates one observation and returns the events it causes.
+func (e *Engine) Observe(o node.Observed) []Event {
+	if o.Cap == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ca := e.caps[o.Cap.Name]
+	if ca == nil {
+		return nil
+	}
+	at := o.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	fresh := o.Obs.Quality == promcp.QualityGood || o.Obs.Quality == promcp.QualityDegraded
+	var evs []Event
+	if fresh {
+		ca.lastRead = at
+		if c := ca.conds[KindStale]; c != nil {
+			c.since = time.Time{}
+			evs = ca.clear(evs, KindStale, at, o.Obs.Value, "read again")
+		}
+	}
+	if v, ok := number(o.Obs.Value); ok && fresh {
+		if h := ca.a.High; h != nil {
+			evs = ca.threshold(evs, KindHigh, at, v, v > *h, v <= *h-ca.a.Hysteresis,
+				fmt.Sprintf("%g %s, above the high limit %g", v, ca.c.Unit, *h), fmt.Sprintf("back to %g %s, at or below %g", v, ca.c.Unit, *h-ca.a.Hysteresis))
+		}
+		if l := ca.a.Low; l != nil {
+			evs = ca.threshold(evs, KindLow, at, v, v < *l, v >= *l+ca.a.Hysteresis,
+				fmt.Sprintf("%g %s, below the low limit %g", v, ca.c.Unit, *l), fmt.Sprintf("back to %g %s, at or above %g", v, ca.c.Unit, *l+ca.a.Hysteresis))
+		}
+	}
+	if len(ca.a.Quality) > 0 {
+		bad := false
+		for _, q := range ca.a.Quality {
+			bad = bad || string(o.Obs.Quality) == q
+		}
+		msg := "quality " + string(o.Obs.Quality)
+		if o.Obs.Reason != "" {
+			msg += ": " + o.Obs.Reason
+		}
+		evs = ca.threshold(evs, KindQuality, at, o.Obs.Value, bad, !bad, msg, "quality "+string(o.Obs.Quality))
+	}
+	return evs
+}
+
+// threshold moves one condition: holding raises it after for_ms, clearing
+// (past the hysteresis) clears it; in between nothing changes.
+func (ca *capAlarms) threshold(evs []Event, kind string, at time.Time, v any, holds, clears bool, raiseMsg, clearMsg string) []Event {
+	c := ca.conds[kind]
+	switch {
+	case holds:
+		if c.since.IsZero() {
+			c.since = at
+		}
+		c.value, c.message = v, raiseMsg
+		if !c.active && at.Sub(c.since) >= ca.a.For() {
+			evs = ca.raise(evs, kind, at)
+		}
+	case clears:
+		c.since = time.Time{}
+		evs = ca.clear(evs, kind, at, v, clearMsg)
+	default: // inside the hysteresis band: a pending raise starts over
+		if !c.active {
+			c.since = time.Time{}
+		}
+	}
+	return evs
+}
+
+func (ca *capAlarms) raise(evs []Event, kind string, at time.Time) []Event {
+	c := ca.conds[kind]
+	c.active, c.raised = true, at
+	return append(evs, Event{Capability: ca.c.ToolName(), Kind: kind, State: "raised", At: at.UTC(), Value: c.value, Message: c.message})
+}
+
+func (ca *capAlarms) clear(evs []Event, kind string, at time.Time, v any, msg string) []Event {
+	c := ca.conds[kind]
+	if !c.active {
+		return evs
+	}
+	c.active = false
+	return append(evs, Event{Capability: ca.c.ToolName(), Kind: kind, State: "cleared", At: at.UTC(), Value: v, Message: msg})
+}
+
+// Tick raises what has held for for_ms without a new observation, and
+// stale alarms.
+func (e *Engine) Tick(now time.Time) []Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var evs []Event
+	names := make([]string, 0, len(e.caps))
+	for n := range e.caps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		ca := e.caps[n]
+		for _, k := range kindsOf(ca.a) {
+			c := ca.conds[k]
+			if k == KindStale {
+				limit := time.Duration(ca.a.StaleS) * time.Second
+				if !c.active && now.Sub(ca.lastRead) > limit {
+					c.value, c.message = nil, fmt.Sprintf("no fresh value for %v (stale_s %d)", now.Sub(ca.lastRead).Round(time.Second), ca.a.StaleS)
+					evs = ca.raise(evs, k, now)
+				}
+				continue
+			}
+			if !c.active && !c.since.IsZero() && now.Sub(c.since) >= ca.a.For() {
+				evs = ca.raise(evs, k, now)
+			}
+		}
+	}
+	return evs
+}
+
+// Active lists the alarms raised now, by capability and kind.
+func (e *Engine) Active() []Active {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := []Active{}
+	for _, ca := range e.caps {
+		for k, c := range ca.conds {
+			if c.active {
+				out = append(out, Active{Capability: ca.c.ToolName(), Kind: k, Since: c.raised.UTC(), Value: c.value, Message: c.message})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Capability != out[j].Capability {
+			return out[i].Capability < out[j].Capability
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out
+}
+
+// IsActive reports whether the alarm of tool and kind is raised.
+func (e *Engine) IsActive(tool, kind string) bool {
+	for _, a := range e.Active() {
+		if a.Capability == tool && a.Kind == kind {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,600 @@
+// Package history keeps a bounded, downsampled history of every numeric
+// capability's observations in its own bbolt file in the state directory.
+//
+// It consumes the node's observation stream (node.Subscribe): it never
+// reads a device, and a read or an actuation never waits for it — the
+// stream's publish is non-blocking, and when the history falls behind its
+// subscription drops observations and counts them. Observations are
+// aggregated in memory into fixed buckets of Resolution (min, max, mean,
+// count, share of good quality, last) and written in one transaction every
+// FlushEvery, so an SD card sees one small write a minute, not one per
+// observation. Retention is by age (MaxAge) and by size (MaxBytes): the
+// oldest buckets go first.
+package history
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+// FileName is the history's file in the state directory.
+const FileName = "history.db"
+
+// Config bounds the history. Default holds every default.
+type Config struct {
+	// Resolution is the width of a stored bucket; a query's step is a
+	// multiple of it.
+	Resolution time.Duration
+	// MaxAge drops buckets older than this.
+	MaxAge time.Duration
+	// MaxBytes bounds the file: the stored buckets are kept within half of
+	// it (the rest is bbolt's page slack and free list), shared evenly
+	// between the capabilities, oldest dropped first.
+	MaxBytes int64
+	// FlushEvery is how often the buckets in memory are written (one
+	// transaction): what a crash may lose, and what an SD card is written.
+	FlushEvery time.Duration
+	// Queue is the subscription's room: observations the history may fall
+	// behind by before it drops (and counts) them.
+	Queue int
+	// MaxPoints bounds one query's answer.
+	MaxPoints int
+}
+
+// Default is the history's bound, chosen for an SD card: 1-minute buckets
+// written once a minute, 7 days, at most 64 MiB on disk: a week of up to
+// 26 capabilities (262144 buckets of 128 bytes in half the bound); with
+// more capabilities the size bound wins and each keeps 262144/N minutes.
+func Default() Config {
+	return Config{Resolution: time.Minute, MaxAge: 7 * 24 * time.Hour, MaxBytes: 64 << 20,
+		FlushEvery: time.Minute, Queue: 4096, MaxPoints: 2000}
+}
+
+func (c Config) withDefaults() Config {
+	d := Default()
+	if c.Resolution <= 0 {
+		c.Resolution = d.Resolution
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = d.MaxAge
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = d.MaxBytes
+	}
+	if c.FlushEvery <= 0 {
+		c.FlushEvery = d.FlushEvery
+	}
+	if c.Queue <= 0 {
+		c.Queue = d.Queue
+	}
+	if c.MaxPoints <= 0 {
+		c.MaxPoints = d.MaxPoints
+	}
+	return c
+}
+
+// recordCost is what one stored bucket costs on disk, with bbolt's
+// element header and page fill: the size bound counts in these.
+const recordCost = 128
+
+// History is the store and its writer.
+type History struct {
+	cfg   Config
+	db    *bolt.DB
+	caps  map[string]*manifest.Capability // numeric capabilities by name
+	keep  int                             // buckets kept per capability (size bound)
+	sub   *node.Subscription
+	stop  chan struct{}
+	done  chan struct{}
+	close sync.Once
+
+	mu    sync.Mutex
+	open  map[string]*agg           // the bucket being filled, per capability
+	dirty map[string]map[int64]*agg // buckets not yet written
+	seen  map[string]bool           // first bucket since start was seeded from disk
+	count map[string]int            // stored buckets per capability
+
+	flushMu sync.Mutex // one flush at a time (count)
+
+	writeErrs atomic.Uint64
+	lastErr   atomic.Pointer[error]
+}
+
+// agg is one bucket.
+type agg struct {
+	start              int64 // unix seconds
+	min, max, sum      float64
+	count, nvals, good uint32
+	last               float64
+	lastAt             int64 // unix nanos
+}
+
+const recordLen = 8*3 + 4*3 + 8 + 8
+
+func (a *agg) encode() []byte {
+	b := make([]byte, recordLen)
+	binary.BigEndian.PutUint64(b[0:], math.Float64bits(a.min))
+	binary.BigEndian.PutUint64(b[8:], math.Float64bits(a.max))
+	binary.BigEndian.PutUint64(b[16:], math.Float64bits(a.sum))
+	binary.BigEndian.PutUint32(b[24:], a.count)
+	binary.BigEndian.PutUint32(b[28:], a.nvals)
+	binary.BigEndian.PutUint32(b[32:], a.good)
+	binary.BigEndian.PutUint64(b[36:], math.Float64bits(a.last))
+	binary.BigEndian.PutUint64(b[44:], uint64(a.lastAt))
+	return b
+}
+
+func decode(start int64, b []byte) (*agg, error) {
+	if len(b) != recordLen {
+		return nil, fmt.Errorf("history record of %d bytes, want %d", len(b), recordLen)
+	}
+	return &agg{start: start,
+		min: math.Float64frombits(binary.BigEndian.Uint64(b[0:])), max: math.Float64frombits(binary.BigEndian.Uint64(b[8:])),
+		sum: math.Float64frombits(binary.BigEndian.Uint64(b[16:])), count: binary.BigEndian.Uint32(b[24:]),
+		nvals: binary.BigEndian.Uint32(b[28:]), good: binary.BigEndian.Uint32(b[32:]),
+		last: math.Float64frombits(binary.BigEndian.Uint64(b[36:])), lastAt: int64(binary.BigEndian.Uint64(b[44:]))}, nil
+}
+
+func key(start int64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, uint64(start))
+	return k
+}
+
+// merge adds b (an earlier part of the same bucket) into a.
+func (a *agg) merge(b *agg) {
+	if b.nvals > 0 {
+		if a.nvals == 0 || b.min < a.min {
+			a.min = b.min
+		}
+		if a.nvals == 0 || b.max > a.max {
+			a.max = b.max
+		}
+	}
+	a.sum += b.sum
+	a.count += b.count
+	a.nvals += b.nvals
+	a.good += b.good
+	if b.lastAt > a.lastAt {
+		a.last, a.lastAt = b.last, b.lastAt
+	}
+}
+
+// Open opens (or creates) the history file at path for the manifest's
+// numeric capabilities (float, int, bool as 0/1).
+func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Resolution%time.Second != 0 {
+		return nil, fmt.Errorf("history resolution %v: use whole seconds", cfg.Resolution)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	db.AllocSize = int(min(1<<20, cfg.MaxBytes/8))
+	h := &History{cfg: cfg, db: db, caps: map[string]*manifest.Capability{},
+		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{}, count: map[string]int{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	for _, c := range m.Capabilities {
+		switch c.DataType {
+		case manifest.TypeFloat, manifest.TypeInt, manifest.TypeBool:
+			h.caps[c.Name] = c
+		}
+	}
+	h.keep = int(max(cfg.MaxBytes/2/recordCost/int64(max(len(h.caps), 1)), 1))
+	err = db.Update(func(tx *bolt.Tx) error {
+		for name := range h.caps {
+			b, err := tx.CreateBucketIfNotExists([]byte(name))
+			if err != nil {
+				return err
+			}
+			h.count[name] = b.Stats().KeyN
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	return h, nil
+}
+
+// Config is the history's bound in force.
+func (h *History) Config() Config { return h.cfg }
+
+// Follow starts the writer on the node's observation stream; Close stops it.
+func (h *History) Follow(n *node.Node) {
+	h.sub = n.Subscribe(h.cfg.Queue)
+	go h.run()
+}
+
+func (h *History) run() {
+	defer close(h.done)
+	t := time.NewTicker(h.cfg.FlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case o := <-h.sub.C:
+			h.Record(o)
+		case <-t.C:
+			h.Flush()
+		case <-h.stop:
+			h.drainQueue()
+			h.Flush()
+			return
+		case <-h.sub.Done():
+			h.drainQueue()
+			h.Flush()
+			<-h.stop
+			return
+		}
+	}
+}
+
+func (h *History) drainQueue() {
+	for {
+		select {
+		case o := <-h.sub.C:
+			h.Record(o)
+		default:
+			return
+		}
+	}
+}
+
+// Close writes what is in memory and closes the file.
+func (h *History) Close() error {
+	var err error
+	h.close.Do(func() {
+		close(h.stop)
+		if h.sub != nil {
+			<-h.done
+			h.sub.Close()
+		} else {
+			h.Flush()
+		}
+		err = h.db.Close()
+	})
+	return err
+}
+
+// numeric is the value of o as a number, if it has one.
+func numeric(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
+// Record adds one observation (the writer calls it for each observation
+// of the stream).
+func (h *History) Record(o node.Observed) {
+	if o.Cap == nil || h.caps[o.Cap.Name] == nil {
+		return
+	}
+	name := o.Cap.Name
+	at := o.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	start := at.Truncate(h.cfg.Resolution).Unix()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.open[name]
+	if a != nil && start < a.start {
+		start = a.start // published a moment before the last one: same bucket
+	}
+	if a == nil || a.start != start {
+		if a != nil {
+			h.markDirty(name, a)
+		}
+		a = h.bucketFor(name, start)
+		h.open[name] = a
+	}
+	a.count++
+	if o.Obs.Quality == promcp.QualityGood {
+		a.good++
+	}
+	// A stale or error observation carries no new value: it counts
+	// against the good share but not in min/max/mean.
+	if o.Obs.Quality != promcp.QualityGood && o.Obs.Quality != promcp.QualityDegraded {
+		return
+	}
+	v, ok := numeric(o.Obs.Value)
+	if !ok {
+		return
+	}
+	if a.nvals == 0 || v < a.min {
+		a.min = v
+	}
+	if a.nvals == 0 || v > a.max {
+		a.max = v
+	}
+	a.nvals++
+	a.sum += v
+	a.last, a.lastAt = v, at.UnixNano()
+}
+
+// bucketFor starts the bucket at start: a bucket still waiting to be
+// written, or, for the first bucket since Open, the part a previous run
+// wrote (a restart inside a bucket keeps it whole).
+func (h *History) bucketFor(name string, start int64) *agg {
+	if d := h.dirty[name][start]; d != nil {
+		delete(h.dirty[name], start)
+		return d
+	}
+	a := &agg{start: start}
+	if !h.seen[name] {
+		h.seen[name] = true
+		_ = h.db.View(func(tx *bolt.Tx) error {
+			if b := tx.Bucket([]byte(name)); b != nil {
+				if raw := b.Get(key(start)); raw != nil {
+					if old, err := decode(start, raw); err == nil {
+						a.merge(old)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	return a
+}
+
+func (h *History) markDirty(name string, a *agg) {
+	if h.dirty[name] == nil {
+		h.dirty[name] = map[int64]*agg{}
+	}
+	h.dirty[name][a.start] = a
+}
+
+// Flush writes the buckets in memory and applies retention, in one
+// transaction.
+func (h *History) Flush() {
+	h.mu.Lock()
+	type rec struct {
+		name string
+		a    agg
+	}
+	var recs []rec
+	for name, m := range h.dirty {
+		for _, a := range m {
+			recs = append(recs, rec{name, *a})
+		}
+	}
+	h.dirty = map[string]map[int64]*agg{}
+	for name, a := range h.open {
+		recs = append(recs, rec{name, *a})
+	}
+	h.mu.Unlock()
+	cutoff := time.Now().Add(-h.cfg.MaxAge).Unix()
+	h.flushMu.Lock()
+	defer h.flushMu.Unlock()
+	counts := maps.Clone(h.count)
+	err := h.db.Update(func(tx *bolt.Tx) error {
+		for _, r := range recs {
+			b := tx.Bucket([]byte(r.name))
+			k := key(r.a.start)
+			if b.Get(k) == nil {
+				counts[r.name]++
+			}
+			if err := b.Put(k, r.a.encode()); err != nil {
+				return err
+			}
+		}
+		for name := range h.caps {
+			n, err := h.prune(tx.Bucket([]byte(name)), cutoff, counts[name])
+			if err != nil {
+				return err
+			}
+			counts[name] = n
+		}
+		return nil
+	})
+	if err == nil {
+		h.count = counts
+	}
+	if err != nil {
+		// Keep the finished buckets for the next flush (the open ones are
+		// still in memory).
+		h.mu.Lock()
+		for _, r := range recs {
+			if o := h.open[r.name]; o != nil && o.start == r.a.start {
+				continue
+			}
+			if h.dirty[r.name] == nil || h.dirty[r.name][r.a.start] == nil {
+				a := r.a
+				h.markDirty(r.name, &a)
+			}
+		}
+		h.mu.Unlock()
+		h.writeErrs.Add(1)
+		h.lastErr.Store(&err)
+		return
+	}
+	h.lastErr.Store(nil)
+}
+
+// prune drops buckets older than cutoff, then the oldest beyond keep; n
+// is how many the bucket holds, and it returns how many are left.
+func (h *History) prune(b *bolt.Bucket, cutoff int64, n int) (int, error) {
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.First() {
+		if int64(binary.BigEndian.Uint64(k)) >= cutoff && n <= h.keep {
+			return n, nil
+		}
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n--
+	}
+	return n, nil
+}
+
+// Bucket is one step of a query's answer.
+type Bucket struct {
+	Start     time.Time `json:"start"`
+	Min       *float64  `json:"min,omitempty"`
+	Max       *float64  `json:"max,omitempty"`
+	Mean      *float64  `json:"mean,omitempty"`
+	Count     uint32    `json:"count"`
+	GoodShare float64   `json:"good_share"`
+	Last      *float64  `json:"last,omitempty"`
+}
+
+// Series is a query's answer.
+type Series struct {
+	Capability  string   `json:"capability"`
+	Unit        string   `json:"unit,omitempty"`
+	Since       string   `json:"since"`
+	Until       string   `json:"until"`
+	StepS       int64    `json:"step_s"`
+	ResolutionS int64    `json:"resolution_s"`
+	Buckets     []Bucket `json:"buckets"`
+}
+
+// QueryError is a bad query: the message names the parameter and the fix.
+type QueryError struct{ Msg string }
+
+func (e *QueryError) Error() string { return e.Msg }
+
+// Query returns the buckets of capability name from since (inclusive) to
+// until (exclusive), combined into steps of step (a multiple of the
+// resolution; steps aligned to the Unix epoch). Steps without
+// observations are left out.
+func (h *History) Query(name string, since, until time.Time, step time.Duration) (*Series, error) {
+	c := h.caps[name]
+	if c == nil {
+		return nil, &QueryError{fmt.Sprintf("no history of %q: history is kept for the numeric capabilities (float, int, bool) of this node", name)}
+	}
+	res := h.cfg.Resolution
+	if step <= 0 {
+		step = res
+	}
+	if step%res != 0 {
+		return nil, &QueryError{fmt.Sprintf("step: %v is not a multiple of the history's resolution %v; fix: use step=%v or a multiple of it", step, res, res)}
+	}
+	if !until.After(since) {
+		return nil, &QueryError{"since: must be before until; fix: e.g. since=1h (one hour ago) and leave until out (now)"}
+	}
+	if n := until.Sub(since) / step; n > time.Duration(h.cfg.MaxPoints) {
+		return nil, &QueryError{fmt.Sprintf("step: %v gives %d buckets, more than %d in one answer; fix: use a step of at least %v", step, n, h.cfg.MaxPoints, (until.Sub(since)/time.Duration(h.cfg.MaxPoints)/res+1)*res)}
+	}
+	lo, hi := since.Truncate(res).Unix(), until.Unix()
+	if until.After(time.Unix(hi, 0)) {
+		hi++ // buckets that start before until, the one filling now included
+	}
+	base := map[int64]*agg{}
+	err := h.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(name))
+		if b == nil {
+			return nil
+		}
+		cur := b.Cursor()
+		for k, v := cur.Seek(key(lo)); k != nil; k, v = cur.Next() {
+			s := int64(binary.BigEndian.Uint64(k))
+			if s >= hi {
+				break
+			}
+			a, err := decode(s, v)
+			if err != nil {
+				return err
+			}
+			base[s] = a
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	overlay := func(a *agg) {
+		if a != nil && a.start >= lo && a.start < hi {
+			cp := *a
+			base[a.start] = &cp // memory holds the whole bucket (seeded from disk)
+		}
+	}
+	for _, a := range h.dirty[name] {
+		overlay(a)
+	}
+	overlay(h.open[name])
+	h.mu.Unlock()
+
+	steps := map[int64]*agg{}
+	stepS := int64(step / time.Second)
+	for s, a := range base {
+		if time.Unix(s, 0).Before(since.Truncate(res)) {
+			continue
+		}
+		k := s - s%stepS
+		if steps[k] == nil {
+			steps[k] = &agg{start: k}
+		}
+		steps[k].merge(a)
+	}
+	keys := make([]int64, 0, len(steps))
+	for k := range steps {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	out := &Series{Capability: c.ToolName(), Unit: c.Unit, Since: since.UTC().Format(time.RFC3339), Until: until.UTC().Format(time.RFC3339),
+		StepS: stepS, ResolutionS: int64(res / time.Second), Buckets: []Bucket{}}
+	for _, k := range keys {
+		a := steps[k]
+		b := Bucket{Start: time.Unix(k, 0).UTC(), Count: a.count}
+		if a.count > 0 {
+			b.GoodShare = float64(a.good) / float64(a.count)
+		}
+		if a.nvals > 0 {
+			mn, mx, mean, last := a.min, a.max, a.sum/float64(a.nvals), a.last
+			b.Min, b.Max, b.Mean, b.Last = &mn, &mx, &mean, &last
+		}
+		out.Buckets = append(out.Buckets, b)
+	}
+	return out, nil
+}
+
+// Stats is the history's state for /metrics.
+type Stats struct {
+	FileBytes   int64
+	Dropped     uint64 // observations the history fell behind on
+	WriteErrors uint64
+	LastError   error
+}
+
+// Stats reports the file size, drops and write errors.
+func (h *History) Stats() Stats {
+	s := Stats{WriteErrors: h.writeErrs.Load()}
+	if fi, err := os.Stat(h.db.Path()); err == nil {
+		s.FileBytes = fi.Size()
+	}
+	if h.sub != nil {
+		s.Dropped = h.sub.Dropped()
+	}
+	if p := h.lastErr.Load(); p != nil {
+		s.LastError = *p
+	}
+	return s
+}
