@@ -33,6 +33,7 @@ type rig struct {
 	plant       *sim.Plant
 	srv         *mcpserver.Server
 	listChanged chan struct{} // one value per tools/list_changed received
+	progress    func(*mcp.ProgressNotificationParams)
 }
 
 type nonces struct{ st *store.Store }
@@ -118,8 +119,14 @@ func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPa
 		caps.Elicitation = &mcp.ElicitationCapabilities{}
 	}
 	listChanged := make(chan struct{}, 16)
+	r := &rig{listChanged: listChanged}
 	c := mcp.NewClient(&mcp.Implementation{Name: "approver", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: caps, MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			if r.progress != nil {
+				r.progress(req.Params)
+			}
+		},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			select {
 			case listChanged <- struct{}{}:
@@ -137,7 +144,8 @@ func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPa
 		al.Close()
 		st.Close()
 	})
-	return &rig{cs: cs, plant: n.Buses()["plant"].(*sim.Plant), srv: srv, listChanged: listChanged}
+	r.cs, r.plant, r.srv = cs, n.Buses()["plant"].(*sim.Plant), srv
+	return r
 }
 
 func (r *rig) call(t *testing.T, p *mcp.CallToolParams) *mcp.CallToolResult {

@@ -421,7 +421,9 @@ func truncateArg(s string) string {
 // approval round when the client can elicit, else the proMCP refusal.
 func (ts *toolSet) runDo(ctx context.Context, req *mcp.CallToolRequest, dr node.DoRequest, note string) (*mcp.CallToolResult, error) {
 	start := time.Now()
+	stop := ts.progress(ctx, req, dr.Tool, start)
 	body, err := ts.n.Do(ctx, dr)
+	stop()
 	ts.observeDo(dr.Tool, start, body, err)
 	var ar *node.ApprovalRequired
 	if errors.As(err, &ar) {
@@ -497,4 +499,50 @@ func (ts *toolSet) observeDo(tool string, start time.Time, body []byte, err erro
 	if r.Status == "failed" && r.Permission != "allowed" {
 		m.Refusals.WithLabelValues(r.Permission).Inc()
 	}
+}
+
+// progressEvery is how often a do_ in progress tells a client that asked
+// for progress (a progressToken) that it is still under way: valves travel
+// and settle for seconds, and an agent should not take silence for a hang
+// and retry with a new key.
+const progressEvery = time.Second
+
+// progress sends MCP progress notifications for a do_ while it runs, when
+// the client gave a progressToken and the transport can carry them (stdio,
+// or a stream); the returned function stops them. Progress is the elapsed
+// seconds (the total is unknown: the device decides).
+func (ts *toolSet) progress(ctx context.Context, req *mcp.CallToolRequest, tool string, start time.Time) func() {
+	if req == nil || req.Session == nil || req.Params == nil {
+		return func() {}
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return func() {}
+	}
+	settle := 0
+	for _, c := range ts.n.Manifest().Capabilities {
+		if c.ToolName() == tool {
+			settle = c.SettleMS
+		}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				elapsed := time.Since(start).Seconds()
+				msg := fmt.Sprintf("%s in progress for %.0f s: previous read, write, settle (%d ms), verifying read-back; the answer follows", tool, elapsed, settle)
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: elapsed, Message: msg})
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }

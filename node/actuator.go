@@ -100,6 +100,7 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	res := j.res
 	res.Status, res.Verified, res.Code = a.status, a.verified, a.code
 	res.AppliedValue, res.PreviousValue = a.applied, a.previous
+	res.VerificationMS = a.verifyMS
 	res.Reason = joinReason(res.Reason, a.reason)
 	res.Details = joinDetails(res.Details, a.details)
 	res.SideEffects = append(res.SideEffects, cs.cap.SideEffects...)
@@ -170,6 +171,7 @@ type actuation struct {
 	applied  any
 	reason   string
 	details  string
+	verifyMS int64 // settle and read-back after the write was acknowledged
 }
 
 // actuate reads the previous value, writes, waits settle_ms and reads
@@ -229,11 +231,13 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any, maxChange f
 		a.reason = "the write was sent but its outcome is unknown (" + err.Error() + "). " + readFirst(cs)
 		return a
 	}
+	verifyStart := time.Now()
 	if c.SettleMS > 0 {
 		t := time.NewTimer(time.Duration(c.SettleMS) * time.Millisecond)
 		<-t.C
 	}
 	rb, err := n.readBack(ctx, cs, value, want)
+	a.verifyMS = time.Since(verifyStart).Milliseconds()
 	switch {
 	case err != nil:
 		a.status, a.code = promcp.StatusPartial, promcp.CodeUnverified

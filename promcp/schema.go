@@ -85,6 +85,7 @@ func DoOutputSchema(dataType string, enumValues []string) Schema {
 			"source":            Schema{"type": "string"},
 			"requested_value":   Schema{},
 			"verified":          Schema{"type": "boolean"},
+			"verification_ms":   Schema{"type": "integer", "minimum": 0, "description": "how long the verification took after the write: settle_ms and the read-back"},
 			"permission":        Schema{"type": "string", "enum": enumOf(Permissions)},
 			"code":              Schema{"type": "string", "description": "partial: outcome_unknown | unverified | mismatch (read the device before retrying); failed: the refusal's or the device's code"},
 			"reason":            Schema{"type": "string"},
