@@ -106,13 +106,13 @@ type DoResult struct {
 	PreviousValue    any       `json:"previous_value"`
 	SideEffects      []string  `json:"side_effects"`
 	// physd extensions
-	Capability     string     `json:"capability"`
-	Source         string     `json:"source"`
-	RequestedValue any        `json:"requested_value"`
-	Verified       bool       `json:"verified"` // read-back matched the write
+	Capability     string `json:"capability"`
+	Source         string `json:"source"`
+	RequestedValue any    `json:"requested_value"`
+	Verified       bool   `json:"verified"` // read-back matched the write
 	// VerificationMS is how long the verification took after the write
 	// was acknowledged: settle_ms and the read-back (physd).
-	VerificationMS int64 `json:"verification_ms,omitempty"`
+	VerificationMS int64      `json:"verification_ms,omitempty"`
 	Permission     Permission `json:"permission"`
 	// Code is machine-readable: for partial one of CodeOutcomeUnknown,
 	// CodeUnverified, CodeMismatch; for failed the refusal's or the
