@@ -561,3 +561,90 @@ func TestHostileSecurityDuplicateDecisionKey(t *testing.T) {
 		t.Errorf(`{"decision":"deny",…,"decision":"approve"} was accepted (200) and decided: %.300s`, b)
 	}
 }
+
+const meshTokens = `physmcp_policy_version: "0.1"
+identity:
+  tokens:
+    - {id: wall_display, sha256: 4a6c683b39708a1b1785f4dc5070fc32893b1eabc5c41c9634a5070f63640dfb, role: viewer}
+    - {id: operator_console, sha256: d44723fb54413f57fbf393e54ead396013e587a55f29ae10d8565e39e2d6189d, role: operator}
+    - {id: site_admin, sha256: b52aa8aa128a1e000ac3c35f0b7b16dee3a2baa5950139e03447d04d7689ea0f, role: admin}
+`
+
+// TestHostileSecurityMeshRoutedIdentity: through gateway A, a viewer's and
+// an unknown token's routed do_ on B's operator-only fan are refused by B;
+// an operator's runs and B audits the real caller and via gw_zone_a. A
+// token B does not know (A-only) counts for nothing on B.
+func TestHostileSecurityMeshRoutedIdentity(t *testing.T) {
+	dir := t.TempDir()
+	polA := filepath.Join(dir, "a.yml")
+	polB := filepath.Join(dir, "b.yml")
+	const aOnly = "gateway-a-only-admin-token"
+	os.WriteFile(polA, []byte(meshTokens+fmt.Sprintf("    - {id: a_local_admin, sha256: %s, role: admin}\n", sha(aOnly))), 0o600)
+	os.WriteFile(polB, []byte(meshTokens+`capabilities:
+  do_fan_zone_b:
+    rules:
+      - {type: permission, require: [operator]}
+gate:
+  fail_closed: deny
+  l0:
+    allow:
+      - {name: fan, tool: do_fan_zone_b}
+`), 0o600)
+	node := func(n, ip, pol string) *daemon {
+		args := []string{"run", "--manifest", repoPath("examples/mesh-3node/node_" + n + ".yml"), "--state", filepath.Join(dir, n), "--http", ip + ":0", "--sim-control", "--policy", pol}
+		d := &daemon{cmd: exec.Command(physdBin, args...), state: filepath.Join(dir, n), stderr: &syncBuffer{}, done: make(chan error, 1), token: adminDemoToken}
+		d.cmd.Stderr = d.stderr
+		if err := d.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { d.done <- d.cmd.Wait() }()
+		t.Cleanup(func() { d.stop(t) })
+		d.addr = d.stderr.logValue(t, "listening", "addr")
+		d.stderr.logValue(t, "mesh joined", "node")
+		return d
+	}
+	a := node("a", "127.0.0.2", polA)
+	b := node("b", "127.0.0.3", polB)
+	call := func(token, key string) hAnswer {
+		cs := connectAs(t, a, "2026-07-28", token, nil)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_fan_zone_b",
+				Arguments: map[string]any{"value": 40, "idempotency_key": key, "source": "gw_zone_b"}})
+			ans := decodeDo(t, res, err)
+			if ans.toolErr == "" || time.Now().After(deadline) || !strings.Contains(ans.toolErr, "unknown") {
+				return ans
+			}
+			time.Sleep(200 * time.Millisecond) // catalogs spread by gossip
+		}
+	}
+	for _, c := range []struct{ who, token string }{{"viewer", viewerToken}, {"A-only admin", aOnly}} {
+		if ans := call(c.token, "mesh-"+strings.ReplaceAll(c.who, " ", "-")); ans.Status == "success" || ans.Status == "partial" {
+			t.Errorf("%s routed through A ran B's operator-only fan: %s", c.who, ans.raw)
+		} else {
+			t.Logf("%s: %s %s %s", c.who, ans.Permission, ans.Details, ans.toolErr)
+		}
+	}
+	if w := b.sim(t).writes("zone_b.fan"); w != 0 {
+		t.Fatalf("B's fan written %d times by refused callers", w)
+	}
+	if ans := call(operatorToken, "mesh-op"); ans.Status != "success" {
+		t.Fatalf("operator routed through A: %s %s", ans.raw, ans.toolErr)
+	}
+	trail, _ := os.ReadFile(filepath.Join(dir, "b", "audit", "audit.jsonl"))
+	found := false
+	for _, l := range strings.Split(string(trail), "\n") {
+		if strings.Contains(l, `"event":"do"`) && strings.Contains(l, "mesh-op") {
+			found = true
+			if !strings.Contains(l, "operator_console") || !strings.Contains(l, `"via":"gw_zone_a"`) {
+				t.Errorf("B's audit of the routed do_ lacks the caller or via: %s", l)
+			}
+		}
+		if strings.Contains(l, "mesh-A-only") && strings.Contains(l, "a_local_admin") {
+			t.Errorf("B audited a caller it cannot know: %s", l)
+		}
+	}
+	if !found {
+		t.Errorf("no do line for mesh-op in B's audit:\n%s", trail)
+	}
+}
