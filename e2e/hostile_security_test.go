@@ -648,3 +648,198 @@ gate:
 		t.Errorf("no do line for mesh-op in B's audit:\n%s", trail)
 	}
 }
+
+func connectAsPath(t *testing.T, d *daemon, path, token string) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "physd-e2e", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	hc := &http.Client{Transport: bearer{token, http.DefaultTransport}}
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.url(path), HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatalf("connect %s: %v\n%s", path, err, d.stderr.String())
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// TestHostileSecurityViewLeaks: through /mcp/zone_a (and a zone_a view with
+// families), nothing of zone_b/zone_c is reachable: tools, family zone
+// arguments, can_do candidates/blocked/related reads/observations,
+// resources obs/history/alarms/manifest and subscriptions.
+func TestHostileSecurityViewLeaks(t *testing.T) {
+	m := viewManifest(t)
+	d := startHTTP(t, daemonOpts{manifest: m, extra: []string{"--policy", greenhousePolicy}})
+	outside := []string{"zone_b", "zone_c"}
+	leaks := func(where, s string) {
+		for _, z := range outside {
+			if i := strings.Index(s, z); i >= 0 {
+				t.Errorf("%s names %s: …%s…", where, z, s[max(0, i-150):min(len(s), i+60)])
+			}
+		}
+	}
+	for _, path := range []string{"/mcp/zone_a", "/mcp/zone_a_fam"} {
+		cs := connectAsPath(t, d, path, adminDemoToken)
+		tl, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{}
+		for _, tool := range tl.Tools {
+			names = append(names, tool.Name)
+			js, _ := json.Marshal(tool)
+			leaks(path+" tool "+tool.Name, string(js))
+		}
+		t.Logf("%s lists %v", path, names)
+		// Tools outside by instance and by family.
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"read_temperature_zone_c", map[string]any{}},
+			{"read_temperature", map[string]any{"zone": "zone_c"}},
+			{"do_heater", map[string]any{"zone": "zone_c", "value": 10, "idempotency_key": "v-fam-" + path[5:]}},
+			{"do_heater_zone_c", map[string]any{"value": 10, "idempotency_key": "v-inst-" + path[5:]}},
+			{"do_fan_zone_b", map[string]any{"value": 10, "idempotency_key": "v-fan-" + path[5:]}},
+		} {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+			if err == nil && !res.IsError {
+				t.Errorf("%s: %s %v answered: %s", path, c.tool, c.args, text(res))
+			}
+		}
+		// can_do for heating and ventilation: nothing outside in any part of the answer.
+		for _, tags := range [][]string{{"heating"}, {"ventilation"}, {"temperature"}, {"humidity"}, {"cooling"}} {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "can_do",
+				Arguments: map[string]any{"intent": map[string]any{"semantic_tags": tags, "action": "set", "value": 20}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := text(res)
+			var rep map[string]any
+			json.Unmarshal([]byte(r), &rep)
+			delete(rep, "metadata")
+			js, _ := json.Marshal(rep)
+			leaks(fmt.Sprintf("%s can_do %v", path, tags), string(js))
+		}
+		// Resources.
+		for _, uri := range []string{"physmcp://obs/temperature_zone_c", "physmcp://history/temperature_zone_c", "physmcp://history/heater_zone_c",
+			"physmcp://obs/fan_zone_b", "physmcp://obs/temperature_zone_c?x=1", "physmcp://obs/temperature_zone_a/../temperature_zone_c",
+			"physmcp://obs/TEMPERATURE_ZONE_C", "physmcp://history/temperature_zone_c%00"} {
+			res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
+			if err == nil {
+				js, _ := json.Marshal(res)
+				t.Errorf("%s: %s read outside the view: %.300s", path, uri, js)
+			}
+		}
+	}
+	if w := d.totalWrites(t); w != 0 {
+		t.Errorf("calls outside the view wrote %d times", w)
+	}
+}
+
+// viewManifest: the greenhouse manifest with a zone_a view with families.
+func viewManifest(t *testing.T) string {
+	b, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := filepath.Join(t.TempDir(), "m.yml")
+	os.WriteFile(m, []byte(strings.Replace(string(b), "\nviews:\n", "\nviews:\n  zone_a_fam:\n    description: zone A by family\n    zones: [zone_a]\n    families: true\n", 1)), 0o600)
+	return m
+}
+
+// TestHostileSecurityViewResourceList: resources/list through /mcp/zone_a
+// must not list observation resources of capabilities outside the view
+// (their resources/read is refused "not in the view").
+func TestHostileSecurityViewResourceList(t *testing.T) {
+	t.Skip("KNOWN BUG: resources/list through /mcp/zone_a lists physmcp://obs/<capability> of every capability of the gateway (zone_b, zone_c), each of which resources/read then refuses as outside the view; want only the view's (remove this Skip to reproduce)")
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
+	rl, err := cs.ListResources(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rl.Resources {
+		if strings.Contains(r.URI, "zone_b") || strings.Contains(r.URI, "zone_c") {
+			_, rerr := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: r.URI})
+			t.Errorf("/mcp/zone_a lists %s (read: %v)", r.URI, rerr)
+		}
+	}
+}
+
+// TestHostileSecurityViewManifestResource: physmcp://manifest through a view
+// must show only the view's capabilities.
+func TestHostileSecurityViewManifestResource(t *testing.T) {
+	t.Skip("KNOWN BUG: physmcp://manifest read through /mcp/zone_a returns the whole manifest (every capability of zones B and C with bindings and ranges); want it cut to the view (remove this Skip to reproduce)")
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
+	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://manifest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"temperature_zone_c", "heater_zone_c", "fan_zone_b"} {
+		if strings.Contains(res.Contents[0].Text, `"`+name+`"`) {
+			t.Errorf("physmcp://manifest through /mcp/zone_a names %s", name)
+		}
+	}
+}
+
+// TestHostileSecurityStdioViewSubscribe: over stdio with --view zone_a (the
+// 2025-11-25 era, where resources/subscribe is real), a subscription to an
+// observation outside the view must be refused.
+func TestHostileSecurityStdioViewSubscribe(t *testing.T) {
+	cmd := exec.Command(physdBin, "run", "--manifest", greenhouse, "--state", t.TempDir(), "--stdio", "--view", "zone_a", "--http", "127.0.0.1:0", "--sim-control")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	updates := make(chan string, 64)
+	c := mcp.NewClient(&mcp.Implementation{Name: "sub-e2e", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{},
+		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) { updates <- r.Params.URI }})
+	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr.String())
+	}
+	t.Cleanup(func() { cs.Close() })
+	d := &daemon{cmd: cmd, addr: stderr.logValue(t, "listening", "addr"), stderr: stderr}
+	if _, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://obs/temperature_zone_c"}); err == nil {
+		t.Errorf("read of an observation outside the view over stdio answered")
+	}
+	t.Skip("KNOWN BUG: over stdio with --view zone_a, resources/subscribe to physmcp://obs/temperature_zone_c (outside the view) is accepted while resources/read of it is refused; no update was seen within 5 s of an offline fault; want -32602 naming the view (remove this Skip to reproduce)")
+	serr := cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "physmcp://obs/temperature_zone_c"})
+	if serr == nil {
+		d.fault(t, "zone_c.temperature", "offline") // a quality change is an update
+		select {
+		case u := <-updates:
+			t.Errorf("stdio --view zone_a: subscribed to physmcp://obs/temperature_zone_c and was told of its change (%s)", u)
+		case <-time.After(5 * time.Second):
+			t.Errorf("stdio --view zone_a: resources/subscribe to physmcp://obs/temperature_zone_c (outside the view) accepted")
+		}
+	}
+}
+
+// TestHostileSecurityListedMeansCallable: for each role, every listed do_
+// is not refused for role, and every unlisted do_ is.
+func TestHostileSecurityListedMeansCallable(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	vals := map[string]float64{"do_heater_zone_a": 10, "do_heater_zone_c": 10, "do_fan_zone_b": 10, "do_vent_zone_c": 50, "do_irrigation_valve": 10}
+	for _, tok := range []string{viewerToken, operatorToken, adminDemoToken} {
+		for _, path := range []string{"/mcp", "/mcp/zone_a", "/mcp/water", "/mcp/observe"} {
+			cs := connectAsPath(t, d, path, tok)
+			tl, err := cs.ListTools(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed := map[string]bool{}
+			for _, tool := range tl.Tools {
+				listed[tool.Name] = true
+			}
+			for tool, v := range vals {
+				a := doCall(t, cs, tool, map[string]any{"value": v, "idempotency_key": fmt.Sprintf("lc-%s-%s-%s", tok[11:14], strings.ReplaceAll(path, "/", "_"), tool)})
+				refusedForRole := a.Permission == "permission_insufficient"
+				if listed[tool] && (refusedForRole || a.toolErr != "") {
+					t.Errorf("%s %s: %s listed but refused: %s %s", tok, path, tool, a.raw, a.toolErr)
+				}
+				if !listed[tool] && path == "/mcp" && !refusedForRole {
+					t.Errorf("%s %s: %s not listed but runnable: %s %s", tok, path, tool, a.raw, a.toolErr)
+				}
+			}
+		}
+	}
+}
