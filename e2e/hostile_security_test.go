@@ -590,8 +590,18 @@ gate:
     allow:
       - {name: fan, tool: do_fan_zone_b}
 `), 0o600)
+	mb, err := os.ReadFile(repoPath("examples/mesh-3node/node_a.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manA := filepath.Join(dir, "node_a.yml")
+	os.WriteFile(manA, append(mb, []byte("\nviews:\n  zone_a_only:\n    description: zone A only\n    zones: [zone_a]\n")...), 0o600)
 	node := func(n, ip, pol string) *daemon {
-		args := []string{"run", "--manifest", repoPath("examples/mesh-3node/node_" + n + ".yml"), "--state", filepath.Join(dir, n), "--http", ip + ":0", "--sim-control", "--policy", pol}
+		man := repoPath("examples/mesh-3node/node_" + n + ".yml")
+		if n == "a" {
+			man = manA
+		}
+		args := []string{"run", "--manifest", man, "--state", filepath.Join(dir, n), "--http", ip + ":0", "--sim-control", "--policy", pol}
 		d := &daemon{cmd: exec.Command(physdBin, args...), state: filepath.Join(dir, n), stderr: &syncBuffer{}, done: make(chan error, 1), token: adminDemoToken}
 		d.cmd.Stderr = d.stderr
 		if err := d.cmd.Start(); err != nil {
@@ -630,6 +640,32 @@ gate:
 	}
 	if ans := call(operatorToken, "mesh-op"); ans.Status != "success" {
 		t.Fatalf("operator routed through A: %s %s", ans.raw, ans.toolErr)
+	}
+	// Through A's zone_a_only view, B's fan is out of reach whatever the source says.
+	vs := connectAsPath(t, a, "/mcp/zone_a_only", operatorToken)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"do_fan_zone_b", map[string]any{"value": 10, "idempotency_key": "mesh-view-1", "source": "gw_zone_b"}},
+		{"do_fan_zone_b", map[string]any{"value": 10, "idempotency_key": "mesh-view-2"}},
+		{"read_temperature_zone_b", map[string]any{"source": "gw_zone_b"}},
+	} {
+		res, err := vs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err == nil && !res.IsError {
+			t.Errorf("through /mcp/zone_a_only %s %v answered: %s", c.tool, c.args, text(res))
+		}
+	}
+	if tl, err := vs.ListTools(context.Background(), nil); err == nil {
+		for _, tool := range tl.Tools {
+			js, _ := json.Marshal(tool)
+			if strings.Contains(string(js), "gw_zone_b") || strings.Contains(string(js), "zone_b") {
+				t.Errorf("/mcp/zone_a_only lists %s naming zone B", tool.Name)
+			}
+		}
+	}
+	if w := b.sim(t).writes("zone_b.fan"); w != 1 {
+		t.Errorf("B's fan writes after view attacks: %d, want 1", w)
 	}
 	trail, _ := os.ReadFile(filepath.Join(dir, "b", "audit", "audit.jsonl"))
 	found := false
@@ -841,5 +877,53 @@ func TestHostileSecurityListedMeansCallable(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHostileSecurityHostSpellings: Host values that look local but name
+// another host never pass the Host check.
+func TestHostileSecurityHostSpellings(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	_, port, _ := net.SplitHostPort(d.addr)
+	for _, h := range []string{"127.0.0.1.nip.io", "localhost.attacker.example", "attacker.example:" + port, "127.0.0.1.attacker.example:" + port,
+		"localhost:" + port + ".attacker.example", "xn--localhost", "127.0.0.1 attacker.example", "attacker.example,127.0.0.1", "0x7f000001.attacker.example"} {
+		c, _, b := hsReq(t, d, "GET", "/status", h, "", "", "Bearer "+adminDemoToken)
+		if c/100 == 2 {
+			t.Errorf("Host %q reached /status: %d %.80s", h, c, b)
+		}
+	}
+	// The loopback spellings do pass (the check is not simply closed).
+	for _, h := range []string{"localhost:" + port, "127.0.0.1:" + port, "LOCALHOST:" + port} {
+		if c, _, b := hsReq(t, d, "GET", "/status", h, "", "", "Bearer "+adminDemoToken); c != 200 {
+			t.Errorf("Host %q: %d %.80s, want 200", h, c, b)
+		}
+	}
+}
+
+// TestHostileSecurityApprovalsPageEscapes: a key chosen by the caller shows
+// on the approvals page escaped, never as markup.
+func TestHostileSecurityApprovalsPageEscapes(t *testing.T) {
+	pol := twoPersonPolicy(t, "")
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
+	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
+	const key = `<script>alert(1)</script><img/src=x/onerror=alert(2)>`
+	res, err := agent.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_heater_zone_a", Arguments: map[string]any{"value": 70, "idempotency_key": key}})
+	if a := decodeDo(t, res, err); a.Code != "approval_pending" {
+		t.Skipf("the key was refused before an approval was registered (held): %s %s", a.raw, a.toolErr)
+	}
+	req, _ := http.NewRequest("GET", d.url("/approvals"), nil)
+	req.Header.Set("Accept", "text/html")
+	req.Header.Set("Authorization", "Bearer "+adminDemoToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "<script>alert") || strings.Contains(string(b), "<img/src") {
+		t.Errorf("approvals page renders the caller's key as markup:\n%s", b)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); csp == "" {
+		t.Logf("approvals page has no Content-Security-Policy header")
 	}
 }
