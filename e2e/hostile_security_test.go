@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -925,5 +926,58 @@ func TestHostileSecurityApprovalsPageEscapes(t *testing.T) {
 	}
 	if csp := resp.Header.Get("Content-Security-Policy"); csp == "" {
 		t.Logf("approvals page has no Content-Security-Policy header")
+	}
+}
+
+// TestHostileSecurityGrantAfterReload: a grant signed by an admin whose role
+// a policy reload then lowers runs nothing (the approver is re-checked
+// against the policy in force).
+func TestHostileSecurityGrantAfterReload(t *testing.T) {
+	t.Skip("KNOWN BUG: after a SIGHUP reload demotes the approver (site_admin admin -> operator), the caller's repeat under its grant still runs (success, approved_by=token:site_admin; approver_role=admin): safety.approvalSatisfies checks the role signed into the grant, not the approver's role in the policy in force; want a refusal (remove this Skip to reproduce)")
+	pol := twoPersonPolicy(t, "")
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
+	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
+	args := map[string]any{"value": 70, "idempotency_key": "reload-1"}
+	id := approvalID(t, structured(t, call(t, agent, "do_heater_zone_a", args)))
+	if c := decide(t, d, id, adminDemoToken, `{"decision":"approve"}`); c != 200 {
+		t.Fatalf("approve: %d", c)
+	}
+	b, _ := os.ReadFile(pol)
+	demoted := strings.Replace(string(b), "site_admin, sha256: "+adminDemoTokenHash+", role: admin", "site_admin, sha256: "+adminDemoTokenHash+", role: operator", 1)
+	if demoted == string(b) {
+		t.Fatal("could not demote site_admin")
+	}
+	os.WriteFile(pol, []byte(demoted), 0o600)
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	d.stderr.logValue(t, "policy reloaded", "tools")
+
+	d.token = operatorToken
+	a := doCall(t, agent, "do_heater_zone_a", args)
+	if a.Status == "success" || d.sim(t).writes("zone_a.heater") != 0 {
+		t.Errorf("a grant by an approver demoted to operator still ran: %s %s", a.raw, a.toolErr)
+	}
+}
+
+// TestHostileSecuritySelfApprovalTrueWithoutRole: self_approval: true lets
+// only a caller that holds the approver role confirm itself; an operator
+// under approver_role admin is still told to find another person.
+func TestHostileSecuritySelfApprovalTrueWithoutRole(t *testing.T) {
+	b, err := os.ReadFile(greenhousePolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "{type: approval, when: above, above: 60}", "{type: approval, when: above, above: 60, approver_role: admin, self_approval: true}", 1)
+	pol := filepath.Join(t.TempDir(), "p.yml")
+	os.WriteFile(pol, []byte(s), 0o600)
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
+	agent := connectAs(t, d, "2026-07-28", operatorToken, accept) // accepts every elicitation
+	a := doCall(t, agent, "do_heater_zone_a", map[string]any{"value": 70, "idempotency_key": "selftrue-1"})
+	if a.Status == "success" || d.sim(t).writes("zone_a.heater") != 0 {
+		t.Errorf("an operator confirmed its own call under approver_role admin: %s", a.raw)
+	}
+	// An admin caller may confirm itself.
+	self := connectAs(t, d, "2026-07-28", adminDemoToken, accept)
+	if a := doCall(t, self, "do_heater_zone_a", map[string]any{"value": 70, "idempotency_key": "selftrue-2"}); a.Status != "success" {
+		t.Errorf("admin self-confirmation under self_approval: true: %s %s", a.raw, a.toolErr)
 	}
 }
