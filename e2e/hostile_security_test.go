@@ -407,17 +407,23 @@ func TestHostileSecurityMaxChange(t *testing.T) {
 	os.WriteFile(pol, []byte(maxChangePolicy), 0o600)
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol, "--families", "on"}})
 	cs := connectAs(t, d, "2026-07-28", adminDemoToken, nil)
-	if a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 40, "idempotency_key": "mc-0"}); a.Status != "success" {
-		t.Fatalf("fan 0 -> 40: %+v", a)
-	}
-	// From 40, 80 and 0 are each one allowed step; together they are a step of 80.
-	c1 := make(chan hAnswer, 1)
-	c2 := make(chan hAnswer, 1)
-	go func() { c1 <- doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 80, "idempotency_key": "mc-up"}) }()
-	go func() { c2 <- doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 0, "idempotency_key": "mc-down"}) }()
-	a1, a2 := <-c1, <-c2
-	if (a1.Status == "success") == (a2.Status == "success") {
-		t.Errorf("two quick calls from 40 to 80 and 0 (max_change 40): want exactly one success: %s / %s", a1.raw, a2.raw)
+	for i := range 5 {
+		if a := doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 40, "idempotency_key": fmt.Sprintf("mc-%d-mid", i)}); a.Status != "success" {
+			t.Fatalf("fan -> 40: %s %s", a.raw, a.toolErr)
+		}
+		// From 40, 80 and 0 are each one allowed step; together they are a step of 80.
+		c1 := make(chan hAnswer, 1)
+		c2 := make(chan hAnswer, 1)
+		go func() {
+			c1 <- doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 80, "idempotency_key": fmt.Sprintf("mc-%d-up", i)})
+		}()
+		go func() {
+			c2 <- doCall(t, cs, "do_fan_zone_b", map[string]any{"value": 0, "idempotency_key": fmt.Sprintf("mc-%d-down", i)})
+		}()
+		a1, a2 := <-c1, <-c2
+		if (a1.Status == "success") == (a2.Status == "success") {
+			t.Errorf("round %d: two quick calls from 40 to 80 and 0 (max_change 40): want exactly one success: %s / %s", i, a1.raw, a2.raw)
+		}
 	}
 	// Clamp: 100 clamps to 30, a step of 30 from 0 > 10.
 	if a := doCall(t, cs, "do_heater_zone_a", map[string]any{"value": 100, "idempotency_key": "mc-clamp"}); a.Code != "max_change_exceeded" {
@@ -979,5 +985,87 @@ func TestHostileSecuritySelfApprovalTrueWithoutRole(t *testing.T) {
 	self := connectAs(t, d, "2026-07-28", adminDemoToken, accept)
 	if a := doCall(t, self, "do_heater_zone_a", map[string]any{"value": 70, "idempotency_key": "selftrue-2"}); a.Status != "success" {
 		t.Errorf("admin self-confirmation under self_approval: true: %s %s", a.raw, a.toolErr)
+	}
+}
+
+// TestHostileSecurityOddCredentialsAndOverride: a token in the query string
+// or a cookie authenticates nothing; TRACE echoes nothing; the override's
+// ttl is capped by override_token_ttl_seconds (900) whatever is asked.
+func TestHostileSecurityOddCredentialsAndOverride(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	for _, p := range []string{"/status?access_token=" + adminDemoToken, "/status?token=" + adminDemoToken, "/metrics?auth=" + adminDemoToken} {
+		if c, _, _ := hsReq(t, d, "GET", p, "", "", ""); c != 401 {
+			t.Errorf("GET %s: %d, want 401", p, c)
+		}
+	}
+	req, _ := http.NewRequest("GET", d.url("/status"), nil)
+	req.AddCookie(&http.Cookie{Name: "token", Value: adminDemoToken})
+	req.Header.Set("X-Auth-Token", adminDemoToken)
+	req.Header.Set("Proxy-Authorization", "Bearer "+adminDemoToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Errorf("cookie/X-Auth-Token/Proxy-Authorization authenticated: %v %v", err, resp.StatusCode)
+	}
+	if c, _, b := hsReq(t, d, "TRACE", "/status", "", "", "", "Bearer "+adminDemoToken); c/100 == 2 || strings.Contains(b, adminDemoToken) {
+		t.Errorf("TRACE: %d %.100s", c, b)
+	}
+	for _, body := range []string{`{"reason":"x","ttl_s":99999999}`, `{"reason":"x","ttl_s":-5}`, `{"reason":"x","ttl_s":1e300}`, `{"reason":"","ttl_s":60}`} {
+		c, _, b := hsReq(t, d, "POST", "/emergency/override", "", "", body, "Bearer "+adminDemoToken)
+		t.Logf("override %s: %d %.200s", body, c, b)
+		if c != 200 {
+			continue // refused: fine
+		}
+		var m map[string]any
+		json.Unmarshal([]byte(b), &m)
+		until, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(m["until"]))
+		if until.IsZero() {
+			t.Logf("override %s: 200 %s", body, b)
+		} else if time.Until(until) > 901*time.Second || time.Until(until) < 0 {
+			t.Errorf("override %s lasts until %v (cap 900 s)", body, until)
+		}
+		if strings.Contains(body, `"reason":""`) {
+			t.Errorf("override with an empty reason accepted: %s", b)
+		}
+		hsReq(t, d, "DELETE", "/emergency/override", "", "", "", "Bearer "+adminDemoToken)
+	}
+}
+
+// TestHostileSecurityAuditReorderAndDuplicate: two lines swapped, a line
+// duplicated, and a line deleted in the middle are each a break.
+func TestHostileSecurityAuditReorderAndDuplicate(t *testing.T) {
+	state := t.TempDir()
+	d := startHTTP(t, daemonOpts{state: state})
+	cs := connectHTTP(t, d, "2026-07-28")
+	for i := range 6 {
+		if r := structured(t, call(t, cs, "do_fan_zone_b", map[string]any{"value": i, "idempotency_key": fmt.Sprintf("ro-%d", i)})); r["status"] != "success" {
+			t.Fatalf("do_: %v", r)
+		}
+	}
+	cs.Close()
+	d.stop(t)
+	path := filepath.Join(state, "audit", "audit.jsonl")
+	b, _ := os.ReadFile(path)
+	orig := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+	n := len(orig)
+	if n < 6 {
+		t.Fatalf("%d lines", n)
+	}
+	fix := func(ls []string) string {
+		s := strings.Join(ls, "")
+		if !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		return s
+	}
+	for name, ls := range map[string][]string{
+		"swapped":    append(append(append([]string{}, orig[:2]...), orig[3], orig[2]), orig[4:]...),
+		"duplicated": append(append([]string{}, orig[:3]...), orig[2:]...),
+		"deleted":    append(append([]string{}, orig[:2]...), orig[3:]...),
+	} {
+		os.WriteFile(path, []byte(fix(ls)), 0o640)
+		out, err := exec.Command(physdBin, "audit", "verify", state).CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "BROKEN") {
+			t.Errorf("%s line: %v\n%s", name, err, out)
+		}
 	}
 }
