@@ -715,7 +715,7 @@ func TestHostileSecurityViewLeaks(t *testing.T) {
 	leaks := func(where, s string) {
 		for _, z := range outside {
 			if i := strings.Index(s, z); i >= 0 {
-				t.Errorf("%s names %s: …%s…", where, z, s[max(0, i-150):min(len(s), i+60)])
+				t.Errorf("%s names %s: …%s…", where, z, s[max(0, i-700):min(len(s), i+300)])
 			}
 		}
 	}
@@ -749,9 +749,17 @@ func TestHostileSecurityViewLeaks(t *testing.T) {
 			}
 		}
 		// can_do for heating and ventilation: nothing outside in any part of the answer.
-		for _, tags := range [][]string{{"heating"}, {"ventilation"}, {"temperature"}, {"humidity"}, {"cooling"}} {
-			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "can_do",
-				Arguments: map[string]any{"intent": map[string]any{"semantic_tags": tags, "action": "set", "value": 20}}})
+		for i, args := range []map[string]any{
+			{"intent": map[string]any{"semantic_tags": []string{"heating"}, "action": "set", "value": 20}},
+			{"intent": map[string]any{"semantic_tags": []string{"ventilation"}, "action": "set", "value": 20}},
+			{"intent": map[string]any{"semantic_tags": []string{"temperature"}, "action": "read"}},
+			{"intent": map[string]any{"semantic_tags": []string{"humidity"}, "action": "read"}},
+			{"intent": map[string]any{"semantic_tags": []string{"cooling"}, "action": "set", "value": 20}},
+			{"intent": map[string]any{"semantic_tags": []string{"heating"}, "action": "set", "value": 20, "target": "heater"}},
+			{"intent": map[string]any{"semantic_tags": []string{"heating"}, "action": "set", "value": 20}, "scope": []string{"do_heater_zone_c", "heater_zone_c", "gw_greenhouse_001"}},
+		} {
+			tags := i
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "can_do", Arguments: args})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1066,6 +1074,31 @@ func TestHostileSecurityAuditReorderAndDuplicate(t *testing.T) {
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "BROKEN") {
 			t.Errorf("%s line: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// TestHostileSecurityViewCanDoUnroutable: can_do through /mcp/zone_a must
+// not name capabilities outside the view anywhere, including
+// unroutable[].producers_found and missing_requirements.
+func TestHostileSecurityViewCanDoUnroutable(t *testing.T) {
+	t.Skip("KNOWN BUG: can_do through /mcp/zone_a with intent {semantic_tags:[heating], location:\"zone C\"} answers unroutable[].producers_found [do_heater_zone_a, do_heater_zone_c] and missing_requirements \"… does not match zone zone_c\": a tool outside the view is named; want only the view's capabilities, the rest counted in metadata.filtered_by_view (remove this Skip to reproduce)")
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
+	for _, loc := range []string{"zone C", "zone_c", "greenhouse"} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "can_do", Arguments: map[string]any{
+			"intent": map[string]any{"semantic_tags": []string{"heating"}, "action": "set", "value": 20, "location": loc}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep map[string]any
+		json.Unmarshal([]byte(text(res)), &rep)
+		delete(rep, "metadata")
+		js, _ := json.Marshal(rep)
+		for _, name := range []string{"do_heater_zone_c", "heater_zone_c", "zone zone_c", "vent_zone_c", "fan_zone_b"} {
+			if strings.Contains(string(js), name) {
+				t.Errorf("can_do (location %q) through /mcp/zone_a names %s: %s", loc, name, js)
+			}
 		}
 	}
 }
