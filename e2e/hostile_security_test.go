@@ -1102,3 +1102,40 @@ func TestHostileSecurityViewCanDoUnroutable(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileSecurityFamilyListsFollowRole: with families on, a family do_
+// tool is listed only to roles that can run it, and every zone of a listed
+// family tool is callable (not refused for role).
+func TestHostileSecurityFamilyListsFollowRole(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy, "--families", "on"}})
+	for _, tok := range []string{viewerToken, operatorToken, adminDemoToken} {
+		cs := connectAs(t, d, "2026-07-28", tok, nil)
+		tl, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := map[string]*mcp.Tool{}
+		for _, tool := range tl.Tools {
+			listed[tool.Name] = tool
+		}
+		if (listed["do_heater"] != nil) != (tok != viewerToken) {
+			t.Errorf("%s: do_heater listed=%v", tok, listed["do_heater"] != nil)
+		}
+		for _, zone := range []string{"zone_a", "zone_c"} {
+			a := doCall(t, cs, "do_heater", map[string]any{"zone": zone, "value": 10, "idempotency_key": "fam-" + tok[11:14] + "-" + zone})
+			refused := a.Permission == "permission_insufficient"
+			if listed["do_heater"] != nil && (refused || a.toolErr != "") {
+				t.Errorf("%s: do_heater listed but zone %s refused: %s %s", tok, zone, a.raw, a.toolErr)
+			}
+			if listed["do_heater"] == nil && a.Status == "success" {
+				t.Errorf("%s: do_heater not listed but zone %s ran: %s", tok, zone, a.raw)
+			}
+		}
+		// Instance tools stay callable but unlisted; they are judged by role all the same.
+		if tok == viewerToken {
+			if a := doCall(t, cs, "do_heater_zone_c", map[string]any{"value": 10, "idempotency_key": "fam-inst-viewer"}); a.Permission != "permission_insufficient" {
+				t.Errorf("viewer, unlisted instance do_heater_zone_c: %s %s", a.raw, a.toolErr)
+			}
+		}
+	}
+}
