@@ -1139,3 +1139,24 @@ func TestHostileSecurityFamilyListsFollowRole(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileSecurityOpenRoutesTellNothing: /healthz and /readyz answer
+// without a credential but name neither the device nor the version; a
+// viewer gets them.
+func TestHostileSecurityOpenRoutesTellNothing(t *testing.T) {
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
+	for _, p := range []string{"/healthz", "/readyz", "/healthz?verbose=1", "/readyz?full=true"} {
+		c, h, b := hsReq(t, d, "GET", p, "", "", "")
+		if c != 200 && c != 503 {
+			t.Errorf("%s: %d", p, c)
+		}
+		for _, secret := range []string{"gw_greenhouse_001", "physd/", "zone_a", "heater"} {
+			if strings.Contains(b, secret) || strings.Contains(fmt.Sprint(h), secret) {
+				t.Errorf("%s without a credential tells %q: %s %v", p, secret, b, h)
+			}
+		}
+		if c, _, b := hsReq(t, d, "GET", p, "", "", "", "Bearer "+viewerToken); c != 200 || !strings.Contains(b, "gw_greenhouse_001") {
+			t.Logf("%s as viewer: %d %.200s", p, c, b)
+		}
+	}
+}
