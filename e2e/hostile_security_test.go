@@ -368,7 +368,6 @@ func grantAttacks(t *testing.T, d *daemon, agent *mcp.ClientSession, grant strin
 // TestHostileSecurityTrailingGarbageDecision: a decision body with bytes
 // after the JSON object must be refused (400), not decided.
 func TestHostileSecurityTrailingGarbageDecision(t *testing.T) {
-	t.Skip(`KNOWN BUG: POST /approvals/<id> decodes only the first JSON value: {"decision":"approve"}{"decision":"deny"} is a 200 approval; want 400 (remove this Skip to reproduce)`)
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -558,7 +557,6 @@ func TestHostileSecurityAuditChain(t *testing.T) {
 // twice is ambiguous (a proxy, log or reviewer reading the first value sees
 // "deny"; physd's decoder takes the last). It must be refused, not decided.
 func TestHostileSecurityDuplicateDecisionKey(t *testing.T) {
-	t.Skip(`KNOWN BUG: POST /approvals/<id> with {"decision":"deny",…,"decision":"approve"} approves (last key wins); want 400 for a duplicated key (remove this Skip to reproduce)`)
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -801,7 +799,6 @@ func viewManifest(t *testing.T) string {
 // must not list observation resources of capabilities outside the view
 // (their resources/read is refused "not in the view").
 func TestHostileSecurityViewResourceList(t *testing.T) {
-	t.Skip("KNOWN BUG: resources/list through /mcp/zone_a lists physmcp://obs/<capability> of every capability of the gateway (zone_b, zone_c), each of which resources/read then refuses as outside the view; want only the view's (remove this Skip to reproduce)")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
 	rl, err := cs.ListResources(context.Background(), nil)
@@ -819,7 +816,6 @@ func TestHostileSecurityViewResourceList(t *testing.T) {
 // TestHostileSecurityViewManifestResource: physmcp://manifest through a view
 // must show only the view's capabilities.
 func TestHostileSecurityViewManifestResource(t *testing.T) {
-	t.Skip("KNOWN BUG: physmcp://manifest read through /mcp/zone_a returns the whole manifest (every capability of zones B and C with bindings and ranges); want it cut to the view (remove this Skip to reproduce)")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
 	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://manifest"})
@@ -852,7 +848,6 @@ func TestHostileSecurityStdioViewSubscribe(t *testing.T) {
 	if _, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://obs/temperature_zone_c"}); err == nil {
 		t.Errorf("read of an observation outside the view over stdio answered")
 	}
-	t.Skip("KNOWN BUG: over stdio with --view zone_a, resources/subscribe to physmcp://obs/temperature_zone_c (outside the view) is accepted while resources/read of it is refused; no update was seen within 5 s of an offline fault; want -32602 naming the view (remove this Skip to reproduce)")
 	serr := cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "physmcp://obs/temperature_zone_c"})
 	if serr == nil {
 		d.fault(t, "zone_c.temperature", "offline") // a quality change is an update
@@ -947,7 +942,6 @@ func TestHostileSecurityApprovalsPageEscapes(t *testing.T) {
 // a policy reload then lowers runs nothing (the approver is re-checked
 // against the policy in force).
 func TestHostileSecurityGrantAfterReload(t *testing.T) {
-	t.Skip("KNOWN BUG: after a SIGHUP reload demotes the approver (site_admin admin -> operator), the caller's repeat under its grant still runs (success, approved_by=token:site_admin; approver_role=admin): safety.approvalSatisfies checks the role signed into the grant, not the approver's role in the policy in force; want a refusal (remove this Skip to reproduce)")
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -1082,7 +1076,6 @@ func TestHostileSecurityAuditReorderAndDuplicate(t *testing.T) {
 // not name capabilities outside the view anywhere, including
 // unroutable[].producers_found and missing_requirements.
 func TestHostileSecurityViewCanDoUnroutable(t *testing.T) {
-	t.Skip("KNOWN BUG: can_do through /mcp/zone_a with intent {semantic_tags:[heating], location:\"zone C\"} answers unroutable[].producers_found [do_heater_zone_a, do_heater_zone_c] and missing_requirements \"… does not match zone zone_c\": a tool outside the view is named; want only the view's capabilities, the rest counted in metadata.filtered_by_view (remove this Skip to reproduce)")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
 	for _, loc := range []string{"zone C", "zone_c", "greenhouse"} {

@@ -97,6 +97,9 @@ func (s *Server) subscribable(_ context.Context, req *mcp.SubscribeRequest) erro
 	if !known {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("uri: %q is not a subscribable resource; fix: subscribe to %s<capability>, one of the physmcp://obs/ resources resources/list shows (or physmcp://alarms)", uri, ObsURIPrefix)}
 	}
+	if isObs && !s.inView(req.Extra, s.n.Manifest().Capability(name)) {
+		return s.notInView(req.Extra, uri) // what cannot be read cannot be subscribed to
+	}
 	if req.Extra != nil && req.Extra.Header != nil {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resources/subscribe: physd's HTTP endpoint is stateless and keeps no stream for 2025-11-25 updates; fix: use protocol 2026-07-28 (subscriptions/listen with resourceSubscriptions), or stdio"}
 	}

@@ -84,9 +84,7 @@ func (s *Server) serveOverride(w http.ResponseWriter, r *http.Request) {
 			Reason string `json:"reason"`
 			TTLS   int    `json:"ttl_s"`
 		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil {
+		if err := decodeBody(http.MaxBytesReader(w, r.Body, 16<<10), &in); err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "body: " + err.Error() + `; send {"reason": "...", "ttl_s": 300}`})
 			return
 		}

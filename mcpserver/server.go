@@ -19,6 +19,7 @@ import (
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/history"
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
@@ -189,7 +190,25 @@ func (s *Server) PolicyReloaded() {
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
 func (s *Server) readManifest(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	body, err := manifestJSON(s.n.Manifest())
+	if sc := s.scopeOf(req.Extra); sc.view != nil {
+		// Through a view, the manifest shows the view's capabilities only.
+		m := *s.n.Manifest()
+		m.Capabilities, m.Buses = nil, map[string]*manifest.Bus{}
+		for _, c := range s.n.Manifest().Capabilities {
+			if sc.view.Match(s.n.Manifest().Subject(c)) {
+				m.Capabilities = append(m.Capabilities, c)
+				if b := s.n.Manifest().Buses[c.Binding.Bus]; b != nil {
+					m.Buses[c.Binding.Bus] = b
+				}
+			}
+		}
+		return manifestResult(&m)
+	}
+	return manifestResult(s.n.Manifest())
+}
+
+func manifestResult(m *manifest.Manifest) (*mcp.ReadResourceResult, error) {
+	body, err := manifestJSON(m)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"sort"
@@ -545,4 +546,31 @@ func (ts *toolSet) progress(ctx context.Context, req *mcp.CallToolRequest, tool 
 		}
 	}()
 	return func() { close(done); <-stopped }
+}
+
+// decodeBody strictly decodes a JSON request body of an HTTP route: one
+// object, names exact and each once, no unknown names, nothing after it.
+// A body that two JSON readers could read differently (a repeated
+// "decision", a second object) is refused rather than guessed.
+func decodeBody(r io.Reader, out any) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return errors.New("the body must be one JSON object")
+	}
+	if err := exactKeys(b, out); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return errors.New(cleanJSONError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("the body must be one JSON object, with nothing after it")
+	}
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -275,9 +274,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, approver
 		Decision string `json:"decision"`
 		Reason   string `json:"reason"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil || (in.Decision != "approve" && in.Decision != "deny") {
+	if err := decodeBody(http.MaxBytesReader(w, r.Body, 16<<10), &in); err != nil || (in.Decision != "approve" && in.Decision != "deny") {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": `body: send {"decision": "approve"} or {"decision": "deny", "reason": "..."}`})
 		return
 	}

@@ -244,6 +244,27 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				out.Tools = append(out.Tools, narrowSource(t, owners, s.n.DeviceID()))
 			}
 			return &out, nil
+		case "resources/list":
+			res, err := next(ctx, method, req)
+			if err != nil {
+				return res, err
+			}
+			lr, ok := res.(*mcp.ListResourcesResult)
+			sc := s.scopeOf(req.GetExtra())
+			if !ok || sc.view == nil {
+				return res, nil
+			}
+			out := *lr
+			out.Resources = make([]*mcp.Resource, 0, len(lr.Resources))
+			for _, r := range lr.Resources {
+				if name, isObs := strings.CutPrefix(r.URI, ObsURIPrefix); isObs {
+					if c := s.n.Manifest().Capability(name); c != nil && !sc.view.Match(s.n.Manifest().Subject(c)) {
+						continue // its resources/read is refused: not listed either
+					}
+				}
+				out.Resources = append(out.Resources, r)
+			}
+			return &out, nil
 		case "tools/call":
 			var cancel context.CancelFunc
 			ctx, cancel = s.withCaller(ctx, req.GetExtra())
@@ -415,6 +436,24 @@ func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.Capa
 		if !in("read_"+name, src) && !in("do_"+name, src) { // keyed by capability name
 			delete(rep.Context.CurrentObservations, name)
 		}
+	}
+	// unroutable explains what matched: only with what the view shows.
+	for i := range rep.Unroutable {
+		u := &rep.Unroutable[i]
+		kept := u.ProducersFound[:0]
+		for _, tool := range u.ProducersFound {
+			if len(sc.inView(s.subjects(tool))) > 0 {
+				kept = append(kept, tool)
+			} else {
+				filtered++
+			}
+		}
+		if len(kept) < len(u.ProducersFound) {
+			// The requirements named described producers outside the view.
+			u.MissingRequirements = nil
+			u.Detail = fmt.Sprintf("capabilities outside the view %q matched; ask through an endpoint whose view includes them", sc.view.Name)
+		}
+		u.ProducersFound = kept
 	}
 	rep.Metadata.View = sc.view.Name
 	rep.Metadata.FilteredByView = filtered

@@ -215,3 +215,34 @@ func DescribeCert(c *x509.Certificate) string {
 	}
 	return fmt.Sprintf("CN=%q SAN=[%s] serial %s", c.Subject.CommonName, strings.Join(sans, " "), c.SerialNumber.Text(16))
 }
+
+// CurrentRole is the role this policy gives the principal id now: a token
+// by its id, a certificate by the name a rule matched (the highest such
+// rule's role). known is false for a principal whose role cannot be
+// re-derived without its credential (a JWT: the role is in its claims), and
+// role is "" for a token or certificate name this policy no longer has. A
+// grant issued under an older policy is judged by this, not by the role it
+// recorded (a reload that demotes or removes an approver ends its grants).
+func (id *Identity) CurrentRole(principal string) (role string, known bool) {
+	switch {
+	case strings.HasPrefix(principal, "token:"):
+		name := strings.TrimPrefix(principal, "token:")
+		for _, t := range id.Tokens {
+			if t.ID == name {
+				return t.Role, true
+			}
+		}
+		return "", true
+	case strings.HasPrefix(principal, "cert:"):
+		name := strings.TrimPrefix(principal, "cert:")
+		for _, p := range id.MTLS {
+			for _, r := range p.Clients {
+				if (r.CN == name || r.SAN == name) && RoleLevel(r.Role) > RoleLevel(role) {
+					role = r.Role
+				}
+			}
+		}
+		return role, true
+	}
+	return "", false
+}

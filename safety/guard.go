@@ -173,7 +173,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		v.Permission = promcp.PermAllowed
 		return v
 	}
-	approved := a.Approved && approvalSatisfies(out.Approval, a)
+	approved := a.Approved && approvalSatisfies(out.Approval, a, &rs.pol.Identity)
 
 	// The gate judges the value as the caller requested it: a clamp applies
 	// only after the gate allowed, so an L0 rule for a dangerous value sees
@@ -232,12 +232,21 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 // that asked: the approver's role, and another identity than the caller
 // unless the rule lets the caller approve itself. A rule without an
 // approver role (and a gate ask) takes the caller's own confirmation.
-func approvalSatisfies(rule *policy.Approval, a node.Action) bool {
+func approvalSatisfies(rule *policy.Approval, a node.Action, id *policy.Identity) bool {
 	if rule == nil || rule.ApproverRole == "" {
 		return true
 	}
 	by := a.ApprovedBy
-	if by.ID == "" || policy.RoleLevel(by.Role) < policy.RoleLevel(rule.ApproverRole) {
+	role := by.Role
+	if id != nil {
+		// The approver's role under the policy in force, not the one the
+		// grant recorded: a reload that demoted or removed the approver
+		// ends what it approved.
+		if now, known := id.CurrentRole(by.ID); known {
+			role = now
+		}
+	}
+	if by.ID == "" || policy.RoleLevel(role) < policy.RoleLevel(rule.ApproverRole) {
 		return false
 	}
 	return by.ID != a.Caller.ID || rule.SelfApproval
