@@ -243,6 +243,12 @@ capabilities:
   do_vent:
     rules:
       - {type: approval, when: always, approver_role: supervisor, self_approval: false}
+identity:
+  tokens:
+    - {id: a, sha256: 1111111111111111111111111111111111111111111111111111111111111111, role: supervisor}
+    - {id: b, sha256: 2222222222222222222222222222222222222222222222222222222222222222, role: supervisor}
+    - {id: root, sha256: 3333333333333333333333333333333333333333333333333333333333333333, role: admin}
+    - {id: op, sha256: 4444444444444444444444444444444444444444444444444444444444444444, role: operator}
 gate:
   l0:
     allow: [{name: vent, tool: do_vent}]
@@ -258,6 +264,9 @@ gate:
 		{"an operator", node.Caller{ID: "token:op", Role: "operator"}, promcp.PermRequiresHumanApproval},
 		{"another supervisor", node.Caller{ID: "token:b", Role: "supervisor"}, promcp.PermAllowed},
 		{"an admin", node.Caller{ID: "token:root", Role: "admin"}, promcp.PermAllowed},
+		// The grant's recorded role is not what counts: the policy in force is.
+		{"a token the policy no longer has", node.Caller{ID: "token:gone", Role: "admin"}, promcp.PermRequiresHumanApproval},
+		{"an operator the grant called admin", node.Caller{ID: "token:op", Role: "admin"}, promcp.PermRequiresHumanApproval},
 	} {
 		v := g.Evaluate(context.Background(), node.Action{Tool: "do_vent", Value: int64(10), Caller: caller, Now: time.Now(),
 			Approved: c.by.ID != "", ApprovedBy: c.by}, true)
