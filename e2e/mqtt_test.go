@@ -1,0 +1,277 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// broker is a mosquitto process on a fixed local port (so a restart keeps it).
+type broker struct {
+	bin, conf string
+	port      int
+	cmd       *exec.Cmd
+	done      chan struct{}
+	log       *syncBuffer
+}
+
+func mosquittoBin(t *testing.T) string {
+	if p, err := exec.LookPath("mosquitto"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skip("mosquitto is not installed (Debian: apt-get install mosquitto; .ci/run installs it): the MQTT tests need a real broker")
+	return ""
+}
+
+func startBroker(t *testing.T) *broker {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	b := &broker{bin: mosquittoBin(t), conf: filepath.Join(t.TempDir(), "mosquitto.conf"), port: port, log: &syncBuffer{}}
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n", port)
+	if os.Geteuid() == 0 {
+		conf += "user root\n"
+	}
+	if err := os.WriteFile(b.conf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	t.Cleanup(b.stop)
+	return b
+}
+
+func (b *broker) url() string { return fmt.Sprintf("tcp://127.0.0.1:%d", b.port) }
+
+func (b *broker) start(t *testing.T) {
+	t.Helper()
+	b.cmd = exec.Command(b.bin, "-c", b.conf)
+	b.cmd.Stderr, b.cmd.Stdout = b.log, b.log
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.done = make(chan struct{})
+	go func() { _ = b.cmd.Wait(); close(b.done) }()
+	waitFor(t, "mosquitto listening", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", b.port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+func (b *broker) stop() {
+	if b.cmd == nil || b.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-b.done:
+		return
+	default:
+	}
+	_ = b.cmd.Process.Kill()
+	<-b.done
+}
+
+// mqttWatcher is a paho subscriber to every topic; it keeps each topic's
+// payloads and subscribes again after a reconnect.
+type mqttWatcher struct {
+	mu   sync.Mutex
+	msgs map[string][]string
+	c    paho.Client
+}
+
+func watchMQTT(t *testing.T, url string) *mqttWatcher {
+	t.Helper()
+	w := &mqttWatcher{msgs: map[string][]string{}}
+	o := paho.NewClientOptions().AddBroker(url).SetClientID("e2e-watcher").SetAutoReconnect(true).
+		SetMaxReconnectInterval(500 * time.Millisecond).SetConnectRetry(true).SetConnectRetryInterval(200 * time.Millisecond)
+	o.SetOnConnectHandler(func(c paho.Client) {
+		c.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
+			w.mu.Lock()
+			w.msgs[m.Topic()] = append(w.msgs[m.Topic()], string(m.Payload()))
+			w.mu.Unlock()
+		})
+	})
+	w.c = paho.NewClient(o)
+	if tok := w.c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("watcher connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { w.c.Disconnect(100) })
+	return w
+}
+
+// last is the last payload seen on topic ("" if none).
+func (w *mqttWatcher) last(topic string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if m := w.msgs[topic]; len(m) > 0 {
+		return m[len(m)-1]
+	}
+	return ""
+}
+
+func (w *mqttWatcher) reset() {
+	w.mu.Lock()
+	w.msgs = map[string][]string{}
+	w.mu.Unlock()
+}
+
+func (w *mqttWatcher) dump() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b strings.Builder
+	for t, m := range w.msgs {
+		fmt.Fprintf(&b, "%s: %d messages, last %s\n", t, len(m), m[len(m)-1])
+	}
+	return b.String()
+}
+
+// stateValue is the value field of an observation payload.
+func stateValue(payload string) (float64, bool) {
+	var o struct {
+		Value   *float64 `json:"value"`
+		Quality string   `json:"quality"`
+	}
+	if json.Unmarshal([]byte(payload), &o) != nil || o.Value == nil || o.Quality != "good" {
+		return 0, false
+	}
+	return *o.Value, true
+}
+
+// TestMQTTNorthbound runs the binary against a real mosquitto: Home
+// Assistant discovery and state payloads, alarms, do_ latency with the
+// broker up and down (logged, same run), publishing resumed after a broker
+// restart, and the last will on SIGKILL.
+func TestMQTTNorthbound(t *testing.T) {
+	b := startBroker(t)
+	w := watchMQTT(t, b.url())
+	dir := t.TempDir()
+	man := filepath.Join(dir, "physmcp.manifest.yml")
+	if err := os.WriteFile(man, []byte(observedManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--mqtt-url", b.url(), "--mqtt-prefix", "site1/physd"}})
+	cs := connectHTTP(t, d, "2025-06-18")
+
+	const (
+		avail  = "site1/physd/obs_gw/availability"
+		state  = "site1/physd/obs_gw/obs/read_heater_power_zone_a"
+		config = "homeassistant/sensor/obs_gw/read_heater_power_zone_a/config"
+		alarm  = "site1/physd/obs_gw/alarm/read_heater_power_zone_a/high"
+	)
+	waitFor(t, "availability online, discovery config and a first state", func() bool {
+		return w.last(avail) == "online" && w.last(config) != "" && w.last(state) != ""
+	})
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(w.last(config)), &cfg); err != nil {
+		t.Fatalf("discovery config: %v: %s", err, w.last(config))
+	}
+	for k, want := range map[string]any{"state_topic": state, "availability_topic": avail, "unit_of_measurement": "%",
+		"state_class": "measurement", "value_template": "{{ value_json.value }}", "unique_id": "physd_obs_gw_read_heater_power_zone_a",
+		"payload_available": "online", "payload_not_available": "offline"} {
+		if cfg[k] != want {
+			t.Errorf("discovery config %s = %v, want %v", k, cfg[k], want)
+		}
+	}
+	dev, _ := cfg["device"].(map[string]any)
+	if ids, _ := dev["identifiers"].([]any); len(ids) != 1 || ids[0] != "physd_obs_gw" || dev["name"] != "obs_gw" {
+		t.Errorf("discovery device = %v, want identifiers [physd_obs_gw], name obs_gw", dev)
+	}
+	if w.last("homeassistant/sensor/obs_gw/do_heater_zone_a/config") != "" {
+		t.Error("a do_ capability was announced as a sensor")
+	}
+
+	// A do_ beyond the deadband shows on the state topic; the alarm it
+	// raises shows on the alarm topic.
+	if res := call(t, cs, "do_heater_zone_a", map[string]any{"value": 70, "idempotency_key": "mqtt-hot"}); res.IsError {
+		t.Fatalf("do: %s", text(res))
+	}
+	waitFor(t, "state 70 on "+state, func() bool { v, ok := stateValue(w.last(state)); return ok && v == 70 })
+	var obs map[string]any
+	_ = json.Unmarshal([]byte(w.last(state)), &obs)
+	if obs["unit"] != "percent" || obs["capability"] != "read_heater_power_zone_a" || obs["source"] != "obs_gw" {
+		t.Errorf("state payload %v: want unit percent, capability read_heater_power_zone_a, source obs_gw", obs)
+	}
+	waitFor(t, "alarm raised on "+alarm, func() bool { return strings.Contains(w.last(alarm), `"state":"raised"`) })
+
+	// do_ latency with the broker up, then down: the same run, logged.
+	doLatency := func(tag string, n int) []time.Duration {
+		var ds []time.Duration
+		for i := range n {
+			start := time.Now()
+			res := call(t, cs, "do_heater_zone_a", map[string]any{"value": 10 + i%2*20, "idempotency_key": fmt.Sprintf("mqtt-%s-%d", tag, i)})
+			ds = append(ds, time.Since(start))
+			if res.IsError || structured(t, res)["status"] != "success" {
+				t.Fatalf("do_ with the broker %s: %s", tag, text(res))
+			}
+		}
+		slices.Sort(ds)
+		return ds
+	}
+	up := doLatency("up", 40)
+	b.stop()
+	waitFor(t, "physd_mqtt_connected 0", func() bool {
+		_, m := d.request(t, "GET", "/metrics", "")
+		return strings.Contains(string(m), "physd_mqtt_connected 0")
+	})
+	down := doLatency("down", 40)
+	t.Logf("do_ latency over HTTP, 40 calls each, race build: broker up p50 %v p90 %v max %v; broker down p50 %v p90 %v max %v",
+		up[20], up[36], up[39], down[20], down[36], down[39])
+	_, m := d.request(t, "GET", "/metrics", "")
+	if !strings.Contains(string(m), "physd_mqtt_dropped") || strings.Contains(string(m), "physd_mqtt_dropped 0\n") {
+		t.Errorf("/metrics does not count the messages dropped while the broker was down:\n%s", grepLines(string(m), "physd_mqtt"))
+	}
+
+	// The broker restarts (no persistence: retained messages are gone):
+	// physd reconnects and publishes availability, discovery and the
+	// current value again, and later changes.
+	w.reset()
+	b.start(t)
+	waitFor(t, "availability, discovery and state again after the broker restarted", func() bool {
+		return w.last(avail) == "online" && w.last(config) != "" && w.last(state) != ""
+	})
+	if res := call(t, cs, "do_heater_zone_a", map[string]any{"value": 90, "idempotency_key": "mqtt-after-restart"}); res.IsError {
+		t.Fatalf("do: %s", text(res))
+	}
+	waitFor(t, "state 90 after the restart", func() bool { v, ok := stateValue(w.last(state)); return ok && v == 90 })
+
+	// SIGKILL: the broker publishes the last will.
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	waitFor(t, "last will offline on "+avail, func() bool { return w.last(avail) == "offline" })
+	if t.Failed() {
+		t.Logf("topics seen:\n%s", w.dump())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
