@@ -1,0 +1,114 @@
+package mqtt
+
+import (
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+func testManifest() *manifest.Manifest {
+	return &manifest.Manifest{
+		Device: manifest.Device{ID: "gw1", Type: "greenhouse_controller", Vendor: "Acme", Location: manifest.Location{Zone: "zone_a"}},
+		Capabilities: []*manifest.Capability{
+			{Name: "temperature_zone_a", Kind: "read", DataType: "float", Unit: "celsius"},
+			{Name: "humidity_zone_a", Kind: "read", DataType: "float", Unit: "percent", SemanticTags: []string{"humidity"}},
+			{Name: "mode", Kind: "read", DataType: "enum", EnumValues: []string{"auto", "manual"}},
+			{Name: "heater_zone_a", Kind: "do", DataType: "float", Unit: "percent"},
+		},
+	}
+}
+
+// deadURL is a broker address nothing listens on.
+func deadURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "tcp://" + addr
+}
+
+func TestDiscoveryConfig(t *testing.T) {
+	m := testManifest()
+	p, err := New(Config{URL: deadURL(t), Prefix: "site/physd"}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	temp := p.Discovery(m.Capabilities[0])
+	if temp.Unit != "°C" || temp.DeviceClass != "temperature" || temp.StateClass != "measurement" {
+		t.Errorf("temperature: unit %q class %q state_class %q, want °C temperature measurement", temp.Unit, temp.DeviceClass, temp.StateClass)
+	}
+	if temp.StateTopic != "site/physd/gw1/obs/read_temperature_zone_a" || temp.AvailabilityTopic != "site/physd/gw1/availability" {
+		t.Errorf("topics %q %q", temp.StateTopic, temp.AvailabilityTopic)
+	}
+	if !slices.Equal(temp.Device.Identifiers, []string{"physd_gw1"}) || temp.Device.Manufacturer != "Acme" || temp.Device.SuggestedArea != "zone_a" {
+		t.Errorf("device %+v", temp.Device)
+	}
+	if hum := p.Discovery(m.Capabilities[1]); hum.Unit != "%" || hum.DeviceClass != "humidity" {
+		t.Errorf("humidity: unit %q class %q, want %% humidity", hum.Unit, hum.DeviceClass)
+	}
+	if mode := p.Discovery(m.Capabilities[2]); mode.DeviceClass != "enum" || !slices.Equal(mode.Options, []string{"auto", "manual"}) || mode.StateClass != "" || mode.Unit != "" {
+		t.Errorf("enum: %+v", mode)
+	}
+	if got := p.DiscoveryTopic("read_mode"); got != "homeassistant/sensor/gw1/read_mode/config" {
+		t.Errorf("discovery topic %q", got)
+	}
+}
+
+// TestUnreachableBrokerNeverBlocks: with no broker, publishing returns at
+// once and every message is dropped and counted; unchanged observations
+// are not published at all.
+func TestUnreachableBrokerNeverBlocks(t *testing.T) {
+	m := testManifest()
+	p, err := New(Config{URL: deadURL(t), Queue: 4}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	o := node.Observed{Cap: m.Capabilities[0], Obs: promcp.Observation{Value: 21.5, Quality: promcp.QualityGood}, Changed: true}
+	for range 1000 {
+		p.Observe(o)
+	}
+	p.Observe(node.Observed{Cap: m.Capabilities[0], Obs: o.Obs, Changed: false})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := p.Stats()
+		if s.DroppedFull+s.DroppedOffline == 1000 {
+			if s.Published != 0 || s.Connected {
+				t.Fatalf("stats %+v: nothing can be published without a broker", s)
+			}
+			break
+		}
+		if s.DroppedFull+s.DroppedOffline > 1000 || time.Now().After(deadline) {
+			t.Fatalf("stats %+v: want 1000 dropped (the unchanged observation is not sent)", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	m := testManifest()
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{URL: "http://b:1883"}, `scheme "http"`},
+		{Config{URL: "tcp://broker"}, "lacks a host and port"},
+		{Config{URL: "tcp://b:1883", Prefix: "a/#"}, "wildcard"},
+		{Config{URL: "tcp://b:1883", Prefix: "/a"}, "starts or ends with /"},
+		{Config{URL: "tcp://b:1883", DiscoveryPrefix: "ha/+"}, "mqtt discovery prefix"},
+	} {
+		_, err := New(c.cfg, m)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "fix:") {
+			t.Errorf("%+v: err %v, want %q with a fix", c.cfg, err, c.want)
+		}
+	}
+}
