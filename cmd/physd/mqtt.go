@@ -38,9 +38,9 @@ func (q *mqttFlags) register(fs *flag.FlagSet) {
 // publisher's configuration; nil without --mqtt-url.
 func (q *mqttFlags) config() (*mqtt.Config, error) {
 	if q.url == "" {
-		for name, v := range map[string]string{"--mqtt-username": q.username, "--mqtt-password-file": q.passwordFile, "--mqtt-ca": q.ca, "--mqtt-client-cert": q.cert} {
-			if v != "" {
-				return nil, fmt.Errorf("%s without --mqtt-url: give the broker with --mqtt-url, or drop %s", name, name)
+		for _, f := range [][2]string{{"--mqtt-username", q.username}, {"--mqtt-password-file", q.passwordFile}, {"--mqtt-ca", q.ca}, {"--mqtt-client-cert", q.cert}} {
+			if f[1] != "" {
+				return nil, fmt.Errorf("%s without --mqtt-url; fix: give the broker with --mqtt-url, or drop %s", f[0], f[0])
 			}
 		}
 		return nil, nil
@@ -57,7 +57,7 @@ func (q *mqttFlags) config() (*mqtt.Config, error) {
 		}
 	}
 	if q.queue <= 0 {
-		return nil, fmt.Errorf("--mqtt-queue %d: give a positive number of messages", q.queue)
+		return nil, fmt.Errorf("--mqtt-queue %d; fix: give a positive number of messages", q.queue)
 	}
 	c := &mqtt.Config{URL: q.url, Prefix: q.prefix, DiscoveryPrefix: q.discovery, Username: q.username, Queue: q.queue}
 	c.Password = os.Getenv("PHYSD_MQTT_PASSWORD")
@@ -69,14 +69,14 @@ func (q *mqttFlags) config() (*mqtt.Config, error) {
 		c.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	if c.Password != "" && q.username == "" {
-		return nil, fmt.Errorf("an MQTT password without --mqtt-username: give the user name with --mqtt-username")
+		return nil, fmt.Errorf("an MQTT password without --mqtt-username; fix: give the user name with --mqtt-username")
 	}
 	tlsURL := strings.HasPrefix(q.url, "ssl://") || strings.HasPrefix(q.url, "tls://") || strings.HasPrefix(q.url, "mqtts://") || strings.HasPrefix(q.url, "wss://")
 	if (q.ca != "" || q.cert != "") && !tlsURL {
-		return nil, fmt.Errorf("--mqtt-ca/--mqtt-client-cert with the plain URL %s: use mqtts://, ssl://, tls:// or wss://", q.url)
+		return nil, fmt.Errorf("--mqtt-ca/--mqtt-client-cert with the plain URL %s; fix: use mqtts://, ssl://, tls:// or wss://", q.url)
 	}
 	if (q.cert == "") != (q.key == "") {
-		return nil, fmt.Errorf("--mqtt-client-cert and --mqtt-client-key go together: give both or neither")
+		return nil, fmt.Errorf("--mqtt-client-cert and --mqtt-client-key go together; fix: give both or neither")
 	}
 	if tlsURL {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
