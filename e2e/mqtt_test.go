@@ -1,8 +1,16 @@
 package e2e
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -41,7 +49,10 @@ func mosquittoBin(t *testing.T) string {
 	return ""
 }
 
-func startBroker(t *testing.T) *broker {
+func startBroker(t *testing.T) *broker { return startBrokerConf(t, "allow_anonymous true\n") }
+
+// startBrokerConf starts mosquitto with these lines under its listener.
+func startBrokerConf(t *testing.T, extra string) *broker {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,7 +61,7 @@ func startBroker(t *testing.T) *broker {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	b := &broker{bin: mosquittoBin(t), conf: filepath.Join(t.TempDir(), "mosquitto.conf"), port: port, log: &syncBuffer{}}
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n", port)
+	conf := fmt.Sprintf("listener %d 127.0.0.1\n%spersistence false\nlog_dest stderr\n", port, extra)
 	if os.Geteuid() == 0 {
 		conf += "user root\n"
 	}
@@ -103,7 +114,7 @@ type mqttWatcher struct {
 	c    paho.Client
 }
 
-func watchMQTT(t *testing.T, url string) *mqttWatcher {
+func watchMQTT(t *testing.T, url string, opts ...func(*paho.ClientOptions)) *mqttWatcher {
 	t.Helper()
 	w := &mqttWatcher{msgs: map[string][]string{}}
 	o := paho.NewClientOptions().AddBroker(url).SetClientID("e2e-watcher").SetAutoReconnect(true).
@@ -115,6 +126,9 @@ func watchMQTT(t *testing.T, url string) *mqttWatcher {
 			w.mu.Unlock()
 		})
 	})
+	for _, f := range opts {
+		f(o)
+	}
 	w.c = paho.NewClient(o)
 	if tok := w.c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("watcher connect: %v", tok.Error())
@@ -283,4 +297,98 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestMQTTTLSAndCredentials: a broker that wants TLS and a password (no
+// anonymous clients) gets physd's observations with --mqtt-ca,
+// --mqtt-username and --mqtt-password-file; a wrong password never
+// connects and costs the do_ nothing.
+func TestMQTTTLSAndCredentials(t *testing.T) {
+	mosquittoBin(t)
+	dir := t.TempDir()
+	caPEM := writeTestPKI(t, dir)
+	passwd := filepath.Join(dir, "passwd")
+	for i, user := range []string{"gw", "watcher"} {
+		args := []string{"-b", passwd, user, "s3cret-" + user}
+		if i == 0 {
+			args = append([]string{"-c"}, args...)
+		}
+		if out, err := exec.Command("mosquitto_passwd", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mosquitto_passwd: %v: %s", err, out)
+		}
+	}
+	b := startBrokerConf(t, fmt.Sprintf("cafile %s\ncertfile %s\nkeyfile %s\nallow_anonymous false\npassword_file %s\n",
+		filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), passwd))
+	url := fmt.Sprintf("mqtts://127.0.0.1:%d", b.port)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	w := watchMQTT(t, fmt.Sprintf("ssl://127.0.0.1:%d", b.port), func(o *paho.ClientOptions) {
+		o.SetTLSConfig(&tls.Config{RootCAs: pool}).SetUsername("watcher").SetPassword("s3cret-watcher")
+	})
+	man := filepath.Join(dir, "physmcp.manifest.yml")
+	if err := os.WriteFile(man, []byte(observedManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(dir, "gw.pw")
+	if err := os.WriteFile(pw, []byte("s3cret-gw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--mqtt-url", url, "--mqtt-ca", filepath.Join(dir, "ca.pem"),
+		"--mqtt-username", "gw", "--mqtt-password-file", pw}})
+	waitFor(t, "availability and a state over TLS with credentials", func() bool {
+		return w.last("physd/obs_gw/availability") == "online" && w.last("physd/obs_gw/obs/read_heater_power_zone_a") != ""
+	})
+	d.stop(t)
+
+	// A wrong password: refused by the broker, never connected; do_ works.
+	if err := os.WriteFile(pw, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d = startHTTP(t, daemonOpts{manifest: man, extra: []string{"--mqtt-url", url, "--mqtt-ca", filepath.Join(dir, "ca.pem"),
+		"--mqtt-username", "gw", "--mqtt-password-file", pw}})
+	cs := connectHTTP(t, d, "2025-06-18")
+	if res := call(t, cs, "do_heater_zone_a", map[string]any{"value": 30, "idempotency_key": "mqtt-badpw"}); res.IsError || structured(t, res)["status"] != "success" {
+		t.Fatalf("do_ with a refused MQTT login: %s", text(res))
+	}
+	_, m := d.request(t, "GET", "/metrics", "")
+	if !strings.Contains(string(m), "physd_mqtt_connected 0") {
+		t.Errorf("a wrong password connected:\n%s", grepLines(string(m), "physd_mqtt"))
+	}
+}
+
+// writeTestPKI writes ca.pem, server.pem and server.key (127.0.0.1) to dir
+// and returns the CA certificate.
+func writeTestPKI(t *testing.T, dir string) []byte {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e mqtt CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	for name, b := range map[string][]byte{"ca.pem": caPEM,
+		"server.pem": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"server.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caPEM
 }
