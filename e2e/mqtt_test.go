@@ -233,6 +233,14 @@ func TestMQTTNorthbound(t *testing.T) {
 		v, ok := stateValue(w.last("site1/physd/obs_gw/obs/do_heater_zone_a"))
 		return ok && v == 70
 	})
+	waitFor(t, "the do_ result on do/do_heater_zone_a", func() bool {
+		var r map[string]any
+		return json.Unmarshal([]byte(w.last("site1/physd/obs_gw/do/do_heater_zone_a")), &r) == nil &&
+			r["status"] == "success" && r["verified"] == true && r["applied_value"] == 70.0 && r["idempotency_key"] == "mqtt-hot"
+	})
+	if r := w.last("site1/physd/obs_gw/do/do_heater_zone_a"); strings.Contains(r, "caller") || strings.Contains(r, "policy") {
+		t.Errorf("the do_ result carries the caller or the policy note: %s", r)
+	}
 	waitFor(t, "alarm raised on "+alarm, func() bool { return strings.Contains(w.last(alarm), `"state":"raised"`) })
 
 	// do_ latency with the broker up, then down: the same run, logged.

@@ -7,6 +7,9 @@
 //	obs/<tool>            the observation as read_ answers it, JSON, retained,
 //	                      published when it changed beyond the deadband
 //	alarm/<tool>/<kind>   the last raised or cleared event, JSON, retained
+//	do/<tool>             the last do_ result (status, verified, code,
+//	                      applied value, idempotency key), JSON, retained,
+//	                      read from the audit trail (AuditSink)
 //
 // and <discovery_prefix>/sensor/<device_id>/<tool>/config for each read_
 // capability (retained), so Home Assistant shows it as a sensor of one
@@ -88,6 +91,7 @@ type Publisher struct {
 	base     string // <prefix>/<device_id>
 	client   paho.Client
 	q        chan message
+	audit    chan []byte // audit lines (AuditSink) waiting to be read
 	log      *slog.Logger
 	mu       sync.Mutex
 	retained map[string][]byte // latest payload of every retained topic
@@ -161,7 +165,7 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Publisher{cfg: cfg, m: m, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue),
+	p := &Publisher{cfg: cfg, m: m, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256),
 		log: cfg.Logger.With("component", "mqtt"), retained: map[string][]byte{}, stop: make(chan struct{})}
 	o := paho.NewClientOptions().AddBroker(cfg.URL).
 		SetClientID("physd-"+m.Device.ID).
@@ -190,8 +194,9 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 		o.SetTLSConfig(cfg.TLS)
 	}
 	p.client = paho.NewClient(o)
-	p.done.Add(1)
+	p.done.Add(2)
 	go p.run()
+	go p.auditLines()
 	p.client.Connect() // retries in the background until Close
 	return p, nil
 }

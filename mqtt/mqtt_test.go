@@ -1,12 +1,14 @@
 package mqtt
 
 import (
+	"encoding/json"
 	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/physd/physd/audit"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
@@ -109,6 +111,29 @@ func TestConfigErrors(t *testing.T) {
 		_, err := New(c.cfg, m)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "fix:") {
 			t.Errorf("%+v: err %v, want %q with a fix", c.cfg, err, c.want)
+		}
+	}
+}
+
+func TestResultOfAuditLines(t *testing.T) {
+	answer := `{"status":"partial","verified":false,"code":"unverified","idempotency_key":"k1","requested_value":40,"applied_value":40,"previous_value":10,"timestamp":"2026-12-01T10:00:00Z","policy":{"configured":true}}`
+	line, _ := json.Marshal(audit.Record{Seq: 7, Event: "do", Tool: "do_heater", Caller: "alice", Status: "partial", Answer: json.RawMessage(answer)})
+	r, ok := resultOf(line)
+	if !ok || r.Capability != "do_heater" || r.Event != "do" || r.Status != "partial" || r.Verified || r.Code != "unverified" ||
+		r.IdempotencyKey != "k1" || r.AppliedValue != 40.0 || r.PreviousValue != 10.0 || r.AuditSeq != 7 {
+		t.Errorf("do line: %+v %v", r, ok)
+	}
+	if b, _ := json.Marshal(r); strings.Contains(string(b), "alice") || strings.Contains(string(b), "policy") {
+		t.Errorf("the result carries the caller or the policy note: %s", b)
+	}
+	line, _ = json.Marshal(audit.Record{Seq: 8, Event: "do_refused", Tool: "do_heater", Status: "failed", IdempotencyKey: "k2", Reason: "denied by rule r1"})
+	if r, ok := resultOf(line); !ok || r.Status != "failed" || r.Event != "do_refused" || r.Reason != "denied by rule r1" {
+		t.Errorf("refusal line: %+v %v", r, ok)
+	}
+	for _, ev := range []string{"alarm_raised", "audit_check", "policy_reload"} {
+		line, _ = json.Marshal(audit.Record{Event: ev, Tool: "read_x"})
+		if _, ok := resultOf(line); ok {
+			t.Errorf("%s published as a do_ result", ev)
 		}
 	}
 }

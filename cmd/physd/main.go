@@ -343,6 +343,14 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 			aopts.Sink = sink
 		}
 	}
+	pub, err := newMQTT(f.mqttCfg, m, log)
+	if err != nil {
+		return err
+	}
+	if pub != nil {
+		defer pub.Close()
+	}
+	aopts.Sink = withMQTTSink(aopts.Sink, pub)
 	al, err := audit.OpenWith(filepath.Join(stateDir, "audit"), aopts)
 	if err != nil {
 		return err
@@ -434,13 +442,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	if alarmEngine != nil {
 		defer alarmEngine.Close()
 	}
-	pub, err := startMQTT(f.mqttCfg, m, n, alarmEngine, mx, log)
-	if err != nil {
-		return err
-	}
-	if pub != nil {
-		defer pub.Close()
-	}
+	followMQTT(pub, n, alarmEngine, mx)
 	if remote != nil {
 		if err := bridgeMemberlistMetrics(mx); err != nil {
 			log.Warn("memberlist metrics not exported", "err", err.Error())
