@@ -9,9 +9,11 @@ import (
 
 // Sensor is a Home Assistant MQTT discovery config of a sensor.
 type Sensor struct {
-	Name                string   `json:"name"`
-	UniqueID            string   `json:"unique_id"`
-	ObjectID            string   `json:"object_id"`
+	Name     string `json:"name"`
+	UniqueID string `json:"unique_id"`
+	// DefaultEntityID is sensor.<device_id>_<name> (Home Assistant
+	// replaced object_id with it in 2025.10 and dropped object_id in 2026.4).
+	DefaultEntityID     string   `json:"default_entity_id"`
 	StateTopic          string   `json:"state_topic"`
 	ValueTemplate       string   `json:"value_template"`
 	JSONAttributesTopic string   `json:"json_attributes_topic"`
@@ -48,7 +50,7 @@ func (p *Publisher) Discovery(c *manifest.Capability) Sensor {
 	s := Sensor{
 		Name:                strings.ReplaceAll(c.Name, "_", " "),
 		UniqueID:            "physd_" + d.ID + "_" + tool,
-		ObjectID:            d.ID + "_" + c.Name,
+		DefaultEntityID:     "sensor." + d.ID + "_" + c.Name,
 		StateTopic:          p.StateTopic(tool),
 		ValueTemplate:       "{{ value_json.value }}",
 		JSONAttributesTopic: p.StateTopic(tool),

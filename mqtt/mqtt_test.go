@@ -48,6 +48,9 @@ func TestDiscoveryConfig(t *testing.T) {
 	if temp.Unit != "°C" || temp.DeviceClass != "temperature" || temp.StateClass != "measurement" {
 		t.Errorf("temperature: unit %q class %q state_class %q, want °C temperature measurement", temp.Unit, temp.DeviceClass, temp.StateClass)
 	}
+	if temp.DefaultEntityID != "sensor.gw1_temperature_zone_a" || temp.UniqueID != "physd_gw1_read_temperature_zone_a" {
+		t.Errorf("ids %q %q", temp.DefaultEntityID, temp.UniqueID)
+	}
 	if temp.StateTopic != "site/physd/gw1/obs/read_temperature_zone_a" || temp.AvailabilityTopic != "site/physd/gw1/availability" {
 		t.Errorf("topics %q %q", temp.StateTopic, temp.AvailabilityTopic)
 	}
