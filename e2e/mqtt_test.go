@@ -33,7 +33,7 @@ type broker struct {
 	log       *syncBuffer
 }
 
-func mosquittoBin(t *testing.T) string {
+func mosquittoBin(t testing.TB) string {
 	if p, err := exec.LookPath("mosquitto"); err == nil {
 		return p
 	}
@@ -49,10 +49,10 @@ func mosquittoBin(t *testing.T) string {
 	return ""
 }
 
-func startBroker(t *testing.T) *broker { return startBrokerConf(t, "allow_anonymous true\n") }
+func startBroker(t testing.TB) *broker { return startBrokerConf(t, "allow_anonymous true\n") }
 
 // startBrokerConf starts mosquitto with these lines under its listener.
-func startBrokerConf(t *testing.T, extra string) *broker {
+func startBrokerConf(t testing.TB, extra string) *broker {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -75,7 +75,7 @@ func startBrokerConf(t *testing.T, extra string) *broker {
 
 func (b *broker) url() string { return fmt.Sprintf("tcp://127.0.0.1:%d", b.port) }
 
-func (b *broker) start(t *testing.T) {
+func (b *broker) start(t testing.TB) {
 	t.Helper()
 	b.cmd = exec.Command(b.bin, "-c", b.conf)
 	b.cmd.Stderr, b.cmd.Stdout = b.log, b.log
@@ -84,13 +84,18 @@ func (b *broker) start(t *testing.T) {
 	}
 	b.done = make(chan struct{})
 	go func() { _ = b.cmd.Wait(); close(b.done) }()
-	waitFor(t, "mosquitto listening", func() bool {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", b.port))
 		if err == nil {
 			c.Close()
+			return
 		}
-		return err == nil
-	})
+		if time.Now().After(deadline) {
+			t.Fatalf("mosquitto not listening on %d within 15 s:\n%s", b.port, b.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (b *broker) stop() {
