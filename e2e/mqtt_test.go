@@ -352,6 +352,7 @@ func TestMQTTTLSAndCredentials(t *testing.T) {
 		return w.last("physd/obs_gw/availability") == "online" && w.last("physd/obs_gw/obs/read_heater_power_zone_a") != ""
 	})
 	d.stop(t)
+	waitFor(t, "offline on a clean stop", func() bool { return w.last("physd/obs_gw/availability") == "offline" })
 
 	// A wrong password: refused by the broker, never connected; do_ works.
 	if err := os.WriteFile(pw, []byte("wrong\n"), 0o600); err != nil {
