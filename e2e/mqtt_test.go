@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,7 +193,7 @@ func TestMQTTNorthbound(t *testing.T) {
 	if err := os.WriteFile(man, []byte(observedManifest), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--mqtt-url", b.url(), "--mqtt-prefix", "site1/physd"}})
+	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--mqtt-url", b.url(), "--mqtt-prefix", "site1/physd", "--mqtt-queue", "8"}})
 	cs := connectHTTP(t, d, "2025-06-18")
 
 	const (
@@ -264,6 +265,31 @@ func TestMQTTNorthbound(t *testing.T) {
 	}
 	doLatency("warmup", 5)
 	up := doLatency("up", 40)
+
+	// A hung broker (SIGSTOP: the connection stays open, nothing is
+	// acknowledged): the publisher waits, its small queue fills and drops
+	// are counted; the do_ calls do not wait.
+	dropped := func() float64 {
+		_, m := d.request(t, "GET", "/metrics", "")
+		var v float64
+		for _, l := range strings.Split(string(m), "\n") {
+			if strings.HasPrefix(l, "physd_mqtt_dropped ") {
+				fmt.Sscan(strings.TrimPrefix(l, "physd_mqtt_dropped "), &v)
+			}
+		}
+		return v
+	}
+	before := dropped()
+	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	hung := doLatency("hung", 40)
+	if after := dropped(); after <= before {
+		t.Errorf("physd_mqtt_dropped %v -> %v with a hung broker and a queue of 8: the overflow is not counted", before, after)
+	}
+	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 	b.stop()
 	waitFor(t, "physd_mqtt_connected 0", func() bool {
 		_, m := d.request(t, "GET", "/metrics", "")
@@ -288,8 +314,8 @@ func TestMQTTNorthbound(t *testing.T) {
 	}
 	waitFor(t, "state 90 after the restart", func() bool { v, ok := stateValue(w.last(state)); return ok && v == 90 })
 	upAgain := doLatency("up-again", 40)
-	t.Logf("do_ latency over HTTP, 40 calls each, same daemon (race build unless PHYSD_E2E_NORACE): broker up p50 %v p90 %v max %v; broker down p50 %v p90 %v max %v; broker up again p50 %v p90 %v max %v",
-		up[20], up[36], up[39], down[20], down[36], down[39], upAgain[20], upAgain[36], upAgain[39])
+	t.Logf("do_ latency over HTTP, 40 calls each, same daemon (race build unless PHYSD_E2E_NORACE): broker up p50 %v p90 %v max %v; broker hung (SIGSTOP) p50 %v p90 %v max %v; broker down p50 %v p90 %v max %v; broker up again p50 %v p90 %v max %v",
+		up[20], up[36], up[39], hung[20], hung[36], hung[39], down[20], down[36], down[39], upAgain[20], upAgain[36], upAgain[39])
 
 	// SIGKILL: the broker publishes the last will.
 	if err := d.cmd.Process.Kill(); err != nil {

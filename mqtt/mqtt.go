@@ -19,9 +19,10 @@
 // enters through MQTT. It never blocks the node: observations and events go
 // into a bounded queue (dropped and counted when full, or when the broker is
 // unreachable); one goroutine publishes; paho reconnects with backoff, and
-// on every (re)connect the publisher publishes availability, the discovery
-// configs and the latest retained value of every topic again, so a broker
-// that restarted without persistence is whole again.
+// on every (re)connect that goroutine publishes availability, the discovery
+// configs and the latest retained value of every topic again (outside the
+// queue's bound), so a broker that restarted without persistence is whole
+// again.
 package mqtt
 
 import (
@@ -91,7 +92,8 @@ type Publisher struct {
 	base     string // <prefix>/<device_id>
 	client   paho.Client
 	q        chan message
-	audit    chan []byte // audit lines (AuditSink) waiting to be read
+	audit    chan []byte   // audit lines (AuditSink) waiting to be read
+	resyncC  chan struct{} // a (re)connect happened: publish everything again
 	log      *slog.Logger
 	mu       sync.Mutex
 	retained map[string][]byte // latest payload of every retained topic
@@ -165,7 +167,7 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Publisher{cfg: cfg, m: m, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256),
+	p := &Publisher{cfg: cfg, m: m, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), resyncC: make(chan struct{}, 1),
 		log: cfg.Logger.With("component", "mqtt"), retained: map[string][]byte{}, stop: make(chan struct{})}
 	o := paho.NewClientOptions().AddBroker(cfg.URL).
 		SetClientID("physd-"+m.Device.ID).
@@ -181,7 +183,10 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 		SetWill(p.AvailabilityTopic(), "offline", 1, true).
 		SetOnConnectHandler(func(paho.Client) {
 			p.log.Info("mqtt connected", "broker", redact(cfg.URL))
-			p.republish()
+			select {
+			case p.resyncC <- struct{}{}:
+			default:
+			}
 		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			p.log.Warn("mqtt connection lost; reconnecting with backoff", "err", err.Error())
@@ -281,35 +286,56 @@ func (p *Publisher) send(topic string, b []byte, retained bool) {
 	}
 }
 
-// republish queues availability, discovery and every retained value.
-func (p *Publisher) republish() {
-	p.send(p.AvailabilityTopic(), []byte("online"), true)
+// resync runs on the publishing goroutine after every (re)connect: the
+// queued messages are older than the retained values and are dropped
+// (counted), then availability, the discovery configs and the latest value
+// of every retained topic are published directly, outside the queue's
+// bound, so the broker ends up with current state however small the
+// queue.
+func (p *Publisher) resync() {
+	for drained := false; !drained; {
+		select {
+		case <-p.q:
+			p.droppedOffline.Add(1)
+		default:
+			drained = true
+		}
+	}
+	p.publish(message{topic: p.AvailabilityTopic(), payload: []byte("online"), retained: true})
 	if p.cfg.DiscoveryPrefix != "-" {
 		for _, c := range p.m.Capabilities {
 			if c.Kind != "read" {
 				continue
 			}
-			b, err := json.Marshal(p.Discovery(c))
-			if err == nil {
-				p.send(p.DiscoveryTopic(c.ToolName()), b, true)
+			if b, err := json.Marshal(p.Discovery(c)); err == nil {
+				p.publish(message{topic: p.DiscoveryTopic(c.ToolName()), payload: b, retained: true})
 			}
 		}
 	}
 	p.mu.Lock()
 	msgs := make([]message, 0, len(p.retained))
 	for t, b := range p.retained {
-		if t != p.AvailabilityTopic() && !strings.HasPrefix(t, p.cfg.DiscoveryPrefix+"/") {
-			msgs = append(msgs, message{topic: t, payload: b, retained: true})
-		}
+		msgs = append(msgs, message{topic: t, payload: b, retained: true})
 	}
 	p.mu.Unlock()
 	for _, m := range msgs {
-		select {
-		case p.q <- m:
-		default:
-			p.droppedFull.Add(1)
-		}
+		p.publish(m)
 	}
+}
+
+// publish sends one message and waits for the broker's acknowledgement
+// (bounded by PublishTimeout); a failure is counted as a drop.
+func (p *Publisher) publish(m message) {
+	if !p.client.IsConnectionOpen() {
+		p.droppedOffline.Add(1)
+		return
+	}
+	t := p.client.Publish(m.topic, 1, m.retained, m.payload)
+	if !t.WaitTimeout(p.cfg.PublishTimeout) || t.Error() != nil {
+		p.droppedOffline.Add(1)
+		return
+	}
+	p.published.Add(1)
 }
 
 func (p *Publisher) run() {
@@ -318,17 +344,10 @@ func (p *Publisher) run() {
 		select {
 		case <-p.stop:
 			return
+		case <-p.resyncC:
+			p.resync()
 		case m := <-p.q:
-			if !p.client.IsConnectionOpen() {
-				p.droppedOffline.Add(1)
-				continue
-			}
-			t := p.client.Publish(m.topic, 1, m.retained, m.payload)
-			if !t.WaitTimeout(p.cfg.PublishTimeout) || t.Error() != nil {
-				p.droppedOffline.Add(1)
-				continue
-			}
-			p.published.Add(1)
+			p.publish(m)
 		}
 	}
 }
