@@ -7,7 +7,8 @@ import (
 	"github.com/physd/physd/manifest"
 )
 
-// Sensor is a Home Assistant MQTT discovery config of a sensor.
+// Sensor is a Home Assistant MQTT discovery config of a sensor (or, for a
+// bool, a binary_sensor).
 type Sensor struct {
 	Name     string `json:"name"`
 	UniqueID string `json:"unique_id"`
@@ -21,11 +22,15 @@ type Sensor struct {
 	DeviceClass         string   `json:"device_class,omitempty"`
 	StateClass          string   `json:"state_class,omitempty"`
 	Options             []string `json:"options,omitempty"`
-	AvailabilityTopic   string   `json:"availability_topic"`
-	PayloadAvailable    string   `json:"payload_available"`
-	PayloadNotAvailable string   `json:"payload_not_available"`
-	Device              Device   `json:"device"`
-	Origin              Origin   `json:"origin"`
+	// PayloadOn and PayloadOff are set for a bool (a binary_sensor):
+	// the value template renders the value as ON or OFF.
+	PayloadOn           string `json:"payload_on,omitempty"`
+	PayloadOff          string `json:"payload_off,omitempty"`
+	AvailabilityTopic   string `json:"availability_topic"`
+	PayloadAvailable    string `json:"payload_available"`
+	PayloadNotAvailable string `json:"payload_not_available"`
+	Device              Device `json:"device"`
+	Origin              Origin `json:"origin"`
 }
 
 // Device groups a gateway's sensors in Home Assistant.
@@ -70,8 +75,21 @@ func (p *Publisher) Discovery(c *manifest.Capability) Sensor {
 		s.StateClass = "measurement"
 	case "enum":
 		s.DeviceClass, s.Options = "enum", c.EnumValues
+	case "bool":
+		s.DefaultEntityID = "binary_sensor." + d.ID + "_" + c.Name
+		s.ValueTemplate = "{{ 'ON' if value_json.value else 'OFF' }}"
+		s.PayloadOn, s.PayloadOff = "ON", "OFF"
 	}
 	return s
+}
+
+// component is the Home Assistant entity type of a read_ capability:
+// binary_sensor for a bool, sensor otherwise.
+func component(c *manifest.Capability) string {
+	if c.DataType == "bool" {
+		return "binary_sensor"
+	}
+	return "sensor"
 }
 
 // unitClass maps a manifest unit to Home Assistant's unit and, where it is

@@ -11,8 +11,8 @@
 //	                      applied value, idempotency key), JSON, retained,
 //	                      read from the audit trail (AuditSink)
 //
-// and <discovery_prefix>/sensor/<device_id>/<tool>/config for each read_
-// capability (retained), so Home Assistant shows it as a sensor of one
+// and <discovery_prefix>/<sensor|binary_sensor>/<device_id>/<tool>/config
+// for each read_ capability (retained), so Home Assistant shows it as a sensor of one
 // device per gateway.
 //
 // Publishing is one-way: the publisher subscribes to nothing, so no command
@@ -225,9 +225,10 @@ func (p *Publisher) AlarmTopic(tool, kind string) string {
 	return p.base + "/alarm/" + tool + "/" + kind
 }
 
-// DiscoveryTopic is Home Assistant's config topic of a read_ capability.
-func (p *Publisher) DiscoveryTopic(tool string) string {
-	return p.cfg.DiscoveryPrefix + "/sensor/" + p.m.Device.ID + "/" + tool + "/config"
+// DiscoveryTopic is Home Assistant's config topic of a read_ capability:
+// <discovery_prefix>/<sensor|binary_sensor>/<device_id>/<tool>/config.
+func (p *Publisher) DiscoveryTopic(c *manifest.Capability) string {
+	return p.cfg.DiscoveryPrefix + "/" + component(c) + "/" + p.m.Device.ID + "/" + c.ToolName() + "/config"
 }
 
 // Follow publishes the node's observation stream until Close.
@@ -308,7 +309,7 @@ func (p *Publisher) resync() {
 				continue
 			}
 			if b, err := json.Marshal(p.Discovery(c)); err == nil {
-				p.publish(message{topic: p.DiscoveryTopic(c.ToolName()), payload: b, retained: true})
+				p.publish(message{topic: p.DiscoveryTopic(c), payload: b, retained: true})
 			}
 		}
 	}

@@ -22,6 +22,7 @@ func testManifest() *manifest.Manifest {
 			{Name: "humidity_zone_a", Kind: "read", DataType: "float", Unit: "percent", SemanticTags: []string{"humidity"}},
 			{Name: "mode", Kind: "read", DataType: "enum", EnumValues: []string{"auto", "manual"}},
 			{Name: "heater_zone_a", Kind: "do", DataType: "float", Unit: "percent"},
+			{Name: "door_open", Kind: "read", DataType: "bool"},
 		},
 	}
 }
@@ -63,8 +64,16 @@ func TestDiscoveryConfig(t *testing.T) {
 	if mode := p.Discovery(m.Capabilities[2]); mode.DeviceClass != "enum" || !slices.Equal(mode.Options, []string{"auto", "manual"}) || mode.StateClass != "" || mode.Unit != "" {
 		t.Errorf("enum: %+v", mode)
 	}
-	if got := p.DiscoveryTopic("read_mode"); got != "homeassistant/sensor/gw1/read_mode/config" {
+	if got := p.DiscoveryTopic(m.Capabilities[2]); got != "homeassistant/sensor/gw1/read_mode/config" {
 		t.Errorf("discovery topic %q", got)
+	}
+	door := p.Discovery(m.Capabilities[4])
+	if got := p.DiscoveryTopic(m.Capabilities[4]); got != "homeassistant/binary_sensor/gw1/read_door_open/config" {
+		t.Errorf("bool discovery topic %q, want a binary_sensor", got)
+	}
+	if door.PayloadOn != "ON" || door.PayloadOff != "OFF" || door.DefaultEntityID != "binary_sensor.gw1_door_open" || door.StateClass != "" ||
+		door.ValueTemplate != "{{ 'ON' if value_json.value else 'OFF' }}" {
+		t.Errorf("bool: %+v", door)
 	}
 }
 
