@@ -394,6 +394,9 @@ func TestMQTTTLSAndCredentials(t *testing.T) {
 	if !strings.Contains(string(m), "physd_mqtt_connected 0") {
 		t.Errorf("a wrong password connected:\n%s", grepLines(string(m), "physd_mqtt"))
 	}
+	waitFor(t, "the refused login in the log", func() bool {
+		return strings.Contains(d.stderr.String(), "mqtt broker not connected") && strings.Contains(d.stderr.String(), "not Authorized")
+	})
 }
 
 // writeTestPKI writes ca.pem, server.pem and server.key (127.0.0.1) to dir

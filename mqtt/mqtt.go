@@ -173,8 +173,6 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 		SetClientID("physd-"+m.Device.ID).
 		SetCleanSession(true).
 		SetAutoReconnect(true).
-		SetConnectRetry(true).
-		SetConnectRetryInterval(time.Second).
 		SetMaxReconnectInterval(cfg.MaxReconnect).
 		SetConnectTimeout(5*time.Second).
 		SetKeepAlive(30*time.Second).
@@ -199,11 +197,42 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 		o.SetTLSConfig(cfg.TLS)
 	}
 	p.client = paho.NewClient(o)
-	p.done.Add(2)
+	p.done.Add(3)
 	go p.run()
 	go p.auditLines()
-	p.client.Connect() // retries in the background until Close
+	go p.connect()
 	return p, nil
+}
+
+// connect makes the first connection, retrying with backoff (1 s doubling
+// to MaxReconnect) until it succeeds or Close; paho's auto-reconnect, with
+// the same backoff, takes over after it. Failures are logged on attempts 1,
+// 2, 4, 8, … so a wrong password or an unreachable broker shows without
+// flooding the log.
+func (p *Publisher) connect() {
+	defer p.done.Done()
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		t := p.client.Connect()
+		select {
+		case <-t.Done():
+		case <-p.stop:
+			return
+		}
+		if t.Error() == nil {
+			return
+		}
+		if attempt&(attempt-1) == 0 {
+			p.log.Warn("mqtt broker not connected; retrying with backoff (reads and actuations are not affected)",
+				"broker", redact(p.cfg.URL), "attempt", attempt, "retry_in", wait.String(), "err", t.Error().Error())
+		}
+		select {
+		case <-time.After(wait):
+		case <-p.stop:
+			return
+		}
+		wait = min(2*wait, p.cfg.MaxReconnect)
+	}
 }
 
 // redact drops credentials from a URL for the log.
