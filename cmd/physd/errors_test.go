@@ -51,6 +51,12 @@ func TestGoldenErrors(t *testing.T) {
 		// family named like a capability, a bad name.
 		{"validate_families", []string{"validate", testdata("errors", "manifest_families.yml")}},
 		{"validate_views_ok", []string{"validate", testdata("errors", "manifest_views_ok.yml")}},
+		// MQTT flags: a URL that is not MQTT, a CA with a plain URL, a
+		// prefix with a wildcard; each names the flag and the fix.
+		{"run_mqtt_url", []string{"run", "--manifest", gh, "--state", "unused", "--mqtt-url", "http://broker:1883"}},
+		{"run_mqtt_ca_plain", []string{"run", "--manifest", gh, "--state", "unused", "--mqtt-url", "tcp://broker:1883", "--mqtt-ca", "ca.pem"}},
+		{"run_mqtt_prefix", []string{"run", "--manifest", gh, "--state", "unused", "--mqtt-url", "tcp://broker:1883", "--mqtt-prefix", "site/#"}},
+		{"run_mqtt_username_only", []string{"run", "--manifest", gh, "--state", "unused", "--mqtt-username", "gw"}},
 		{"run_unknown_view", []string{"run", "--manifest", testdata("errors", "manifest_views_ok.yml"), "--stdio", "--view", "heatng", "--state", "unused"}},
 	}
 	for _, tc := range cases {

@@ -43,6 +43,7 @@ import (
 	"github.com/physd/physd/mesh"
 	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/metrics"
+	"github.com/physd/physd/mqtt"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/safety"
@@ -229,6 +230,8 @@ type runFlags struct {
 	tls                                                                               tlsFlags
 	historyMaxAge                                                                     time.Duration
 	historyMaxMB                                                                      int
+	mqtt                                                                              mqttFlags
+	mqttCfg                                                                           *mqtt.Config
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -252,6 +255,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.historyMaxAge, "history-max-age", history.Default().MaxAge, "history of numeric capabilities (state dir, history.db): drop buckets older than this")
 	fs.IntVar(&f.historyMaxMB, "history-max-mb", int(history.Default().MaxBytes>>20), "history: bound on history.db in MiB, oldest buckets dropped first; 0 turns history off")
 	f.tls.register(fs)
+	f.mqtt.register(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -259,6 +263,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "physd run: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	mcfg, err := f.mqtt.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "physd run: %v\n", err)
+		return 2
+	}
+	f.mqttCfg = mcfg
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		fmt.Fprintf(stderr, "physd run: --log-level: %v\n", err)
@@ -333,6 +343,14 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 			aopts.Sink = sink
 		}
 	}
+	pub, err := newMQTT(f.mqttCfg, m, log)
+	if err != nil {
+		return err
+	}
+	if pub != nil {
+		defer pub.Close()
+	}
+	aopts.Sink = withMQTTSink(aopts.Sink, pub)
 	al, err := audit.OpenWith(filepath.Join(stateDir, "audit"), aopts)
 	if err != nil {
 		return err
@@ -424,6 +442,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	if alarmEngine != nil {
 		defer alarmEngine.Close()
 	}
+	followMQTT(pub, n, alarmEngine, mx)
 	if remote != nil {
 		if err := bridgeMemberlistMetrics(mx); err != nil {
 			log.Warn("memberlist metrics not exported", "err", err.Error())

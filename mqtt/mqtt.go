@@ -1,0 +1,401 @@
+// Package mqtt publishes the node's observation stream and its alarm events
+// to an MQTT broker (northbound), with Home Assistant discovery.
+//
+// Topics, under <prefix>/<device_id>/:
+//
+//	availability          "online" (retained; the last will sets "offline")
+//	obs/<tool>            the observation as read_ answers it, JSON, retained,
+//	                      published when it changed beyond the deadband
+//	alarm/<tool>/<kind>   the last raised or cleared event, JSON, retained
+//	do/<tool>             the last do_ result (status, verified, code,
+//	                      applied value, idempotency key), JSON, retained,
+//	                      read from the audit trail (AuditSink)
+//
+// and <discovery_prefix>/<sensor|binary_sensor>/<device_id>/<tool>/config
+// for each read_ capability (retained), so Home Assistant shows it as a sensor of one
+// device per gateway.
+//
+// Publishing is one-way: the publisher subscribes to nothing, so no command
+// enters through MQTT. It never blocks the node: observations and events go
+// into a bounded queue (dropped and counted when full, or when the broker is
+// unreachable); one goroutine publishes; paho reconnects with backoff, and
+// on every (re)connect that goroutine publishes availability, the discovery
+// configs and the latest retained value of every topic again (outside the
+// queue's bound), so a broker that restarted without persistence is whole
+// again.
+package mqtt
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/physd/physd/alarms"
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// URL of the broker: tcp:// or mqtt:// (plain), ssl://, tls:// or
+	// mqtts:// (TLS), ws:// or wss://, with a port.
+	URL string
+	// Prefix is the topic prefix (default "physd").
+	Prefix string
+	// DiscoveryPrefix is Home Assistant's discovery prefix (default
+	// "homeassistant"); "-" turns discovery off.
+	DiscoveryPrefix string
+	// Username and Password for the broker (optional).
+	Username, Password string
+	// TLS for ssl://, tls://, mqtts:// and wss:// (nil: the system roots).
+	TLS *tls.Config
+	// Queue bounds the messages waiting for the broker (default 1024).
+	Queue int
+	// MaxReconnect bounds the reconnect backoff (default 10 s).
+	MaxReconnect time.Duration
+	// PublishTimeout bounds one publish's wait for the broker (default 5 s).
+	PublishTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Stats are the publisher's counters (for /metrics).
+type Stats struct {
+	Published uint64 // messages the broker acknowledged
+	// DroppedFull counts messages dropped because the queue was full.
+	DroppedFull uint64
+	// DroppedOffline counts messages dropped while the broker was not
+	// connected or did not acknowledge them in time (retained values are
+	// published again on reconnect).
+	DroppedOffline uint64
+	Connected      bool
+}
+
+type message struct {
+	topic    string
+	payload  []byte
+	retained bool
+}
+
+// Publisher publishes to one broker.
+type Publisher struct {
+	cfg      Config
+	m        *manifest.Manifest
+	base     string // <prefix>/<device_id>
+	client   paho.Client
+	q        chan message
+	audit    chan []byte   // audit lines (AuditSink) waiting to be read
+	resyncC  chan struct{} // a (re)connect happened: publish everything again
+	log      *slog.Logger
+	mu       sync.Mutex
+	retained map[string][]byte // latest payload of every retained topic
+	stop     chan struct{}
+	done     sync.WaitGroup
+	once     sync.Once
+
+	published, droppedFull, droppedOffline atomic.Uint64
+}
+
+// ValidateURL checks a broker URL (scheme and host:port).
+func ValidateURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%v; fix: give a URL such as tcp://broker:1883 or mqtts://broker:8883", err)
+	}
+	switch u.Scheme {
+	case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
+	default:
+		return fmt.Errorf("scheme %q is not an MQTT scheme; fix: use tcp:// or mqtt:// (plain), mqtts://, ssl:// or tls:// (TLS), ws:// or wss://", u.Scheme)
+	}
+	if u.Hostname() == "" || u.Port() == "" {
+		return fmt.Errorf("%q lacks a host and port; fix: give both, e.g. tcp://broker:1883", raw)
+	}
+	return nil
+}
+
+// ValidateTopicPart checks a topic prefix: not empty, no wildcards, no
+// leading or trailing slash.
+func ValidateTopicPart(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty; fix: give a topic prefix such as physd or site1/physd")
+	case strings.ContainsAny(p, "+#\x00"):
+		return fmt.Errorf("%q contains an MQTT wildcard (+ or #); fix: use plain topic levels", p)
+	case strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/"):
+		return fmt.Errorf("%q starts or ends with /; fix: remove the slash", p)
+	}
+	return nil
+}
+
+// New builds a publisher for the manifest's device and starts connecting
+// in the background (it does not wait for the broker).
+func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
+	if err := ValidateURL(cfg.URL); err != nil {
+		return nil, fmt.Errorf("mqtt url: %w", err)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "physd"
+	}
+	if err := ValidateTopicPart(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("mqtt prefix: %w", err)
+	}
+	if cfg.DiscoveryPrefix == "" {
+		cfg.DiscoveryPrefix = "homeassistant"
+	}
+	if cfg.DiscoveryPrefix != "-" {
+		if err := ValidateTopicPart(cfg.DiscoveryPrefix); err != nil {
+			return nil, fmt.Errorf("mqtt discovery prefix: %w", err)
+		}
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 1024
+	}
+	if cfg.MaxReconnect <= 0 {
+		cfg.MaxReconnect = 10 * time.Second
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Publisher{cfg: cfg, m: m, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), resyncC: make(chan struct{}, 1),
+		log: cfg.Logger.With("component", "mqtt"), retained: map[string][]byte{}, stop: make(chan struct{})}
+	o := paho.NewClientOptions().AddBroker(cfg.URL).
+		SetClientID("physd-"+m.Device.ID).
+		SetCleanSession(true).
+		SetAutoReconnect(true).
+		SetMaxReconnectInterval(cfg.MaxReconnect).
+		SetConnectTimeout(5*time.Second).
+		SetKeepAlive(30*time.Second).
+		SetWriteTimeout(cfg.PublishTimeout).
+		SetOrderMatters(false).
+		SetWill(p.AvailabilityTopic(), "offline", 1, true).
+		SetOnConnectHandler(func(paho.Client) {
+			p.log.Info("mqtt connected", "broker", redact(cfg.URL))
+			select {
+			case p.resyncC <- struct{}{}:
+			default:
+			}
+		}).
+		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			p.log.Warn("mqtt connection lost; reconnecting with backoff", "err", err.Error())
+		})
+	if cfg.Username != "" {
+		o.SetUsername(cfg.Username)
+		o.SetPassword(cfg.Password)
+	}
+	if cfg.TLS != nil {
+		o.SetTLSConfig(cfg.TLS)
+	}
+	p.client = paho.NewClient(o)
+	p.done.Add(3)
+	go p.run()
+	go p.auditLines()
+	go p.connect()
+	return p, nil
+}
+
+// connect makes the first connection, retrying with backoff (1 s doubling
+// to MaxReconnect) until it succeeds or Close; paho's auto-reconnect, with
+// the same backoff, takes over after it. Failures are logged on attempts 1,
+// 2, 4, 8, … so a wrong password or an unreachable broker shows without
+// flooding the log.
+func (p *Publisher) connect() {
+	defer p.done.Done()
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		t := p.client.Connect()
+		select {
+		case <-t.Done():
+		case <-p.stop:
+			return
+		}
+		if t.Error() == nil {
+			return
+		}
+		if attempt&(attempt-1) == 0 {
+			p.log.Warn("mqtt broker not connected; retrying with backoff (reads and actuations are not affected)",
+				"broker", redact(p.cfg.URL), "attempt", attempt, "retry_in", wait.String(), "err", t.Error().Error())
+		}
+		select {
+		case <-time.After(wait):
+		case <-p.stop:
+			return
+		}
+		wait = min(2*wait, p.cfg.MaxReconnect)
+	}
+}
+
+// redact drops credentials from a URL for the log.
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return raw
+}
+
+// AvailabilityTopic is <prefix>/<device_id>/availability.
+func (p *Publisher) AvailabilityTopic() string { return p.base + "/availability" }
+
+// StateTopic is the topic of a capability's observations.
+func (p *Publisher) StateTopic(tool string) string { return p.base + "/obs/" + tool }
+
+// AlarmTopic is the topic of a capability's alarm of one kind.
+func (p *Publisher) AlarmTopic(tool, kind string) string {
+	return p.base + "/alarm/" + tool + "/" + kind
+}
+
+// DiscoveryTopic is Home Assistant's config topic of a read_ capability:
+// <discovery_prefix>/<sensor|binary_sensor>/<device_id>/<tool>/config.
+func (p *Publisher) DiscoveryTopic(c *manifest.Capability) string {
+	return p.cfg.DiscoveryPrefix + "/" + component(c) + "/" + p.m.Device.ID + "/" + c.ToolName() + "/config"
+}
+
+// Follow publishes the node's observation stream until Close.
+func (p *Publisher) Follow(n *node.Node) {
+	sub := n.Subscribe(0)
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		defer sub.Close()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-sub.Done():
+				return
+			case o := <-sub.C:
+				p.Observe(o)
+			}
+		}
+	}()
+}
+
+// Observe publishes one observation if it counts as a change.
+func (p *Publisher) Observe(o node.Observed) {
+	if !o.Changed {
+		return
+	}
+	b, err := json.Marshal(o.Obs)
+	if err != nil {
+		return
+	}
+	p.send(p.StateTopic(o.Cap.ToolName()), b, true)
+}
+
+// Alarm publishes an alarm event (alarms.Engine.OnEvent).
+func (p *Publisher) Alarm(ev alarms.Event) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	p.send(p.AlarmTopic(ev.Capability, ev.Kind), b, true)
+}
+
+// send queues a message without blocking; retained payloads are kept for
+// the next reconnect.
+func (p *Publisher) send(topic string, b []byte, retained bool) {
+	if retained {
+		p.mu.Lock()
+		p.retained[topic] = b
+		p.mu.Unlock()
+	}
+	select {
+	case p.q <- message{topic: topic, payload: b, retained: retained}:
+	default:
+		p.droppedFull.Add(1)
+	}
+}
+
+// resync runs on the publishing goroutine after every (re)connect: the
+// queued messages are older than the retained values and are dropped
+// (counted), then availability, the discovery configs and the latest value
+// of every retained topic are published directly, outside the queue's
+// bound, so the broker ends up with current state however small the
+// queue.
+func (p *Publisher) resync() {
+	for drained := false; !drained; {
+		select {
+		case <-p.q:
+			p.droppedOffline.Add(1)
+		default:
+			drained = true
+		}
+	}
+	p.publish(message{topic: p.AvailabilityTopic(), payload: []byte("online"), retained: true})
+	if p.cfg.DiscoveryPrefix != "-" {
+		for _, c := range p.m.Capabilities {
+			if c.Kind != "read" {
+				continue
+			}
+			if b, err := json.Marshal(p.Discovery(c)); err == nil {
+				p.publish(message{topic: p.DiscoveryTopic(c), payload: b, retained: true})
+			}
+		}
+	}
+	p.mu.Lock()
+	msgs := make([]message, 0, len(p.retained))
+	for t, b := range p.retained {
+		msgs = append(msgs, message{topic: t, payload: b, retained: true})
+	}
+	p.mu.Unlock()
+	for _, m := range msgs {
+		p.publish(m)
+	}
+}
+
+// publish sends one message and waits for the broker's acknowledgement
+// (bounded by PublishTimeout); a failure is counted as a drop.
+func (p *Publisher) publish(m message) {
+	if !p.client.IsConnectionOpen() {
+		p.droppedOffline.Add(1)
+		return
+	}
+	t := p.client.Publish(m.topic, 1, m.retained, m.payload)
+	if !t.WaitTimeout(p.cfg.PublishTimeout) || t.Error() != nil {
+		p.droppedOffline.Add(1)
+		return
+	}
+	p.published.Add(1)
+}
+
+func (p *Publisher) run() {
+	defer p.done.Done()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.resyncC:
+			p.resync()
+		case m := <-p.q:
+			p.publish(m)
+		}
+	}
+}
+
+// Stats returns the counters.
+func (p *Publisher) Stats() Stats {
+	return Stats{Published: p.published.Load(), DroppedFull: p.droppedFull.Load(),
+		DroppedOffline: p.droppedOffline.Load(), Connected: p.client.IsConnectionOpen()}
+}
+
+// Close publishes "offline" (when connected) and disconnects.
+func (p *Publisher) Close() {
+	p.once.Do(func() {
+		close(p.stop)
+		p.done.Wait()
+		if p.client.IsConnectionOpen() {
+			p.client.Publish(p.AvailabilityTopic(), 1, true, []byte("offline")).WaitTimeout(time.Second)
+		}
+		p.client.Disconnect(250)
+	})
+}
