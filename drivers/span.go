@@ -1,6 +1,7 @@
 package drivers
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -49,19 +50,5 @@ func SharedActuators(bus string, caps []*manifest.Capability, points []Point) er
 				b.c.Binding.Pos, a.c.Name, b.c.Name, b.where, bus))
 		}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return joinErrs(errs)
-}
-
-func joinErrs(errs []error) error {
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	msg := errs[0].Error()
-	for _, e := range errs[1:] {
-		msg += "\n" + e.Error()
-	}
-	return fmt.Errorf("%s", msg)
+	return errors.Join(errs...)
 }

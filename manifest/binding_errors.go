@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -53,6 +54,31 @@ func (b *BindingErrors) AddCap(key, msg, fix string) {
 		Pos:   Pos{File: b.file, Line: b.c.Pos.Line, Col: b.c.Pos.Col},
 		Field: strings.TrimSuffix(b.root, ".binding") + "." + key, Msg: msg, Fix: fix,
 	})
+}
+
+// Scale returns a binding's scale key (def when absent), reporting a scale
+// that is 0 or not finite with fix.
+func (b *BindingErrors) Scale(v *float64, def float64, fix string) float64 {
+	switch {
+	case v == nil:
+		return def
+	case *v == 0 || math.IsNaN(*v) || math.IsInf(*v, 0):
+		b.Add("scale", fmt.Sprintf("scale must be a finite non-zero number, got %v", *v), fix)
+		return def
+	}
+	return *v
+}
+
+// ReadOnlyNumber reports what a read-only numeric sensor cannot serve: kind
+// do (readOnly says why) and a data_type other than float or int (dataType
+// says why, fix what to write).
+func (b *BindingErrors) ReadOnlyNumber(readOnly, dataType, fix string) {
+	if b.c.Kind == KindDo {
+		b.AddCap("kind", readOnly, "make the capability kind: read")
+	}
+	if b.c.DataType != TypeFloat && b.c.DataType != TypeInt {
+		b.AddCap("data_type", fmt.Sprintf("data_type %q: %s", b.c.DataType, dataType), fix)
+	}
 }
 
 // ParamNode returns the value node at path in a binding's Params mapping.

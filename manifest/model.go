@@ -8,6 +8,7 @@
 package manifest
 
 import (
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -260,6 +261,12 @@ type AdoptedFrom struct {
 
 // ToolName is read_<name> or do_<name>.
 func (c *Capability) ToolName() string { return c.Kind + "_" + c.Name }
+
+// CapabilityName is the capability name of a tool name (ToolName undone):
+// read_x and do_x both name x.
+func CapabilityName(tool string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(tool, "read_"), "do_")
+}
 
 // Timeout returns timeout_ms as a duration.
 func (c *Capability) Timeout() time.Duration { return time.Duration(c.TimeoutMS) * time.Millisecond }

@@ -81,7 +81,7 @@ func (s *Server) families() map[string]*family {
 		remote := s.opts.Router.RemoteTools()
 		sort.Slice(remote, func(i, j int) bool { return remote[i].Owner < remote[j].Owner })
 		for _, t := range remote {
-			c := &manifest.Capability{Name: capName(t.Tool), Kind: t.Kind, DataType: t.DataType, Unit: t.Unit, Zone: t.Zone,
+			c := &manifest.Capability{Name: manifest.CapabilityName(t.Tool), Kind: t.Kind, DataType: t.DataType, Unit: t.Unit, Zone: t.Zone,
 				Description: t.Description, EnumValues: t.EnumValues, SideEffects: t.SideEffects, Family: t.Family}
 			if t.Min != nil && t.Max != nil {
 				c.Range = &manifest.Range{Min: *t.Min, Max: *t.Max}
@@ -255,7 +255,7 @@ func (s *Server) handleFamily(tool string) mcp.ToolHandler {
 		}
 		var zone, source string
 		if raw, ok := args["zone"]; !ok || json.Unmarshal(raw, &zone) != nil || zone == "" {
-			return toolError(&node.InputError{Field: "zone", Msg: "required: the zone whose " + capName(tool) + " to use"}), nil
+			return toolError(&node.InputError{Field: "zone", Msg: "required: the zone whose " + manifest.CapabilityName(tool) + " to use"}), nil
 		}
 		if raw, ok := args["source"]; ok && json.Unmarshal(raw, &source) != nil {
 			return toolError(&node.InputError{Field: "source", Msg: "must be a device id"}), nil
@@ -276,15 +276,15 @@ func (s *Server) handleFamily(tool string) mcp.ToolHandler {
 		}
 		switch {
 		case len(picks) == 0 && source != "":
-			return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%q has no %s in zone %q here; zones: %s", source, capName(tool), zone, strings.Join(zones, ", "))}), nil
+			return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%q has no %s in zone %q here; zones: %s", source, manifest.CapabilityName(tool), zone, strings.Join(zones, ", "))}), nil
 		case len(picks) == 0:
-			return toolError(&node.InputError{Field: "zone", Msg: fmt.Sprintf("no %s in zone %q here; zones: %s", capName(tool), zone, strings.Join(zones, ", "))}), nil
+			return toolError(&node.InputError{Field: "zone", Msg: fmt.Sprintf("no %s in zone %q here; zones: %s", manifest.CapabilityName(tool), zone, strings.Join(zones, ", "))}), nil
 		case len(picks) > 1:
 			var on []string
 			for _, m := range picks {
 				on = append(on, m.owner)
 			}
-			return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("zone %q has a %s on %s: name one as source", zone, capName(tool), strings.Join(on, ", "))}), nil
+			return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("zone %q has a %s on %s: name one as source", zone, manifest.CapabilityName(tool), strings.Join(on, ", "))}), nil
 		}
 		m := picks[0]
 		delete(args, "zone")

@@ -117,7 +117,7 @@ func (rt *routing) ownersOf(tool string) []string {
 }
 
 func remoteToolDef(t RemoteTool, owners []string) *mcp.Tool {
-	c := &manifest.Capability{Name: strings.TrimPrefix(strings.TrimPrefix(t.Tool, "read_"), "do_"), Kind: t.Kind,
+	c := &manifest.Capability{Name: manifest.CapabilityName(t.Tool), Kind: t.Kind,
 		Description: t.Description, DataType: t.DataType, Unit: t.Unit, Zone: t.Zone, EnumValues: t.EnumValues, SideEffects: t.SideEffects}
 	if t.Min != nil && t.Max != nil {
 		c.Range = &manifest.Range{Min: *t.Min, Max: *t.Max}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -117,15 +118,11 @@ func (s *Server) subjects(tool string) []manifest.ViewSubject {
 	if s.opts.Router != nil {
 		for _, t := range s.opts.Router.RemoteTools() {
 			if t.Tool == tool {
-				out = append(out, manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: capName(tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
+				out = append(out, manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: manifest.CapabilityName(tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
 			}
 		}
 	}
 	return out
-}
-
-func capName(tool string) string {
-	return strings.TrimPrefix(strings.TrimPrefix(tool, "read_"), "do_")
 }
 
 // inView lists the owners of tool the scope's view selects (all owners
@@ -333,9 +330,9 @@ func narrowSource(t *mcp.Tool, owners []string, self string) *mcp.Tool {
 	if hasEnum && len(keep) == len(enum) {
 		return t
 	}
-	src = mapsClone(src)
+	src = maps.Clone(src)
 	src["enum"] = keep
-	props = mapsClone(props)
+	props = maps.Clone(props)
 	props["source"] = src
 	schema["properties"] = props
 	b, _ := json.Marshal(schema)
@@ -368,10 +365,12 @@ func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
 		return t
 	}
 	props, _ := schema["properties"].(map[string]any)
-	props = mapsClone(props)
+	if props = maps.Clone(props); props == nil {
+		props = map[string]any{}
+	}
 	for prop, keep := range map[string][]any{"zone": zones, "source": owners} {
 		if p, ok := props[prop].(map[string]any); ok {
-			p = mapsClone(p)
+			p = maps.Clone(p)
 			p["enum"] = keep
 			props[prop] = p
 		}
@@ -381,14 +380,6 @@ func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
 	cp := *t
 	cp.InputSchema = json.RawMessage(b)
 	return &cp
-}
-
-func mapsClone(m map[string]any) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // scopeReport removes from a can_do report what the request's view does

@@ -9,9 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/mesh"
 	"github.com/physd/physd/node"
@@ -243,7 +243,7 @@ func inScope(scope []string, owner, tool string) bool {
 	if len(scope) == 0 {
 		return true
 	}
-	name := strings.TrimPrefix(strings.TrimPrefix(tool, "read_"), "do_")
+	name := manifest.CapabilityName(tool)
 	for _, s := range scope {
 		if s == owner || s == tool || s == name {
 			return true

@@ -500,7 +500,7 @@ func (p *parser) capabilities(n *yaml.Node, pol *Policy, m *manifest.Manifest) {
 		tp := pol.Tools[tool]
 		if tp == nil {
 			fix := "key rules by the full tool name of a do_ capability, e.g. do_" + firstDo(m)
-			if c := m.Capability(strings.TrimPrefix(strings.TrimPrefix(tool, "do_"), "read_")); c != nil && c.Kind == manifest.KindRead {
+			if c := m.Capability(manifest.CapabilityName(tool)); c != nil && c.Kind == manifest.KindRead {
 				fix = "policy guards actuations only; " + tool + " is an observation"
 			} else if c := m.Capability(tool); c != nil {
 				fix = "use the tool name " + c.ToolName()

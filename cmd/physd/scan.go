@@ -127,9 +127,16 @@ func cmdScan(args []string, stdout, stderr io.Writer) int {
 	if len(rep.Skipped) > 0 {
 		fmt.Fprintf(stderr, "physd scan: --max-time reached; %d unit(s) not scanned (listed in the skeleton)\n", len(rep.Skipped))
 	}
-	// The skeleton must validate; if it does not, that is physd's bug, and
-	// the file is still written so the user can see why.
-	name := *out
+	return writeSkeleton("physd scan modbus", skel, *out, len(rep.Units) > 0,
+		"no unit answered: check wiring, baud and parity, the unit ids (--units) and --timeout-ms", stdout, stderr)
+}
+
+// writeSkeleton writes a scan's manifest skeleton to out (or stdout) and
+// checks it exactly as validate does. It must validate; if it does not,
+// that is physd's bug, and the file is still written so the user can see
+// why. found false (nothing answered or recognised) exits 1 with miss.
+func writeSkeleton(cmd string, skel []byte, out string, found bool, miss string, stdout, stderr io.Writer) int {
+	name := out
 	if name == "" {
 		name = "<skeleton>"
 	}
@@ -137,17 +144,17 @@ func cmdScan(args []string, stdout, stderr io.Writer) int {
 	if verr == nil {
 		verr = checkBindings(m)
 	}
-	if *out != "" {
-		if err := os.WriteFile(*out, skel, 0o644); err != nil {
-			fmt.Fprintf(stderr, "physd scan modbus: %v\n", err)
+	if out != "" {
+		if err := os.WriteFile(out, skel, 0o644); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 			return 1
 		}
-		fmt.Fprintf(stderr, "physd scan: wrote %s; edit the DECIDE lines, then: physd validate %s\n", *out, *out)
+		fmt.Fprintf(stderr, "physd scan: wrote %s; edit the DECIDE lines, then: physd validate %s\n", out, out)
 	} else {
 		_, _ = stdout.Write(skel)
 	}
-	if len(rep.Units) == 0 {
-		fmt.Fprintln(stderr, "physd scan: no unit answered: check wiring, baud and parity, the unit ids (--units) and --timeout-ms")
+	if !found {
+		fmt.Fprintln(stderr, "physd scan: "+miss)
 		return 1
 	}
 	if verr != nil {
@@ -234,30 +241,6 @@ func cmdScanI2C(args []string, stdout, stderr io.Writer) int {
 	}
 	skel := i2c.I2CSkeleton(*bus, resolved, "physd scan i2c "+strings.Join(args, " "), found)
 	fmt.Fprintf(stderr, "physd scan: %d address(es) answered, %d recognised\n", len(found), known)
-	name := *out
-	if name == "" {
-		name = "<skeleton>"
-	}
-	m, verr := manifest.Parse(name, skel)
-	if verr == nil {
-		verr = checkBindings(m)
-	}
-	if *out != "" {
-		if err := os.WriteFile(*out, skel, 0o644); err != nil {
-			fmt.Fprintf(stderr, "physd scan i2c: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stderr, "physd scan: wrote %s; edit the DECIDE lines, then: physd validate %s\n", *out, *out)
-	} else {
-		_, _ = stdout.Write(skel)
-	}
-	if known == 0 {
-		fmt.Fprintln(stderr, "physd scan: no part physd knows was found: check wiring and pull-ups; bind other addresses by hand")
-		return 1
-	}
-	if verr != nil {
-		fmt.Fprintf(stderr, "physd scan: the skeleton does not validate (a physd bug, please report): %v\n", verr)
-		return 1
-	}
-	return 0
+	return writeSkeleton("physd scan i2c", skel, *out, known > 0,
+		"no part physd knows was found: check wiring and pull-ups; bind other addresses by hand", stdout, stderr)
 }

@@ -111,22 +111,11 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 	} else {
 		s.part = part
 	}
-	if k.Scale != nil {
-		if *k.Scale == 0 || math.IsNaN(*k.Scale) || math.IsInf(*k.Scale, 0) {
-			p.Add("scale", fmt.Sprintf("scale must be a finite non-zero number, got %v", *k.Scale), "use e.g. scale: 1.8 with offset: 32 for °F")
-		} else {
-			s.scale = *k.Scale
-		}
-	}
+	s.scale = p.Scale(k.Scale, 1, "use e.g. scale: 1.8 with offset: 32 for °F")
 	if k.Offset != nil {
 		s.offset = *k.Offset
 	}
-	if c.Kind == manifest.KindDo {
-		p.AddCap("kind", "a 1-Wire temperature sensor is read-only", "make the capability kind: read")
-	}
-	if c.DataType != manifest.TypeFloat && c.DataType != manifest.TypeInt {
-		p.AddCap("data_type", fmt.Sprintf("data_type %q: a 1-Wire sensor reads a temperature", c.DataType), "use data_type float (°C)")
-	}
+	p.ReadOnlyNumber("a 1-Wire temperature sensor is read-only", "a 1-Wire sensor reads a temperature", "use data_type float (°C)")
 	if len(p.Errs) > 0 {
 		return nil, p.Errs
 	}

@@ -169,22 +169,11 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 			s.vref = *k.VRef
 		}
 	}
-	if k.Scale != nil {
-		if *k.Scale == 0 || math.IsNaN(*k.Scale) || math.IsInf(*k.Scale, 0) {
-			p.Add("scale", fmt.Sprintf("scale must be a finite non-zero number, got %v", *k.Scale), "use units per volt, e.g. 30.3")
-		} else {
-			s.scale = *k.Scale
-		}
-	}
+	s.scale = p.Scale(k.Scale, 1, "use units per volt, e.g. 30.3")
 	if k.Offset != nil {
 		s.offset = *k.Offset
 	}
-	if c.Kind == manifest.KindDo {
-		p.AddCap("kind", "an ADC input is read-only", "make the capability kind: read")
-	}
-	if c.DataType != manifest.TypeFloat && c.DataType != manifest.TypeInt {
-		p.AddCap("data_type", fmt.Sprintf("data_type %q: an ADC reads a number", c.DataType), "use data_type float")
-	}
+	p.ReadOnlyNumber("an ADC input is read-only", "an ADC reads a number", "use data_type float")
 	if len(p.Errs) > 0 {
 		return nil, p.Errs
 	}
