@@ -188,18 +188,6 @@ func (e *Engine) emit(evs []Event) {
 	}
 }
 
-func number(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case int:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	}
-	return 0, false
-}
-
 // Observe evaluates one observation and returns the events it causes.
 func (e *Engine) Observe(o node.Observed) []Event {
 	if o.Cap == nil {
@@ -224,7 +212,7 @@ func (e *Engine) Observe(o node.Observed) []Event {
 			evs = ca.clear(evs, KindStale, at, o.Obs.Value, "read again")
 		}
 	}
-	if v, ok := number(o.Obs.Value); ok && fresh {
+	if v, ok := manifest.Number(o.Obs.Value); ok && fresh {
 		if h := ca.a.High; h != nil {
 			evs = ca.threshold(evs, KindHigh, at, v, v > *h, v <= *h-ca.a.Hysteresis,
 				fmt.Sprintf("%g %s, above the high limit %g", v, ca.c.Unit, *h), fmt.Sprintf("back to %g %s, at or below %g", v, ca.c.Unit, *h-ca.a.Hysteresis))

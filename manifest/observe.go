@@ -90,8 +90,8 @@ func (c *Capability) Changed(ref, next any) bool {
 	if ref == nil || next == nil {
 		return ref != next
 	}
-	a, aok := toFloat(ref)
-	b, bok := toFloat(next)
+	a, aok := Number(ref)
+	b, bok := Number(next)
 	if !aok || !bok {
 		return fmt.Sprint(ref) != fmt.Sprint(next)
 	}
@@ -99,7 +99,9 @@ func (c *Capability) Changed(ref, next any) bool {
 	return math.Abs(b-a) > band
 }
 
-func toFloat(v any) (float64, bool) {
+// Number is a capability value (or a driver's raw number) as a float64:
+// ok is false for a value that is not a number.
+func Number(v any) (float64, bool) {
 	switch x := v.(type) {
 	case float64:
 		return x, true

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/promcp"
 )
 
@@ -113,7 +114,7 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 	}
 	// 3. range guard
 	if g := tp.Range; g != nil {
-		if v, ok := num(c.Value); ok && (v < g.Min || v > g.Max) {
+		if v, ok := manifest.Number(c.Value); ok && (v < g.Min || v > g.Max) {
 			bounds := fmt.Sprintf("min=%g; max=%g; requested=%s", g.Min, g.Max, promcp.FormatValue(c.Value))
 			switch g.OnViolation {
 			case "deny":
@@ -176,7 +177,7 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 		case "above":
 			// The value as requested: a clamp must not hide a dangerous
 			// request from the person who approves.
-			if v, ok := num(c.Value); ok && v > a.Above {
+			if v, ok := manifest.Number(c.Value); ok && v > a.Above {
 				need, why = true, fmt.Sprintf("values above %g %s need a human's approval", a.Above, tp.Cap.Unit)
 			}
 		}
@@ -194,16 +195,6 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 	out.ValidFor = validFor
 	out.MaxChange = tp.MaxChange
 	return out
-}
-
-func num(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case int64:
-		return float64(x), true
-	}
-	return 0, false
 }
 
 func ms(d time.Duration) string { return fmt.Sprint(max(d.Milliseconds(), 0)) }

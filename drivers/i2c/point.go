@@ -230,7 +230,7 @@ func (p *point) encode(v any) ([]byte, error) {
 		}
 		return f.Encode(raw)
 	}
-	x, ok := toFloat(v)
+	x, ok := manifest.Number(v)
 	if !ok {
 		return nil, fmt.Errorf("want a number, got %T", v)
 	}
@@ -249,20 +249,4 @@ func (p *point) encode(v any) ([]byte, error) {
 			x, got, math.Abs(f.Scale))
 	}
 	return f.Encode(raw)
-}
-
-func toFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case float32:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case int32:
-		return float64(x), true
-	}
-	return 0, false
 }

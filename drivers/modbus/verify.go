@@ -302,22 +302,12 @@ func (v *verifySpec) expected(cmd any) (any, float64) {
 // judge reports whether shown is want within tol; a relative 1e-9 absorbs
 // float noise, never a real step.
 func judge(shown, want any, tol float64) bool {
-	sf, sok := number(shown)
-	wf, wok := number(want)
+	sf, sok := manifest.Number(shown)
+	wf, wok := manifest.Number(want)
 	if sok && wok {
 		return math.Abs(sf-wf) <= tol+1e-9*max(1, math.Abs(wf))
 	}
 	return shown == want
-}
-
-func number(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case int64:
-		return float64(x), true
-	}
-	return 0, false
 }
 
 // verifiedPoint is a point whose writes are verified at its verify point.
