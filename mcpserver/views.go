@@ -105,21 +105,21 @@ func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
 	return sc
 }
 
-// subjects lists the owners of tool with what a view matches them on:
-// this gateway's capability and every live owner in the mesh catalog.
-func (s *Server) subjects(tool string) []manifest.ViewSubject {
-	var out []manifest.ViewSubject
+// site maps every tool of the site to its owners with what a view matches
+// them on: this gateway's capabilities and every live owner's in the mesh
+// catalog. A request builds it once (the catalog is read once, not per
+// tool of a list).
+type site map[string][]manifest.ViewSubject
+
+func (s *Server) site() site {
+	out := site{}
 	m := s.n.Manifest()
 	for _, c := range m.Capabilities {
-		if c.ToolName() == tool {
-			out = append(out, m.Subject(c))
-		}
+		out[c.ToolName()] = append(out[c.ToolName()], m.Subject(c))
 	}
 	if s.opts.Router != nil {
 		for _, t := range s.opts.Router.RemoteTools() {
-			if t.Tool == tool {
-				out = append(out, manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: manifest.CapabilityName(tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
-			}
+			out[t.Tool] = append(out[t.Tool], manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: manifest.CapabilityName(t.Tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
 		}
 	}
 	return out
@@ -164,7 +164,7 @@ func (s *Server) roleMayRun(sc scope, tool string) bool {
 // visible reports whether the scope may see tool, and which owners it may
 // route to (nil for can_do and the local-only case). fams are the site's
 // families (a family tool is seen where one of its members is).
-func (s *Server) visible(sc scope, tool string, fams map[string]*family) (bool, []string) {
+func (s *Server) visible(sc scope, tool string, fams map[string]*family, idx site) (bool, []string) {
 	if tool == "can_do" {
 		return true, nil
 	}
@@ -183,7 +183,7 @@ func (s *Server) visible(sc scope, tool string, fams map[string]*family) (bool, 
 		}
 		return len(owners) > 0, owners
 	}
-	subs := s.subjects(tool)
+	subs := idx[tool]
 	if len(subs) == 0 {
 		return sc.view == nil, nil // not ours to judge; the SDK answers "unknown tool"
 	}
@@ -218,6 +218,7 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			sc := s.scopeOf(req.GetExtra())
 			fams := s.families()
+			idx := s.site()
 			served := sc.served(fams)
 			members := familyOf(served)
 			out := *lr
@@ -230,7 +231,7 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				case f == nil && sc.families && members[t.Name] != "": // an instance its family serves
 					continue
 				}
-				ok, owners := s.visible(sc, t.Name, fams)
+				ok, owners := s.visible(sc, t.Name, fams, idx)
 				if !ok {
 					continue
 				}
@@ -275,7 +276,7 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				break
 			}
 			fams := s.families()
-			ok, owners := s.visible(sc, p.Name, fams)
+			ok, owners := s.visible(sc, p.Name, fams, s.site())
 			if fams[p.Name] != nil {
 				owners = nil // the family handler picks within the view
 			}
@@ -392,15 +393,8 @@ func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.Capa
 	if sc.view == nil {
 		return
 	}
-	cache := map[string][]string{}
-	in := func(tool, owner string) bool {
-		owners, ok := cache[tool]
-		if !ok {
-			owners = sc.inView(s.subjects(tool))
-			cache[tool] = owners
-		}
-		return slices.Contains(owners, owner)
-	}
+	idx := s.site()
+	in := func(tool, owner string) bool { return slices.Contains(sc.inView(idx[tool]), owner) }
 	filtered := 0
 	rep.Candidates = slices.DeleteFunc(rep.Candidates, func(c promcp.Candidate) bool {
 		out := !in(c.Capability, c.Source)
@@ -417,7 +411,7 @@ func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.Capa
 		return out
 	})
 	rep.Context.RelatedReads = slices.DeleteFunc(rep.Context.RelatedReads, func(tool string) bool {
-		return len(sc.inView(s.subjects(tool))) == 0
+		return len(sc.inView(idx[tool])) == 0
 	})
 	for name, st := range rep.Context.CurrentObservations {
 		src := st.Source
@@ -433,7 +427,7 @@ func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.Capa
 		u := &rep.Unroutable[i]
 		kept := u.ProducersFound[:0]
 		for _, tool := range u.ProducersFound {
-			if len(sc.inView(s.subjects(tool))) > 0 {
+			if len(sc.inView(idx[tool])) > 0 {
 				kept = append(kept, tool)
 			} else {
 				filtered++
