@@ -25,12 +25,32 @@ const (
 	MaxMeshLabelLen              = 255 // memberlist's label limit
 )
 
+// network.mesh.mdns defaults (physd extension; PhysMCP §7.1 bootstrap).
+// mDNS is off unless the manifest has an mdns: block (or physd run gets
+// --mdns-interface); the interface defaults to loopback, so nothing is
+// advertised or browsed on a network unless an interface is named.
+const (
+	DefaultMDNSInterface        = "lo"
+	DefaultMDNSBrowseIntervalMS = 15_000
+	MinMDNSBrowseIntervalMS     = 1_000
+	MaxMDNSBrowseIntervalMS     = 300_000
+	// MaxMDNSInstanceLen is a DNS label's limit: the device id is the
+	// mDNS instance name.
+	MaxMDNSInstanceLen = 63
+)
+
 // meshKeys are the keys of network.mesh, in the order listed in fixes.
 var meshKeys = []string{
 	"enabled", "seed_peers", "max_peers", "heartbeat_interval_ms",
 	"bind", "port", "advertise", "label", "key_file", "key_env",
-	"expected_size", "request_timeout_ms", "reconnect_interval_ms",
+	"expected_size", "request_timeout_ms", "reconnect_interval_ms", "mdns",
 }
+
+// mdnsKeys are the keys of network.mesh.mdns.
+var mdnsKeys = []string{"enabled", "interface", "advertise", "discover", "browse_interval_ms"}
+
+// reIfName is a network interface name as Linux accepts it (IFNAMSIZ-1).
+var reIfName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$`)
 
 var reEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -168,7 +188,57 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 	if v, ok := mo.intIn("reconnect_interval_ms", 100, 86_400_000); ok {
 		ms.ReconnectIntervalMS = v
 	}
+	ms.MDNS = p.mdns(mo, deviceID)
 	return ms
+}
+
+// mdns parses network.mesh.mdns. A present block is on unless it says
+// enabled: false; interface defaults to lo (loopback only).
+func (p *parser) mdns(mo *obj, deviceID string) MDNS {
+	md := MDNS{Interface: DefaultMDNSInterface, Advertise: true, Discover: true, BrowseIntervalMS: DefaultMDNSBrowseIntervalMS,
+		Field: "network.mesh.mdns.interface"}
+	if mo == nil {
+		return md
+	}
+	o := p.object(mo.get("mdns"), mo.field("mdns"), mdnsKeys, false)
+	if o == nil {
+		return md
+	}
+	md.Enabled = true
+	md.Pos = p.pos(o.node)
+	if v, ok := o.boolean("enabled"); ok {
+		md.Enabled = v
+	}
+	if s, ok := o.str("interface", false); ok {
+		if !reIfName.MatchString(s) {
+			p.add(o.get("interface"), o.field("interface"), "name a network interface of this host, e.g. eth0, end0 or wlan0 (ip -br link lists them); lo keeps mDNS on this host",
+				"interface %s is not an interface name", quoteShort(s))
+		} else {
+			md.Interface, md.Pos = s, p.pos(o.get("interface"))
+		}
+	}
+	if v, ok := o.boolean("advertise"); ok {
+		md.Advertise = v
+	}
+	if v, ok := o.boolean("discover"); ok {
+		md.Discover = v
+	}
+	if v, ok := o.intIn("browse_interval_ms", MinMDNSBrowseIntervalMS, MaxMDNSBrowseIntervalMS); ok {
+		md.BrowseIntervalMS = v
+	}
+	if md.Enabled && len(deviceID) > MaxMDNSInstanceLen {
+		p.add(o.node, o.path, fmt.Sprintf("shorten device.id to at most %d characters (a DNS label), or set enabled: false", MaxMDNSInstanceLen),
+			"device.id is %d characters long, too long for an mDNS instance name", len(deviceID))
+	}
+	return md
+}
+
+// MDNSDiscovery reports whether physd browses for gateways to join: the
+// mesh and mDNS are on, discovery is not turned off, and no seed_peers
+// are given (seeds are the operator's explicit choice; mDNS never adds
+// to them).
+func (ms *Mesh) MDNSDiscovery() bool {
+	return ms.Enabled && ms.MDNS.Enabled && ms.MDNS.Discover && len(ms.SeedPeers) == 0
 }
 
 // SplitSeed splits a seed peer "device_id/host:port", "host:port" or

@@ -139,6 +139,31 @@ type Mesh struct {
 	// KeyPos and KeyField locate key_file/key_env for LoadKey's errors.
 	KeyPos   Pos    `json:"-"`
 	KeyField string `json:"-"`
+
+	// MDNS is network.mesh.mdns (physd extension): advertise
+	// _physmcp._tcp and find gateways to join (see mesh.go).
+	MDNS MDNS `json:"mdns"`
+}
+
+// MDNS is network.mesh.mdns. Off unless the block is present.
+type MDNS struct {
+	Enabled bool `json:"enabled"`
+	// Interface is the one interface mDNS advertises and browses on;
+	// default "lo" (this host only).
+	Interface string `json:"interface"`
+	// Advertise answers queries for _physmcp._tcp (default true);
+	// Discover browses for gateways to join when seed_peers is empty
+	// (default true).
+	Advertise bool `json:"advertise"`
+	Discover  bool `json:"discover"`
+	// BrowseIntervalMS is how often discovery browses again (default
+	// 15000, 1000..300000).
+	BrowseIntervalMS int `json:"browse_interval_ms"`
+
+	// Pos and Field locate interface (or the mdns block) for errors found
+	// at start (an interface this host does not have).
+	Pos   Pos    `json:"-"`
+	Field string `json:"-"`
 }
 
 // Bus is one entry of the buses: extension. Type selects the driver

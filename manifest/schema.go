@@ -99,6 +99,13 @@ func meshSchema() *jsonschema.Schema {
 		"expected_size":         integer("Expected number of gateways, self included (quorum majorities). Default 1 + the other seeds.", 1, math.MaxInt32),
 		"request_timeout_ms":    integer(fmt.Sprintf("Budget of distributed can_do and quorum checks. Default %d.", DefaultMeshRequestTimeoutMS), 1, 60_000),
 		"reconnect_interval_ms": integer(fmt.Sprintf("How often seeds are re-joined after a partition. Default %d.", DefaultMeshReconnectInterval), 100, 86_400_000),
+		"mdns": object("network.mesh.mdns", mdnsKeys, nil, props{
+			"enabled":            boolean("mDNS (_physmcp._tcp) on the interface below. Default true when this block is present; without the block mDNS is off."),
+			"interface":          pattern(reIfName.String(), "The one interface to advertise and browse on. Default "+DefaultMDNSInterface+" (this host only).", "eth0", "wlan0"),
+			"advertise":          boolean("Answer mDNS queries for this gateway. Default true."),
+			"discover":           boolean("Browse for gateways and join their mesh when seed_peers is empty. Default true."),
+			"browse_interval_ms": integer(fmt.Sprintf("How often discovery browses again. Default %d.", DefaultMDNSBrowseIntervalMS), MinMDNSBrowseIntervalMS, MaxMDNSBrowseIntervalMS),
+		}),
 	})
 }
 

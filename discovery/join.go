@@ -1,0 +1,151 @@
+package discovery
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Self is this gateway as the join decision sees it.
+type Self struct {
+	ID       string // device id
+	MeshAddr string // "ip:port" peers dial
+	Label    string // mesh label
+}
+
+// JoinTargets decides which found gateways to join: those with a mesh
+// port, not this gateway (by id or by mesh address), of the same mesh
+// label, not already live members, each once (by id, then by address).
+// The result is "id/ip:port", sorted.
+func JoinTargets(found []Gateway, self Self, live map[string]bool) []string {
+	byID := map[string]bool{}
+	byAddr := map[string]bool{}
+	var out []string
+	sorted := append([]Gateway(nil), found...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].DeviceID < sorted[j].DeviceID })
+	for _, g := range sorted {
+		addr := g.MeshAddr()
+		switch {
+		case addr == "", g.DeviceID == self.ID, addr == self.MeshAddr,
+			g.MeshLabel != "" && g.MeshLabel != self.Label,
+			live[g.DeviceID], byID[g.DeviceID], byAddr[addr]:
+			continue
+		}
+		byID[g.DeviceID], byAddr[addr] = true, true
+		out = append(out, g.DeviceID+"/"+addr)
+	}
+	return out
+}
+
+// Mesh is what discovery needs of the mesh.
+type Mesh interface {
+	// Live is the set of member names alive or suspect, self included.
+	Live() map[string]bool
+	// Join contacts the "name/host:port" targets and returns how many
+	// answered.
+	Join(targets []string) int
+}
+
+// BrowseFunc browses once; Browse on an interface in physd.
+type BrowseFunc func(ctx context.Context) ([]Gateway, error)
+
+// Discoverer browses at start and every Interval, and joins the mesh to
+// the gateways found that are not members yet.
+type Discoverer struct {
+	Self     Self
+	Mesh     Mesh
+	Browse   BrowseFunc
+	Interval time.Duration
+	Logger   *slog.Logger
+
+	mu    sync.Mutex
+	found map[string]Found
+}
+
+// Found is a gateway discovery has seen, for /status.
+type Found struct {
+	Gateway
+	LastSeen time.Time `json:"last_seen"`
+	// Joined is when this gateway last asked the mesh to join it (zero:
+	// never needed, e.g. it joined us first).
+	Joined time.Time `json:"joined,omitzero"`
+}
+
+// Run browses until ctx ends. Each browse is bounded by its own
+// deadline (the BrowseFunc's wait); a failed browse is logged and retried
+// at the next interval.
+func (d *Discoverer) Run(ctx context.Context) {
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := time.NewTicker(d.Interval)
+	defer t.Stop()
+	for {
+		d.round(ctx, log)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Discoverer) round(ctx context.Context, log *slog.Logger) {
+	gws, err := d.Browse(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		log.Warn("mdns: browse failed; will browse again", "err", err.Error(), "in", d.Interval.String())
+		return
+	}
+	now := time.Now()
+	d.mu.Lock()
+	if d.found == nil {
+		d.found = map[string]Found{}
+	}
+	for _, g := range gws {
+		if g.DeviceID == d.Self.ID {
+			continue
+		}
+		f := d.found[g.DeviceID]
+		f.Gateway, f.LastSeen = g, now
+		d.found[g.DeviceID] = f
+	}
+	d.mu.Unlock()
+	targets := JoinTargets(gws, d.Self, d.Mesh.Live())
+	if len(targets) == 0 {
+		return
+	}
+	n := d.Mesh.Join(targets)
+	log.Info("mdns: joined gateways found by mDNS", "targets", targets, "answered", n)
+	d.mu.Lock()
+	for _, t := range targets {
+		id, _, _ := strings.Cut(t, "/")
+		if f, ok := d.found[id]; ok {
+			f.Joined = now
+			d.found[id] = f
+		}
+	}
+	d.mu.Unlock()
+}
+
+// Found lists the gateways seen, by id.
+func (d *Discoverer) Found() []Found {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]Found, 0, len(d.found))
+	for _, f := range d.found {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].DeviceID < out[j].DeviceID })
+	return out
+}
+
+// hostPort is net.JoinHostPort for an IP and a port.
+func hostPort(ip net.IP, port int) string { return net.JoinHostPort(ip.String(), itoa(port)) }
