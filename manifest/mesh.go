@@ -192,19 +192,25 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 	return ms
 }
 
+// DefaultMDNS is network.mesh.mdns with every default: what a present
+// mdns: {} block (or physd run --mdns-interface) starts from. Without the
+// block the model's MDNS is the zero value: off.
+func DefaultMDNS() MDNS {
+	return MDNS{Enabled: true, Interface: DefaultMDNSInterface, Advertise: true, Discover: true,
+		BrowseIntervalMS: DefaultMDNSBrowseIntervalMS, Field: "network.mesh.mdns.interface"}
+}
+
 // mdns parses network.mesh.mdns. A present block is on unless it says
 // enabled: false; interface defaults to lo (loopback only).
 func (p *parser) mdns(mo *obj, deviceID string) MDNS {
-	md := MDNS{Interface: DefaultMDNSInterface, Advertise: true, Discover: true, BrowseIntervalMS: DefaultMDNSBrowseIntervalMS,
-		Field: "network.mesh.mdns.interface"}
-	if mo == nil {
-		return md
+	if mo == nil || mo.get("mdns") == nil {
+		return MDNS{}
 	}
 	o := p.object(mo.get("mdns"), mo.field("mdns"), mdnsKeys, false)
 	if o == nil {
-		return md
+		return MDNS{}
 	}
-	md.Enabled = true
+	md := DefaultMDNS()
 	md.Pos = p.pos(o.node)
 	if v, ok := o.boolean("enabled"); ok {
 		md.Enabled = v

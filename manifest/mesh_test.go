@@ -179,3 +179,78 @@ func TestLoadKey(t *testing.T) {
 		t.Errorf("no key configured: %x %v", k, err)
 	}
 }
+
+func TestMDNSKeys(t *testing.T) {
+	// Without the block mDNS is off (the zero value).
+	m, err := Parse("t.yml", []byte(meshDoc(`{}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Network.Mesh.MDNS; !reflect.DeepEqual(got, MDNS{}) || m.Network.Mesh.MDNSDiscovery() {
+		t.Errorf("no mdns block: %+v, discovery %v; want off", got, m.Network.Mesh.MDNSDiscovery())
+	}
+	// An empty block turns it on with loopback as the interface.
+	m, err = Parse("t.yml", []byte(meshDoc(`{mdns: {}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := MDNS{Enabled: true, Interface: "lo", Advertise: true, Discover: true, BrowseIntervalMS: 15000,
+		Pos: Pos{File: "t.yml", Line: 8, Col: 16}, Field: "network.mesh.mdns.interface"}
+	if got := m.Network.Mesh.MDNS; !reflect.DeepEqual(got, want) || !m.Network.Mesh.MDNSDiscovery() {
+		t.Errorf("mdns: {} =\n %+v\nwant\n %+v (discovery %v)", got, want, m.Network.Mesh.MDNSDiscovery())
+	}
+	m, err = Parse("t.yml", []byte(meshDoc(`{mdns: {interface: eth0, advertise: false, browse_interval_ms: 2000}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = MDNS{Enabled: true, Interface: "eth0", Advertise: false, Discover: true, BrowseIntervalMS: 2000,
+		Pos: Pos{File: "t.yml", Line: 8, Col: 28}, Field: "network.mesh.mdns.interface"}
+	if got := m.Network.Mesh.MDNS; !reflect.DeepEqual(got, want) {
+		t.Errorf("mdns =\n %+v\nwant\n %+v", got, want)
+	}
+}
+
+// TestMDNSDiscoveryDecision: discovery runs only with the mesh on, mDNS
+// on, discover not off, and no seed_peers.
+func TestMDNSDiscoveryDecision(t *testing.T) {
+	for mesh, want := range map[string]bool{
+		`{mdns: {}}`:                                    true,
+		`{mdns: {interface: eth0}}`:                     true,
+		`{mdns: {enabled: false}}`:                      false,
+		`{mdns: {discover: false}}`:                     false,
+		`{enabled: false, mdns: {}}`:                    false,
+		`{seed_peers: [10.0.0.2], mdns: {}}`:            false,
+		`{seed_peers: [gw_x/127.0.0.1:7946], mdns: {}}`: false,
+		`{}`: false,
+	} {
+		m, err := Parse("t.yml", []byte(meshDoc(mesh)))
+		if err != nil {
+			t.Fatalf("%s: %v", mesh, err)
+		}
+		if got := m.Network.Mesh.MDNSDiscovery(); got != want {
+			t.Errorf("%s: discovery = %v, want %v", mesh, got, want)
+		}
+	}
+}
+
+func TestMDNSErrors(t *testing.T) {
+	for _, tc := range []struct{ mesh, want string }{
+		{`{mdns: {interface: "eth0 wlan0"}}`,
+			`t.yml:8:28: network.mesh.mdns.interface: interface "eth0 wlan0" is not an interface name; fix: name a network interface of this host, e.g. eth0, end0 or wlan0 (ip -br link lists them); lo keeps mDNS on this host`},
+		{`{mdns: {browse_interval_ms: 10}}`,
+			`t.yml:8:37: network.mesh.mdns.browse_interval_ms: browse_interval_ms 10 is out of range; fix: use a value from 1000 to 300000`},
+		{`{mdns: {interfase: eth0}}`,
+			`t.yml:8:17: network.mesh.mdns.interfase: unknown key "interfase"; fix: did you mean "interface"? valid keys: ` + strings.Join(mdnsKeys, ", ")},
+		{`{mdns: true}`,
+			`t.yml:8:16: network.mesh.mdns: expected a mapping, got the boolean true; fix: write key: value pairs, indented under the key`},
+	} {
+		_, err := Parse("t.yml", []byte(meshDoc(tc.mesh)))
+		if err == nil {
+			t.Errorf("%s: no error", tc.mesh)
+			continue
+		}
+		if first := strings.Split(err.Error(), "\n")[0]; !strings.HasPrefix(first, tc.want) {
+			t.Errorf("%s:\n got: %s\nwant: %s", tc.mesh, err, tc.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -458,6 +459,34 @@ func (m *Mesh) reconnectTargets() []string {
 	}
 	m.mu.Unlock()
 	return out
+}
+
+// Join contacts targets ("name/host:port" or "host:port") now, each
+// bounded by JoinTimeout, and returns how many answered. It is how
+// gateways found outside the manifest (mDNS) are joined; once joined they
+// are remembered and re-joined by the reconnect loop like seeds. Targets
+// that are this node are skipped; after Leave, Shutdown or a refused
+// duplicate id nothing is contacted.
+func (m *Mesh) Join(targets []string) int {
+	if m.closed.Load() || m.left.Load() || m.Err() != nil {
+		return 0
+	}
+	self := m.SelfAddr()
+	var out []string
+	for _, t := range targets {
+		name, addr, ok := strings.Cut(t, "/")
+		if !ok {
+			name, addr = "", t
+		}
+		if name == m.cfg.NodeName || addr == self {
+			continue
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return 0
+	}
+	return m.join(out)
 }
 
 // join contacts targets concurrently (at most 8 at a time) and returns how
