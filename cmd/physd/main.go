@@ -232,6 +232,7 @@ type runFlags struct {
 	historyMaxMB                                                                      int
 	mqtt                                                                              mqttFlags
 	mqttCfg                                                                           *mqtt.Config
+	mdns                                                                              mdnsFlags
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -256,6 +257,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.historyMaxMB, "history-max-mb", int(history.Default().MaxBytes>>20), "history: bound on history.db in MiB, oldest buckets dropped first; 0 turns history off")
 	f.tls.register(fs)
 	f.mqtt.register(fs)
+	f.mdns.register(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -492,10 +494,11 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 			return err
 		}
 	}
+	md := &mdnsService{}
 	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, View: f.view,
 		Families: f.families == "on" || f.families == "auto" && m.Network.Mesh.Enabled, Logger: log, SimControls: simControls,
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
-		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
+		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site, md), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
 	if guard != nil {
 		go reloadOnHUP(ctx, f, m, guard, al, log, srv.PolicyReloaded)
@@ -503,11 +506,13 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 
 	errc := make(chan error, 2)
 	running := 0
+	var mcpAddr net.Addr
 	if f.httpAddr != "" {
 		l, err := net.Listen("tcp", f.httpAddr)
 		if err != nil {
 			return fmt.Errorf("--http %s: %w", f.httpAddr, err)
 		}
+		mcpAddr = l.Addr()
 		running++
 		go func() { errc <- srv.Serve(ctx, l, f.grace) }()
 		log.Info("listening", "addr", l.Addr().String(), "mcp", sec.scheme+"://"+l.Addr().String()+"/mcp")
@@ -524,6 +529,11 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 			errc <- err
 		}()
 	}
+	if err := md.start(ctx, f.mdns, m, site, mcpAddr, sec.scheme == "https", log); err != nil {
+		stop()
+		return err
+	}
+	defer md.Close()
 	ready, _ := n.Ready()
 	log.Info("ready", "device_id", m.Device.ID, "capabilities", len(m.Capabilities), "state", stateDir,
 		"ready", ready, "policy", policyName(f.policy), "startup_ms", time.Since(start).Milliseconds(), "version", buildVersion())

@@ -7,6 +7,7 @@ import (
 	gometrics "github.com/hashicorp/go-metrics"
 	gmprom "github.com/hashicorp/go-metrics/prometheus"
 
+	"github.com/physd/physd/discovery"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/mesh"
 	"github.com/physd/physd/meshnode"
@@ -51,16 +52,18 @@ func registerMeshMetrics(mx *metrics.Metrics, m *mesh.Mesh) {
 	mx.Gauge("physd_mesh_responses_dropped_late_total", "Mesh replies that arrived after their deadline.", nil, func() float64 { return float64(m.LateDropped()) })
 }
 
-// meshStatus is /status's mesh section.
-func meshStatus(m *mesh.Mesh) func() any {
+// meshStatus is /status's mesh section (with the gateways mDNS found,
+// when discovery runs).
+func meshStatus(m *mesh.Mesh, md *mdnsService) func() any {
 	if m == nil {
 		return nil
 	}
 	return func() any {
 		return struct {
 			mesh.Status
-			Members []mesh.Member `json:"members"`
-		}{m.Status(), m.Members()}
+			Members    []mesh.Member     `json:"members"`
+			Discovered []discovery.Found `json:"mdns_discovered,omitempty"`
+		}{m.Status(), m.Members(), md.Found()}
 	}
 }
 

@@ -39,6 +39,10 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 		fmt.Fprintln(stderr, err)
 		return nil, 1
 	}
+	if err := checkMDNS(f.mdns, m); err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, 1
+	}
 	c := &checked{manifest: m}
 	if f.policy != "" {
 		if c.policy, c.gate, err = loadPolicy(f.policy, m); err != nil {
