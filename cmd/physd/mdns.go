@@ -145,9 +145,11 @@ func (s *mdnsService) start(ctx context.Context, f mdnsFlags, m *manifest.Manife
 	}
 	if discover {
 		s.disc = &discovery.Discoverer{
-			Self:     discovery.Self{ID: m.Device.ID, MeshAddr: site.SelfAddr(), Label: m.Network.Mesh.Label},
-			Mesh:     meshJoiner{site},
-			Browse:   func(ctx context.Context) ([]discovery.Gateway, error) { return discovery.Browse(ctx, ifi, mdnsBrowseWait) },
+			Self: discovery.Self{ID: m.Device.ID, MeshAddr: site.SelfAddr(), Label: m.Network.Mesh.Label},
+			Mesh: meshJoiner{site},
+			Browse: func(ctx context.Context) ([]discovery.Gateway, error) {
+				return discovery.Browse(ctx, ifi, mdnsBrowseWait)
+			},
 			Interval: time.Duration(md.BrowseIntervalMS) * time.Millisecond,
 			Logger:   log.With("component", "mdns", "interface", md.Interface),
 		}
