@@ -89,6 +89,12 @@ func TestJoinTargets(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("JoinTargets =\n %q\nwant\n %q", got, want)
 	}
+	// Off the link: not joined.
+	self.Link = []*net.IPNet{{IP: net.IPv4(10, 0, 0, 0).To4(), Mask: net.CIDRMask(30, 32)}} // 10.0.0.0-3
+	got = JoinTargets(found, self, map[string]bool{"gw_a": true, "gw_h": true})
+	if want := []string{"gw_b/10.0.0.2:7946", "gw_c/10.0.0.3:7946"}; !slices.Equal(got, want) {
+		t.Errorf("JoinTargets on 10.0.0.0/30 =\n %q\nwant\n %q", got, want)
+	}
 	if got := JoinTargets(nil, self, nil); got != nil {
 		t.Errorf("nothing found: %q", got)
 	}

@@ -44,6 +44,22 @@ func Interface(name string) (*net.Interface, []net.IP, error) {
 	return ifi, ips, nil
 }
 
+// Link returns the interface's IPv4 subnets (127.0.0.0/8 for a loopback
+// interface): where discovered gateways may be.
+func Link(ifi *net.Interface) []*net.IPNet {
+	if ifi.Flags&net.FlagLoopback != 0 {
+		return []*net.IPNet{{IP: net.IPv4(127, 0, 0, 0).To4(), Mask: net.CIDRMask(8, 32)}}
+	}
+	addrs, _ := ifi.Addrs()
+	var out []*net.IPNet
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			out = append(out, &net.IPNet{IP: n.IP.To4().Mask(n.Mask[len(n.Mask)-4:]), Mask: n.Mask[len(n.Mask)-4:]})
+		}
+	}
+	return out
+}
+
 // OnInterface reports whether ip is one of the interface's addresses (or,
 // on a loopback interface, any loopback address: 127.0.0.2 is lo's too).
 func OnInterface(ifi *net.Interface, ips []net.IP, ip net.IP) bool {

@@ -15,11 +15,16 @@ type Self struct {
 	ID       string // device id
 	MeshAddr string // "ip:port" peers dial
 	Label    string // mesh label
+	// Link, when set, are the interface's subnets: a gateway whose
+	// address is outside them is not joined (an answer cannot send the
+	// mesh to dial off the link).
+	Link []*net.IPNet
 }
 
 // JoinTargets decides which found gateways to join: those with a mesh
 // port, not this gateway (by id or by mesh address), of the same mesh
-// label, not already live members, each once (by id, then by address).
+// label, on the link (Self.Link), not already live members, each once
+// (by id, then by address).
 // The result is "id/ip:port", sorted.
 func JoinTargets(found []Gateway, self Self, live map[string]bool) []string {
 	byID := map[string]bool{}
@@ -32,13 +37,25 @@ func JoinTargets(found []Gateway, self Self, live map[string]bool) []string {
 		switch {
 		case addr == "", g.DeviceID == self.ID, addr == self.MeshAddr,
 			g.MeshLabel != "" && g.MeshLabel != self.Label,
-			live[g.DeviceID], byID[g.DeviceID], byAddr[addr]:
+			live[g.DeviceID], byID[g.DeviceID], byAddr[addr], !onLink(self.Link, g.Addr):
 			continue
 		}
 		byID[g.DeviceID], byAddr[addr] = true, true
 		out = append(out, g.DeviceID+"/"+addr)
 	}
 	return out
+}
+
+func onLink(link []*net.IPNet, ip net.IP) bool {
+	if len(link) == 0 {
+		return true
+	}
+	for _, n := range link {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // Mesh is what discovery needs of the mesh.

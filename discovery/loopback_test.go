@@ -53,3 +53,14 @@ func TestAdvertiseBrowseLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestLink(t *testing.T) {
+	ifi, _, err := Interface("lo")
+	if err != nil {
+		t.Skipf("no usable loopback interface: %v", err)
+	}
+	l := Link(ifi)
+	if len(l) != 1 || l[0].String() != "127.0.0.0/8" {
+		t.Errorf("Link(lo) = %v, want [127.0.0.0/8]", l)
+	}
+}

@@ -145,7 +145,7 @@ func (s *mdnsService) start(ctx context.Context, f mdnsFlags, m *manifest.Manife
 	}
 	if discover {
 		s.disc = &discovery.Discoverer{
-			Self: discovery.Self{ID: m.Device.ID, MeshAddr: site.SelfAddr(), Label: m.Network.Mesh.Label},
+			Self: discovery.Self{ID: m.Device.ID, MeshAddr: site.SelfAddr(), Label: m.Network.Mesh.Label, Link: discovery.Link(ifi)},
 			Mesh: meshJoiner{site},
 			Browse: func(ctx context.Context) ([]discovery.Gateway, error) {
 				return discovery.Browse(ctx, ifi, mdnsBrowseWait)
