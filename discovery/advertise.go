@@ -75,7 +75,7 @@ func Advertise(cfg AdvertiseConfig) (*Advertiser, error) {
 	lc := net.ListenConfig{Control: reuse}
 	conn, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf("0.0.0.0:%d", Port))
 	if err != nil {
-		return nil, fmt.Errorf("mdns: listen on UDP %d: %w", Port, err)
+		return nil, fmt.Errorf("mdns: listen on UDP %d: %w (a program that holds the port without SO_REUSEADDR keeps physd out; avahi shares it)", Port, err)
 	}
 	pc := ipv4.NewPacketConn(conn)
 	fail := func(what string, err error) (*Advertiser, error) {
