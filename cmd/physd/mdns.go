@@ -130,7 +130,9 @@ func (s *mdnsService) start(ctx context.Context, f mdnsFlags, m *manifest.Manife
 	if srvPort == 0 {
 		srvPort = rec.MeshPort
 	}
-	discover := site != nil && md.Discover && len(m.Network.Mesh.SeedPeers) == 0
+	ms := m.Network.Mesh
+	ms.MDNS = md
+	discover := site != nil && ms.MDNSDiscovery()
 	if srvPort == 0 && !discover {
 		log.Warn("mdns: nothing to advertise (MCP on stdio only and no mesh)", "interface", md.Interface)
 		return nil
@@ -161,18 +163,19 @@ func (s *mdnsService) start(ctx context.Context, f mdnsFlags, m *manifest.Manife
 	return nil
 }
 
-// Close stops discovery and sends the advertiser's goodbye.
+// Close sends the advertiser's goodbye, then stops discovery (a round
+// under way ends within its browse wait and the mesh's join timeout).
 func (s *mdnsService) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancel != nil {
-		s.cancel()
-		<-s.done
-		s.cancel = nil
+	adv, cancel, done := s.adv, s.cancel, s.done
+	s.adv, s.cancel = nil, nil
+	s.mu.Unlock()
+	if adv != nil {
+		_ = adv.Close()
 	}
-	if s.adv != nil {
-		_ = s.adv.Close()
-		s.adv = nil
+	if cancel != nil {
+		cancel()
+		<-done
 	}
 }
 
