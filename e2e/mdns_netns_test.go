@@ -87,11 +87,7 @@ func (l *netnsLab) cleanup() {
 // mDNS on eth0.
 func mdnsManifest(t *testing.T, dir, node, ip string) string {
 	t.Helper()
-	b, err := os.ReadFile(repoPath("examples/mesh-3node/node_" + node + ".yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	network := fmt.Sprintf(`network:
+	return rewriteNetwork(t, dir, node, fmt.Sprintf(`network:
   protocols: [{type: ip, address: %s, mcp_port: 8080, role: native}]
   mesh:
     bind: %s
@@ -99,7 +95,17 @@ func mdnsManifest(t *testing.T, dir, node, ip string) string {
     key_env: PHYSD_MESH_KEY
     expected_size: 3
     mdns: {interface: eth0, browse_interval_ms: 2000}
-buses:`, ip, ip)
+buses:`, ip, ip))
+}
+
+// rewriteNetwork writes the mesh-3node example's gateway node with its
+// network: block replaced by network (which ends with "buses:").
+func rewriteNetwork(t *testing.T, dir, node, network string) string {
+	t.Helper()
+	b, err := os.ReadFile(repoPath("examples/mesh-3node/node_" + node + ".yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := regexp.MustCompile(`(?s)network:.*?\nbuses:`).ReplaceAllString(string(b), network)
 	if strings.Contains(out, "seed_peers") || !strings.Contains(out, "mdns:") {
 		t.Fatalf("manifest rewrite failed:\n%s", out)

@@ -128,3 +128,27 @@ func TestMDNSInterfaceErrors(t *testing.T) {
 		t.Errorf("manifest interface nosuch0: exit %d\n%s\nwant prefix %s", code, out, want)
 	}
 }
+
+// TestMDNSMeshOnLoopback: the three example gateways on 127.0.0.62–64 with
+// their seed_peers removed and mDNS on its default interface (lo) form
+// one mesh on one host, no root needed.
+func TestMDNSMeshOnLoopback(t *testing.T) {
+	if _, _, err := discovery.Interface("lo"); err != nil {
+		t.Skipf("no usable loopback interface: %v", err)
+	}
+	dir := t.TempDir()
+	var ds []*daemon
+	for i, node := range []string{"a", "b", "c"} {
+		ip := fmt.Sprintf("127.0.0.%d", 62+i) // not the example's .2–.4, which other mesh tests use
+		p := rewriteNetwork(t, dir, node, fmt.Sprintf(`network:
+  protocols: [{type: ip, address: %s, mcp_port: 8080, role: native}]
+  mesh:
+    bind: %s
+    label: greenhouse_site_lo
+    mdns: {browse_interval_ms: 2000}
+buses:`, ip, ip))
+		ds = append(ds, startHTTP(t, daemonOpts{manifest: p, extra: []string{"--http", ip + ":0"}}))
+	}
+	took := waitMembers(t, ds, 3, 30*time.Second)
+	t.Logf("three gateways on lo formed one mesh by mDNS %s after the last was ready", took.Round(time.Millisecond))
+}
