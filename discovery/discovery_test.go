@@ -215,3 +215,43 @@ func TestParseAnswer(t *testing.T) {
 		t.Errorf("a TXT without id: %+v %q", gws, bad)
 	}
 }
+
+// TestDiscovererHealing: while Healing reports true the browse interval
+// drops to 5 s, and returns to Interval after.
+func TestDiscovererHealing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		healing := false
+		var browses []time.Duration
+		start := time.Now()
+		d := &Discoverer{
+			Self: Self{ID: "gw_a"}, Mesh: &fakeMesh{live: map[string]bool{}}, Interval: 30 * time.Second,
+			Healing: func() bool { mu.Lock(); defer mu.Unlock(); return healing },
+			Browse: func(ctx context.Context) ([]Gateway, error) {
+				mu.Lock()
+				browses = append(browses, time.Since(start))
+				mu.Unlock()
+				time.Sleep(time.Second)
+				return nil, nil
+			},
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { d.Run(ctx); close(done) }()
+		time.Sleep(31 * time.Second) // browses at 0 and 30
+		mu.Lock()
+		healing = true
+		mu.Unlock()
+		time.Sleep(10 * time.Second) // 35, 40
+		mu.Lock()
+		healing = false
+		mu.Unlock()
+		time.Sleep(40 * time.Second) // 45 (decided while healing), 75
+		cancel()
+		<-done
+		want := []time.Duration{0, 30 * time.Second, 35 * time.Second, 40 * time.Second, 45 * time.Second, 75 * time.Second}
+		if !reflect.DeepEqual(browses, want) {
+			t.Errorf("browsed at %v, want %v", browses, want)
+		}
+	})
+}

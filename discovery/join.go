@@ -77,7 +77,11 @@ type Discoverer struct {
 	Mesh     Mesh
 	Browse   BrowseFunc
 	Interval time.Duration
-	Logger   *slog.Logger
+	// Healing, when set and true, shortens the interval to HealingInterval
+	// (PhysMCP §9: the scout interval drops to 5 s while a partition is
+	// suspected), so a gateway back on the link is found sooner.
+	Healing func() bool
+	Logger  *slog.Logger
 
 	mu    sync.Mutex
 	found map[string]Found
@@ -100,17 +104,25 @@ func (d *Discoverer) Run(ctx context.Context) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := time.NewTicker(d.Interval)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		d.round(ctx, log)
+		wait := d.Interval
+		if d.Healing != nil && d.Healing() {
+			wait = min(wait, HealingInterval)
+		}
+		t := time.NewTimer(max(wait-time.Since(start), 0))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}
 	}
 }
+
+// HealingInterval is the browse interval while Healing says so.
+const HealingInterval = 5 * time.Second
 
 func (d *Discoverer) round(ctx context.Context, log *slog.Logger) {
 	gws, err := d.Browse(ctx)

@@ -153,6 +153,7 @@ func (s *mdnsService) start(ctx context.Context, f mdnsFlags, m *manifest.Manife
 				return discovery.Browse(ctx, ifi, mdnsBrowseWait)
 			},
 			Interval: time.Duration(md.BrowseIntervalMS) * time.Millisecond,
+			Healing:  func() bool { return site.PartitionState() != mesh.Healthy },
 			Logger:   log.With("component", "mdns", "interface", md.Interface),
 		}
 		dctx, cancel := context.WithCancel(context.Background())
