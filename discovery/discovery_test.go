@@ -238,15 +238,17 @@ func TestDiscovererHealing(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { d.Run(ctx); close(done) }()
-		time.Sleep(31 * time.Second) // browses at 0 and 30
+		// Each round ends 1 s after it starts and then reads Healing:
+		// switch it half a second away from those instants.
+		time.Sleep(30*time.Second + 500*time.Millisecond) // browses at 0 and 30
 		mu.Lock()
 		healing = true
 		mu.Unlock()
-		time.Sleep(10 * time.Second) // 35, 40
+		time.Sleep(12 * time.Second) // 35, 40; decided at 41 while healing
 		mu.Lock()
 		healing = false
 		mu.Unlock()
-		time.Sleep(40 * time.Second) // 45 (decided while healing), 75
+		time.Sleep(37 * time.Second) // 45, then 75
 		cancel()
 		<-done
 		want := []time.Duration{0, 30 * time.Second, 35 * time.Second, 40 * time.Second, 45 * time.Second, 75 * time.Second}
