@@ -220,4 +220,13 @@ func TestWatchManifest(t *testing.T) {
 	if !slices.Contains(listed(t, cs), "read_fan_speed_zone_b") {
 		t.Errorf("the saved capability is not listed: %v", listed(t, cs))
 	}
+	// A broken save is rejected once, not at every check.
+	if err := os.WriteFile(path, []byte(strings.Replace(next, "kind: read", "kind: reed", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitAudit(t, d.state, "manifest_reload_rejected", 1)
+	time.Sleep(time.Second) // ten checks
+	if n := len(auditEvents(t, d.state, "manifest_reload_rejected")); n != 1 {
+		t.Errorf("the same broken file was rejected %d times", n)
+	}
 }

@@ -51,8 +51,9 @@ type reloader struct {
 	// discovery, metrics); each must be quick.
 	hooks []func(*manifest.Manifest)
 
-	mu  sync.Mutex // one reload at a time
-	sum [32]byte   // the manifest file's content in force
+	mu       sync.Mutex // one reload at a time
+	sum      [32]byte   // the manifest file's content in force
+	rejected [32]byte   // the content of the last rejected reload
 }
 
 // run reloads on SIGHUP, and every watch interval when the manifest file's
@@ -62,6 +63,7 @@ func (r *reloader) run(ctx context.Context, watch time.Duration) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	var tick <-chan time.Time
+	var seen [32]byte // the changed content seen at the previous tick
 	if watch > 0 {
 		t := time.NewTicker(watch)
 		defer t.Stop()
@@ -76,18 +78,28 @@ func (r *reloader) run(ctx context.Context, watch time.Duration) {
 		case <-tick:
 			// A file watch by content: robust to editors that replace the
 			// file, to bind mounts and to symlink swaps (ConfigMaps); the
-			// cost is one small read a tick.
-			if fileSum(r.f.manifest) != r.current() {
-				r.reload(ctx, "manifest file changed")
+			// cost is one small read a tick. A change is applied once the
+			// content held for a whole tick: a file caught half-written
+			// (truncated, then written) is not applied, even if the half
+			// happens to validate.
+			// A content already rejected is not tried (and audited) again
+			// until it changes; SIGHUP always tries.
+			sum := fileSum(r.f.manifest)
+			inForce, rejected := r.current()
+			if sum == inForce || sum == rejected || sum != seen {
+				seen = sum
+				continue
 			}
+			r.reload(ctx, "manifest file changed")
 		}
 	}
 }
 
-func (r *reloader) current() [32]byte {
+// current returns the manifest content in force and the last rejected.
+func (r *reloader) current() (inForce, rejected [32]byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sum
+	return r.sum, r.rejected
 }
 
 // reload validates the files and puts them in force. It returns the error
@@ -98,6 +110,7 @@ func (r *reloader) reload(ctx context.Context, trigger string) error {
 	sum := fileSum(r.f.manifest)
 	res, polChanged, err := r.apply(ctx, sum)
 	if err != nil {
+		r.rejected = sum
 		r.log.Error("reload rejected; the running manifest and policy stay in force", "trigger", trigger, "manifest", r.f.manifest, "policy", r.f.policy, "err", err.Error())
 		if _, aerr := r.al.Append(&audit.Record{Event: "manifest_reload_rejected", Reason: err.Error(),
 			Data: map[string]any{"manifest": r.f.manifest, "policy": r.f.policy, "trigger": trigger}}); aerr != nil {
