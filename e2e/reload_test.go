@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -228,5 +229,90 @@ func TestWatchManifest(t *testing.T) {
 	time.Sleep(time.Second) // ten checks
 	if n := len(auditEvents(t, d.state, "manifest_reload_rejected")); n != 1 {
 		t.Errorf("the same broken file was rejected %d times", n)
+	}
+}
+
+// TestMeshReload: a gateway that reloads its manifest stays in the mesh,
+// and the site sees its new catalog: gw_zone_a lists and routes the tool
+// gw_zone_c added, and stops listing the one it removed.
+func TestMeshReload(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(repoPath("examples/mesh-3node/node_c.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "node_c.yml")
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	meshNode(t, "b", "127.0.0.3", dir+"/b")
+	c := &daemon{cmd: exec.Command(physdBin, "run", "--manifest", path, "--state", dir+"/c", "--http", "127.0.0.4:0"),
+		state: dir + "/c", stderr: &syncBuffer{}, done: make(chan error, 1)}
+	c.cmd.Stderr = c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.done <- c.cmd.Wait() }()
+	t.Cleanup(func() { c.stop(t) })
+	c.stderr.logValue(t, "mesh joined", "node")
+	cmd := exec.Command(physdBin, "run", "--manifest", repoPath("examples/mesh-3node/node_a.yml"), "--state", dir+"/a", "--stdio")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	// A 2026-07-28 client caches tools/list (ttlMs) and is told when to
+	// drop it: the list_changed notification is what makes it see the
+	// reload.
+	changed := make(chan struct{}, 16)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }}).Connect(context.Background(),
+		&mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	waitListed := func(tool string, want bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for (listTools(t, cs)[tool] != nil) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("gw_zone_a: %s listed should be %v\n%s\nC:\n%s", tool, want, stderr.String(), c.stderr.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitListed("do_vent_zone_c", true)
+
+	vent := string(src[strings.Index(string(src), "  - name: vent_zone_c\n"):])
+	next := strings.Replace(string(src), vent, `  - name: vent_position_zone_c
+    kind: read
+    description: Roof vent opening in zone C as the vent reports it (percent).
+    zone: zone_c
+    binding: {type: sim, bus: plant, point: zone_c.vent}
+    data_type: int
+    unit: percent
+    range: {min: 0, max: 100}
+    semantic_tags: [vent, zone_c]
+`, 1)
+	if err := os.WriteFile(path, []byte(next), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for len(changed) > 0 {
+		<-changed
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("gw_zone_a's client was not told that the tools changed")
+	}
+	waitListed("read_vent_position_zone_c", true)
+	waitListed("do_vent_zone_c", false)
+	res := call(t, cs, "read_vent_position_zone_c", map[string]any{"source": "gw_zone_c"})
+	if o := structured(t, res); o["quality"] != "good" || o["source"] != "gw_zone_c" {
+		t.Errorf("routed read of the added tool: %s", text(res))
+	}
+	if strings.Contains(c.stderr.String(), `"mesh joined"`) && strings.Count(c.stderr.String(), `"mesh joined"`) != 1 {
+		t.Errorf("gw_zone_c rejoined the mesh on reload")
 	}
 }
