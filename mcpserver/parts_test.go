@@ -43,8 +43,8 @@ import (
 // goes to the chip at its address; an address with no chip, or a chip
 // unplugged, does not acknowledge.
 type partsBus struct {
-	mu       sync.Mutex
-	chips    map[uint16]i2c.Bus
+	mu        sync.Mutex
+	chips     map[uint16]i2c.Bus
 	unplugged map[uint16]bool
 }
 
