@@ -375,11 +375,11 @@ capabilities:
 	}
 
 	bad := filepath.Join(t.TempDir(), "bad.yml")
-	if err := os.WriteFile(bad, []byte(strings.NewReplacer("CHIP", chip, "DMIN", "100").Replace(src)), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte(strings.NewReplacer("CHIP", chip, "DMIN", "120").Replace(src)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(physdBin, "validate", bad).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "bad.yml:18:80: capabilities[0].binding.duty_min: duty_min 100 and duty_max 100 must satisfy") {
+	if err == nil || !strings.Contains(string(out), "bad.yml:18:80: capabilities[0].binding.duty_min: duty_min 120 is outside 0..100") {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }
