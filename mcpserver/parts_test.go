@@ -212,7 +212,7 @@ capabilities:
 		partsCap("pipe_temperature", "celsius", "{type: i2c, bus: i2c1, address: 0x18, profile: mcp9808}")+
 		partsCap("supply_voltage", "volt", "{type: i2c, bus: i2c1, address: 0x48, profile: ads1115, point: ain0, full_scale_v: 4.096, data_rate_sps: 860}")+
 		partsCap("shunt_millivolts", "millivolt", "{type: i2c, bus: i2c1, address: 0x48, profile: ads1115, point: diff23, full_scale_v: 0.256, data_rate_sps: 860, scale: 1000}")+
-		partsCap("soil_voltage", "volt", "{type: spi, bus: adc, device: mcp3008, channel: 5, vref: 3.3}"))
+		partsCap("soil_voltage", "volt", "{type: spi, bus: adc, profile: mcp3008, channel: 5, vref: 3.3}"))
 
 	for _, c := range []struct {
 		tool, unit string
@@ -285,7 +285,7 @@ capabilities:
 		partsCap("pipe_temperature", "celsius", "{type: i2c, bus: i2c1, address: 0x18, profile: mcp9808}")+
 		partsCap("loft_temperature", "celsius", "{type: i2c, bus: i2c2, address: 0x77, profile: bmp280, point: temperature}")+
 		partsCap("supply_voltage", "volt", "{type: i2c, bus: i2c1, address: 0x48, profile: ads1115, point: ain0}")+
-		partsCap("soil_voltage", "volt", "{type: spi, bus: adc, device: mcp3008, channel: 5}"))
+		partsCap("soil_voltage", "volt", "{type: spi, bus: adc, profile: mcp3008, channel: 5}"))
 
 	notGood := func(tool, quality string, reason ...string) {
 		t.Helper()
