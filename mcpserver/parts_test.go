@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -46,6 +47,7 @@ type partsBus struct {
 	mu        sync.Mutex
 	chips     map[uint16]i2c.Bus
 	unplugged map[uint16]bool
+	gone      bool // the adapter was removed: every Tx fails with ENODEV
 }
 
 var errPartsNACK = fmt.Errorf("remote I/O error (no ACK)")
@@ -53,9 +55,12 @@ var errPartsNACK = fmt.Errorf("remote I/O error (no ACK)")
 func (b *partsBus) Tx(addr uint16, w, r []byte) error {
 	b.mu.Lock()
 	c, ok := b.chips[addr]
-	gone := b.unplugged[addr]
+	nack, gone := b.unplugged[addr], b.gone
 	b.mu.Unlock()
-	if !ok || gone {
+	if gone {
+		return fmt.Errorf("i2c adapter: %w", syscall.ENODEV)
+	}
+	if !ok || nack {
 		return errPartsNACK
 	}
 	return c.Tx(addr, w, r)
@@ -64,6 +69,11 @@ func (b *partsBus) unplug(addr uint16, v bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.unplugged[addr] = v
+}
+func (b *partsBus) setGone() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gone = true
 }
 func (b *partsBus) String() string                  { return "parts" }
 func (b *partsBus) SetSpeed(physic.Frequency) error { return nil }
@@ -253,9 +263,10 @@ capabilities:
 }
 
 // TestProfileFailuresOverMCP: a part that stops answering, a wrong part at
-// the address, traffic the part would not give, and an SPI chip that is
-// not there are each a read answer of quality stale or error naming the
-// device, never a value of quality good.
+// the address, traffic the part would not give, an SPI chip that is not
+// there, and an adapter that goes away are each a read answer of
+// quality stale, degraded or error naming the device, never a value of
+// quality good.
 func TestProfileFailuresOverMCP(t *testing.T) {
 	bme := bme280fake.New(0x76, bme280.ChipBME280, datasheetBME280)
 	bme.SetRaw(bme280.Raw{T: 519888, P: 415148, H: 30000})
@@ -269,6 +280,10 @@ func TestProfileFailuresOverMCP(t *testing.T) {
 	// The BMP280's playback is one read long: a second read finds the
 	// recorded traffic used up, as a part that stopped answering.
 	registerI2C(t, "parts-fail-b", &i2ctest.Playback{Ops: bmp280Playback(0x77), DontPanic: true})
+	caseSensor := mcp9808fake.New(0x19)
+	caseSensor.SetTemperature(21.5)
+	usb := &partsBus{chips: map[uint16]i2c.Bus{0x19: caseSensor}, unplugged: map[uint16]bool{}}
+	registerI2C(t, "parts-fail-usb", usb)
 	spiChip := mcp3008fake.New(3.3)
 	spiChip.SetAbsent(true)
 	if err := spireg.Register("parts-fail-spi", nil, -1, func() (spi.PortCloser, error) { return spiChip, nil }); err != nil {
@@ -279,13 +294,15 @@ func TestProfileFailuresOverMCP(t *testing.T) {
 	cs := partsSession(t, partsHeader+`buses:
   i2c1: {type: i2c, bus: parts-fail-a}
   i2c2: {type: i2c, bus: parts-fail-b}
+  usb: {type: i2c, bus: parts-fail-usb, down_after: 10}
   adc: {type: spi, port: parts-fail-spi}
 capabilities:
 `+partsCap("air_temperature", "celsius", "{type: i2c, bus: i2c1, address: 0x76, profile: bme280, point: temperature}")+
 		partsCap("pipe_temperature", "celsius", "{type: i2c, bus: i2c1, address: 0x18, profile: mcp9808}")+
 		partsCap("loft_temperature", "celsius", "{type: i2c, bus: i2c2, address: 0x77, profile: bmp280, point: temperature}")+
 		partsCap("supply_voltage", "volt", "{type: i2c, bus: i2c1, address: 0x48, profile: ads1115, point: ain0}")+
-		partsCap("soil_voltage", "volt", "{type: spi, bus: adc, profile: mcp3008, channel: 5}"))
+		partsCap("soil_voltage", "volt", "{type: spi, bus: adc, profile: mcp3008, channel: 5}")+
+		partsCap("case_temperature", "celsius", "{type: i2c, bus: usb, address: 0x19, profile: mcp9808}"))
 
 	notGood := func(tool, quality string, reason ...string) {
 		t.Helper()
@@ -321,6 +338,18 @@ capabilities:
 		t.Fatalf("bmp280 playback: %v", o)
 	}
 	notGood("read_loft_temperature", "stale", "i2c i2c2 0x77 bmp280 temperature")
+	// The adapter itself goes (a USB I²C bridge unplugged: the kernel
+	// answers ENODEV and the name leaves the registry): the whole bus is
+	// gone (the bus's health fails, so the node marks the device down and
+	// serves the last value as degraded), and the next answer says what
+	// to check.
+	if o := readPart(t, cs, "read_case_temperature"); o["quality"] != "good" || o["value"] != 21.5 {
+		t.Fatalf("before the adapter goes: %v", o)
+	}
+	usb.setGone()
+	_ = i2creg.Unregister("parts-fail-usb")
+	notGood("read_case_temperature", "degraded", "i2c usb 0x19 mcp9808 temperature", "no such device")
+	notGood("read_case_temperature", "degraded", `i2c bus "parts-fail-usb"`, "is gone", "check the adapter")
 	// No MCP3008 on the chip select: MISO floats high.
 	notGood("read_soil_voltage", "error", "spi adc mcp3008 channel 5")
 }

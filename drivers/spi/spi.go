@@ -6,9 +6,9 @@
 //	buses:
 //	  adc: {type: spi, port: "/dev/spidev0.0"}    # or "SPI0.0", any name spireg knows
 //	capabilities:
-//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 0, vref: 3.3}                 # data_type float, volts
-//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 2, input: differential}       # CH2+ CH3−
-//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 5, scale: 30.3, offset: 0}   # a 0–100 % sensor behind a divider
+//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 0, vref: 3.3}                # data_type float, volts
+//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 2, input: differential}      # CH2+ CH3−
+//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 5, scale: 30.3, offset: 0}  # a 0–100 % sensor behind a divider
 //
 // One chip per bus entry (the port names the chip select). Each read is
 // one conversion; value = volts × scale + offset. A missing port does not
