@@ -26,8 +26,8 @@ import (
 	"github.com/physd/physd/drivers/devices/mcp3008/mcp3008fake"
 	"github.com/physd/physd/drivers/devices/mcp9808"
 	"github.com/physd/physd/drivers/devices/mcp9808/mcp9808fake"
-	_ "github.com/physd/physd/drivers/i2c" // registers i2c
-	_ "github.com/physd/physd/drivers/spi" // registers spi
+	i2cdrv "github.com/physd/physd/drivers/i2c" // registers i2c
+	_ "github.com/physd/physd/drivers/spi"      // registers spi
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
@@ -352,4 +352,43 @@ capabilities:
 	notGood("read_case_temperature", "degraded", `i2c bus "parts-fail-usb"`, "is gone", "check the adapter")
 	// No MCP3008 on the chip select: MISO floats high.
 	notGood("read_soil_voltage", "error", "spi adc mcp3008 channel 5")
+}
+
+// TestScanI2CSkeletonOverMCP: the physd scan i2c engine sweeps a bus with
+// a BME280, an MCP9808 and an ADS1115, and a node started on the skeleton
+// it writes, untouched, answers each part's read_ tool over MCP with the
+// datasheet's value and the skeleton's unit.
+func TestScanI2CSkeletonOverMCP(t *testing.T) {
+	bme := bme280fake.New(0x77, bme280.ChipBME280, datasheetBME280)
+	bme.SetRaw(bme280.Raw{T: 519888, P: 415148, H: 30000})
+	mcp98 := mcp9808fake.New(0x1C)
+	mcp98.SetTemperature(4.0625)
+	adc := ads1115fake.New(0x4A)
+	adc.SetInput(1, 1.0)
+	bus := &partsBus{chips: map[uint16]i2c.Bus{0x77: bme, 0x1C: mcp98, 0x4A: adc}, unplugged: map[uint16]bool{}}
+	registerI2C(t, "parts-scan", bus)
+
+	found := i2cdrv.Sweep(bus)
+	if len(found) != 3 {
+		t.Fatalf("sweep found %+v", found)
+	}
+	skel := string(i2cdrv.I2CSkeleton("parts-scan", "parts-scan", "physd scan i2c --bus parts-scan", found))
+	cs := partsSession(t, skel)
+	for _, c := range []struct {
+		tool, unit string
+		want, tol  float64
+	}{
+		{"read_x77_temperature", "celsius", 25.08, 0},
+		{"read_x77_pressure", "pascal", 100653.27, 0.02},
+		{"read_x77_humidity", "percent", 55.0007, 0.05},
+		{"read_x1c_temperature", "celsius", 4.0625, 0},
+		// The skeleton's full scale is ±4.096 V: 125 µV a code.
+		{"read_x4a_ain1", "volt", 1.0, 0.000125},
+	} {
+		o := readPart(t, cs, c.tool)
+		v, ok := o["value"].(float64)
+		if !ok || math.Abs(v-c.want) > c.tol || o["quality"] != "good" || o["unit"] != c.unit {
+			t.Errorf("%s: value %v quality %v unit %v, want %v (±%v) good %s (reason %v)", c.tool, o["value"], o["quality"], o["unit"], c.want, c.tol, c.unit, o["reason"])
+		}
+	}
 }
