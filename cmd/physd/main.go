@@ -18,12 +18,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -170,7 +172,10 @@ func checkBindings(m *manifest.Manifest) error {
 			errs = append(errs, fmt.Errorf("%s: %s.bus: required; fix: name the bus this capability is wired to (one of buses:)", c.Binding.Pos, c.Binding.Field))
 		}
 	}
-	for name, b := range m.Buses {
+	// Bus by bus in name order: the same manifest prints the same errors
+	// in the same order every time.
+	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
+		b := m.Buses[name]
 		if b.Type != "sim" {
 			if _, ok := drivers.Lookup(b.Type); !ok {
 				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: %s", b.TypePos, name, b.Type, manifest.OneOf(b.Type, drivers.Types())))
