@@ -432,8 +432,16 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	simControls := map[string]http.Handler{}
 	if f.simControl {
 		for name, b := range n.Buses() {
-			if c, ok := b.(interface{ ControlHandler() http.Handler }); ok {
-				simControls[name] = c.ControlHandler()
+			if _, ok := b.(interface{ ControlHandler() http.Handler }); ok {
+				// Looked up per request: a manifest reload may reopen the bus.
+				simControls[name] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					c, ok := n.Buses()[name].(interface{ ControlHandler() http.Handler })
+					if !ok {
+						http.Error(w, "bus "+name+" is no longer a simulator bus (manifest reloaded)", http.StatusNotFound)
+						return
+					}
+					c.ControlHandler().ServeHTTP(w, r)
+				})
 			}
 		}
 	}
