@@ -166,6 +166,7 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadRes
 	// The new rules first: a call decided between the two steps is judged
 	// by the new policy on the old binding, and a call whose capability
 	// the reload redefines never actuates (node.CodeManifestReloaded).
+	oldPol, oldGate := r.guard.Policy(), r.guard.Gate()
 	r.guard.Reload(pol, g)
 	polChanged = true
 	if m != old {
@@ -173,14 +174,8 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadRes
 		defer cancel()
 		rr, err := r.n.Reload(rctx, m)
 		if err != nil && r.n.Manifest() == old {
-			// Not applied: the old manifest's rules go back in force.
-			if r.withPolicy {
-				if p, g, perr := loadPolicy(r.f.policy, old); perr == nil {
-					r.guard.Reload(p, g)
-				}
-			} else if p, perr := policy.ManifestOnly(old); perr == nil {
-				r.guard.Reload(p, nil)
-			}
+			// Not applied: the rules in force before go back.
+			r.guard.Reload(oldPol, oldGate)
 			return nil, false, err
 		}
 		if err != nil {
