@@ -106,10 +106,12 @@ func (rt *routing) sync() {
 	}
 }
 
-// localChanged takes the local tool names after a manifest reload: a
+// relistLocal re-lists the local tools after a manifest reload (relist
+// does it and returns their names) while no routing sync runs, so a sync
+// never lists a remote definition over a local tool or loses one: a
 // remote tool no longer shadowed by a local one is listed as routed (the
 // local tool listed its optional source; it is gone now).
-func (rt *routing) localChanged(local map[string]bool) {
+func (rt *routing) relistLocal(relist func() map[string]bool) {
 	byTool := map[string]RemoteTool{}
 	for _, t := range rt.router.RemoteTools() {
 		if t.Kind == manifest.KindRead || t.Kind == manifest.KindDo {
@@ -118,6 +120,7 @@ func (rt *routing) localChanged(local map[string]bool) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	local := relist()
 	rt.local = local
 	for tool, owners := range rt.owners {
 		switch {

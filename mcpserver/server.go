@@ -198,9 +198,10 @@ func (s *Server) PolicyReloaded() {
 // (tools/list_changed, resources/list_changed). A routed tool of another
 // gateway that has the name of a removed local one is listed again.
 func (s *Server) ManifestReloaded() {
-	s.ts.syncLocal(s.mcp)
 	if s.ts.routing != nil {
-		s.ts.routing.localChanged(s.ts.localNames())
+		s.ts.routing.relistLocal(func() map[string]bool { s.ts.syncLocal(s.mcp); return s.ts.localNames() })
+	} else {
+		s.ts.syncLocal(s.mcp)
 	}
 	s.syncFamilies()
 	s.syncObservationResources()
