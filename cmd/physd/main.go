@@ -477,14 +477,6 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		}()
 		log.Info("mesh joined", "node", site.Name(), "addr", site.SelfAddr(), "expected_size", site.ExpectedSize())
 	}
-	for name := range m.Buses {
-		mx.Gauge("physd_bus_up", "1 while the bus is open and healthy.", map[string]string{"bus": name}, func() float64 {
-			if b, ok := n.Buses()[name]; ok && b.Health() == nil {
-				return 1
-			}
-			return 0
-		})
-	}
 	var sec httpSecurity
 	if f.httpAddr != "" {
 		var pol *policy.Policy
