@@ -492,7 +492,8 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
-	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: fileSum(f.manifest)}
+	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: fileSum(f.manifest),
+		hooks: reloadHooks(alarmEngine, hist, pub)}
 	go rl.run(ctx, f.watchManifest)
 
 	errc := make(chan error, 2)
