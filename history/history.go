@@ -18,7 +18,9 @@
 // resource checks a caller's view against the manifest in force, which no
 // longer knows it — but its stored buckets stay in history.db, count in
 // the size bound and are dropped by retention like any other; if a later
-// reload declares it again, they are served again.
+// reload declares it again, they are served again. Stored buckets of a
+// capability that a restart with another manifest left behind are kept and
+// dropped the same way.
 package history
 
 import (

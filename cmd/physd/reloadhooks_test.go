@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -144,5 +149,94 @@ func TestBusMetricsFollowReload(t *testing.T) {
 	}
 	if up = gauges(t, mx, "physd_bus_up", "bus"); len(up) != 1 || up["plc"] != 1 {
 		t.Errorf("after the reload that removed plant: physd_bus_up = %v, want plc only", up)
+	}
+}
+
+const hookManifest = `physmcp_version: "0.1"
+device: {id: gw_hooks, type: greenhouse_controller, location: {zone: zone_a}}
+network: {protocols: [{type: ip}], mesh: {enabled: false}}
+buses:
+  plant:
+    type: sim
+    zones:
+      zone_a: {ambient_c: 12, initial_c: 18}
+EXTRABUS
+capabilities:
+  - name: temperature_zone_a
+    kind: read
+    description: Air temperature in zone A.
+    binding: {type: sim, bus: plant, point: zone_a.temperature}
+    data_type: float
+    unit: celsius
+    semantic_tags: [temperature]
+    poll_ms: 200
+EXTRA`
+
+// TestSIGHUPReloadFollowsAlarmsAndBuses: physd started with no alarm
+// and one bus; a SIGHUP puts in force a manifest that declares an alarm
+// that holds and adds a bus: the alarm is evaluated (raised, logged,
+// physd_alarm_active 1) and the new bus has physd_bus_up.
+func TestSIGHUPReloadFollowsAlarmsAndBuses(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "physmcp.manifest.yml")
+	write := func(extraBus, extra string) {
+		t.Helper()
+		text := strings.NewReplacer("EXTRABUS\n", extraBus, "EXTRA", extra).Replace(hookManifest)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("", "")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a missing log line fails when physd is killed
+	defer cancel()
+	cmd := physdCommand(ctx, "run", "--manifest", path, "--http", "127.0.0.1:0", "--state", filepath.Join(dir, "state"))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	lines := make(chan map[string]any, 256)
+	go logLines(stderr, lines)
+	l, _ := waitFor(t, lines, "listening")
+	addr, _ := l["addr"].(string)
+	waitFor(t, lines, "ready")
+	scrape := func() string {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("/metrics: %d %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	const alarmSeries = `physd_alarm_active{capability="read_temperature_zone_a",kind="high"}`
+	if body := scrape(); strings.Contains(body, alarmSeries) || strings.Contains(body, `physd_bus_up{bus="plant2"}`) {
+		t.Fatalf("before the reload, /metrics shows the alarm or bus to come:\n%s", body)
+	}
+
+	write("  plant2:\n    type: sim\n    zones:\n      zone_b: {ambient_c: 10, initial_c: 15}\n",
+		"    alarms: {high: -50}\n")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, lines, "manifest reloaded")
+	if l, _ := waitFor(t, lines, "alarm raised"); l["capability"] != "read_temperature_zone_a" || l["kind"] != "high" {
+		t.Errorf("alarm raised: %v, want the high alarm of read_temperature_zone_a", l)
+	}
+	body := scrape()
+	for _, want := range []string{alarmSeries + " 1", `physd_bus_up{bus="plant2"} 1`, `physd_bus_up{bus="plant"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("after the reload, /metrics lacks %s", want)
+		}
 	}
 }
