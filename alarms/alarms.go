@@ -133,18 +133,15 @@ func (e *Engine) reload(m *manifest.Manifest, now time.Time) []Event {
 		}
 		ca := newCapAlarms(c)
 		old := e.caps[c.Name]
-		switch {
-		case old == nil:
-			if e.sub != nil {
-				ca.lastRead = now // stale counts from the reload, as from the start
-			}
-		case old.c.ToolName() == c.ToolName():
+		if old != nil && old.c.ToolName() == c.ToolName() {
 			ca.lastRead = old.lastRead
 			for k := range ca.conds {
 				if oc := old.conds[k]; oc != nil && definition(old, k) == definition(ca, k) {
 					ca.conds[k] = oc
 				}
 			}
+		} else if e.sub != nil {
+			ca.lastRead = now // stale counts from the reload, as from the start
 		}
 		next[c.Name] = ca
 	}

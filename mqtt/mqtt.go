@@ -409,7 +409,13 @@ func (p *Publisher) run() {
 			p.changes = nil
 			p.mu.Unlock()
 			for _, m := range msgs {
-				p.publish(m)
+				p.mu.Lock()
+				// A removal a later reload or value undid is not sent.
+				undone := len(m.payload) == 0 && !p.removed[m.topic]
+				p.mu.Unlock()
+				if !undone {
+					p.publish(m)
+				}
 			}
 		case m := <-p.q:
 			p.mu.Lock()
