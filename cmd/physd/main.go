@@ -490,14 +490,6 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		}()
 		log.Info("mesh joined", "node", site.Name(), "addr", site.SelfAddr(), "expected_size", site.ExpectedSize())
 	}
-	for name := range m.Buses {
-		mx.Gauge("physd_bus_up", "1 while the bus is open and healthy.", map[string]string{"bus": name}, func() float64 {
-			if b, ok := n.Buses()[name]; ok && b.Health() == nil {
-				return 1
-			}
-			return 0
-		})
-	}
 	var sec httpSecurity
 	if f.httpAddr != "" {
 		var pol *policy.Policy
@@ -513,7 +505,8 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
-	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: fileSum(f.manifest)}
+	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: fileSum(f.manifest),
+		hooks: reloadHooks(alarmEngine, hist, pub)}
 	go rl.run(ctx, f.watchManifest)
 
 	errc := make(chan error, 2)
