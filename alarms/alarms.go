@@ -58,6 +58,10 @@ type Engine struct {
 	once  sync.Once
 	mu    sync.Mutex
 	lsnrs []func(Event)
+	// emitMu makes finding events and telling the listeners one step, so
+	// listeners see the events in the order they happened (the engine's
+	// goroutine and Reload both emit).
+	emitMu sync.Mutex
 }
 
 type capAlarms struct {
@@ -75,24 +79,118 @@ type cond struct {
 	message string
 }
 
-// New builds the engine for the manifest's declared alarms (nil when none
-// is declared).
+// New builds the engine for the manifest's declared alarms. With none
+// declared it has nothing to evaluate, but it exists: a manifest reload
+// may declare some (Reload).
 func New(m *manifest.Manifest) *Engine {
 	e := &Engine{caps: map[string]*capAlarms{}, tick: time.Second, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, c := range m.Capabilities {
 		if c.Alarms == nil {
 			continue
 		}
-		ca := &capAlarms{c: c, a: c.Alarms, conds: map[string]*cond{}}
-		for _, k := range kindsOf(c.Alarms) {
-			ca.conds[k] = &cond{}
-		}
-		e.caps[c.Name] = ca
-	}
-	if len(e.caps) == 0 {
-		return nil
+		e.caps[c.Name] = newCapAlarms(c)
 	}
 	return e
+}
+
+func newCapAlarms(c *manifest.Capability) *capAlarms {
+	ca := &capAlarms{c: c, a: c.Alarms, conds: map[string]*cond{}}
+	for _, k := range kindsOf(c.Alarms) {
+		ca.conds[k] = &cond{}
+	}
+	return ca
+}
+
+// Reload puts the alarms of m in force (after a manifest reload), and
+// emits the events it causes to the listeners before it returns. An alarm
+// is identified by its capability's tool name and its kind; its
+// definition is what its condition depends on: the kind's fields of
+// alarms: (high or low with hysteresis and for_ms, quality with for_ms,
+// stale_s) and the capability's data type and unit.
+//
+//   - An alarm whose definition is unchanged keeps its state: raised stays
+//     raised (no new event), a pending condition keeps counting.
+//   - An alarm whose definition changed starts again from not raised;
+//     raised, it is cleared with an event saying that the manifest reload
+//     changed it (the new definition raises it again if it holds).
+//   - An alarm the new manifest no longer declares (its capability or its
+//     kind removed) is cleared the same way, saying the reload removed it.
+//   - A new alarm starts not raised; its stale_s counts from the reload.
+func (e *Engine) Reload(m *manifest.Manifest) {
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
+	e.emit(e.reload(m, time.Now()))
+}
+
+func (e *Engine) reload(m *manifest.Manifest, now time.Time) []Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var evs []Event
+	next := map[string]*capAlarms{}
+	for _, c := range m.Capabilities {
+		if c.Alarms == nil {
+			continue
+		}
+		ca := newCapAlarms(c)
+		old := e.caps[c.Name]
+		if old != nil && old.c.ToolName() == c.ToolName() {
+			ca.lastRead = old.lastRead
+			for k := range ca.conds {
+				if oc := old.conds[k]; oc != nil && definition(old, k) == definition(ca, k) {
+					ca.conds[k] = oc
+				}
+			}
+		} else if e.sub != nil {
+			ca.lastRead = now // stale counts from the reload, as from the start
+		}
+		next[c.Name] = ca
+	}
+	names := make([]string, 0, len(e.caps))
+	for n := range e.caps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		old := e.caps[n]
+		ca := next[n]
+		for _, k := range kindsOf(old.a) {
+			oc := old.conds[k]
+			switch {
+			case ca != nil && ca.conds[k] == oc:
+				// kept
+			case ca != nil && ca.c.ToolName() == old.c.ToolName() && ca.conds[k] != nil:
+				evs = old.clear(evs, k, now, oc.value, "the manifest reload changed this alarm")
+			default:
+				evs = old.clear(evs, k, now, oc.value, "the manifest reload removed this alarm")
+			}
+		}
+	}
+	e.caps = next
+	return evs
+}
+
+// definition is what the condition of kind on ca depends on: equal
+// definitions keep the condition's state across a reload.
+func definition(ca *capAlarms, kind string) string {
+	a, c := ca.a, ca.c
+	num := func(p *float64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p)
+	}
+	base := c.ToolName() + "|" + c.DataType + "|" + c.Unit + "|" + kind + "|"
+	switch kind {
+	case KindHigh:
+		return base + fmt.Sprint(num(a.High), a.Hysteresis, a.ForMS)
+	case KindLow:
+		return base + fmt.Sprint(num(a.Low), a.Hysteresis, a.ForMS)
+	case KindQuality:
+		return base + fmt.Sprint(a.Quality, a.ForMS)
+	case KindStale:
+		return base + fmt.Sprint(a.StaleS)
+	}
+	return base
 }
 
 func kindsOf(a *manifest.Alarms) []string {
@@ -112,9 +210,11 @@ func kindsOf(a *manifest.Alarms) []string {
 	return ks
 }
 
-// Declared lists every declared alarm as capability tool and kind (for
-// metrics).
+// Declared lists every declared alarm in force as capability tool and
+// kind (for metrics).
 func (e *Engine) Declared() [][2]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	var out [][2]string
 	for _, ca := range e.caps {
 		for k := range ca.conds {
@@ -125,8 +225,9 @@ func (e *Engine) Declared() [][2]string {
 	return out
 }
 
-// OnEvent adds a listener; listeners run on the engine's goroutine, in
-// order, and should be quick (the audit's fsync is).
+// OnEvent adds a listener; listeners run one at a time, on the engine's
+// goroutine (on Reload's for the events a reload causes), in the order of
+// the events, and should be quick (the audit's fsync is).
 func (e *Engine) OnEvent(f func(Event)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -135,9 +236,10 @@ func (e *Engine) OnEvent(f func(Event)) {
 
 // Follow starts evaluating the node's observation stream; Close stops.
 func (e *Engine) Follow(n *node.Node) {
-	e.sub = n.Subscribe(0)
+	sub := n.Subscribe(0)
 	now := time.Now()
 	e.mu.Lock()
+	e.sub = sub
 	for _, ca := range e.caps {
 		ca.lastRead = now // stale counts from the start
 	}
@@ -152,9 +254,13 @@ func (e *Engine) run() {
 	for {
 		select {
 		case o := <-e.sub.C:
+			e.emitMu.Lock()
 			e.emit(e.Observe(o))
+			e.emitMu.Unlock()
 		case <-t.C:
+			e.emitMu.Lock()
 			e.emit(e.Tick(time.Now()))
+			e.emitMu.Unlock()
 		case <-e.sub.Done():
 			return
 		case <-e.stop:

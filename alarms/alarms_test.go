@@ -191,3 +191,122 @@ func TestAlarmLifecycle(t *testing.T) {
 		}
 	})
 }
+
+// reload puts the plant manifest with alarms line alarmsLine (or none,
+// when "") in force on the node and the engine.
+func (r *rig) reload(t *testing.T, alarmsLine string) {
+	t.Helper()
+	text := strings.Replace(plant, "    alarms: {high: 50, hysteresis: 5, for_ms: 3000, quality: [stale, error], stale_s: 5}\n", alarmsLine, 1)
+	m, err := manifest.Parse("a.yml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.n.Reload(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	r.e.Reload(m)
+	synctest.Wait()
+}
+
+// TestReloadKeepsChangesAndRemovesAlarms: a raised alarm whose definition
+// a reload keeps stays raised (same since, no new event); one whose
+// definition changed is cleared, saying so, and raised again by the new
+// definition when it holds; one the reload removes is cleared, saying so,
+// and nothing is raised for it after.
+func TestReloadKeepsChangesAndRemovesAlarms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := open(t)
+		step(1500 * time.Millisecond)
+		r.set(t, 60)
+		step(4 * time.Second)
+		if got := strings.Join(r.events(), ", "); got != "high raised" {
+			t.Fatalf("events [%s], want [high raised]", got)
+		}
+		since := r.e.Active()[0].Since
+
+		// The same alarms (the manifest parsed again: new objects).
+		r.reload(t, "    alarms: {high: 50, hysteresis: 5, for_ms: 3000, quality: [stale, error], stale_s: 5}\n")
+		step(5 * time.Second)
+		if got := strings.Join(r.events(), ", "); got != "high raised" {
+			t.Fatalf("after a reload keeping the alarm: events [%s], want [high raised] only", got)
+		}
+		if a := r.e.Active(); len(a) != 1 || a[0].Kind != alarms.KindHigh || !a[0].Since.Equal(since) {
+			t.Fatalf("after a reload keeping the alarm: active %+v, want high since %v", a, since)
+		}
+
+		// The high limit changed: cleared now, raised again after for_ms
+		// by the new limit (60 > 55); the stale and quality alarms are
+		// unchanged and not touched.
+		r.reload(t, "    alarms: {high: 55, hysteresis: 5, for_ms: 3000, quality: [stale, error], stale_s: 5}\n")
+		r.mu.Lock()
+		last := r.evs[len(r.evs)-1]
+		r.mu.Unlock()
+		if last.State != "cleared" || last.Kind != alarms.KindHigh || !strings.Contains(last.Message, "the manifest reload changed this alarm") {
+			t.Fatalf("after a reload changing the limit: last event %+v, want high cleared by the reload", last)
+		}
+		if len(r.e.Active()) != 0 {
+			t.Fatalf("active right after the change: %+v", r.e.Active())
+		}
+		step(4 * time.Second)
+		if got := strings.Join(r.events(), ", "); got != "high raised, high cleared, high raised" {
+			t.Fatalf("after the new limit held: events [%s]", got)
+		}
+		if a := r.e.Active(); len(a) != 1 || !strings.Contains(a[0].Message, "above the high limit 55") {
+			t.Fatalf("active %+v, want high by the new limit 55", a)
+		}
+
+		// The alarms removed: cleared, saying so; nothing raised after.
+		r.reload(t, "")
+		r.mu.Lock()
+		last = r.evs[len(r.evs)-1]
+		r.mu.Unlock()
+		if last.State != "cleared" || !strings.Contains(last.Message, "the manifest reload removed this alarm") {
+			t.Fatalf("after a reload removing the alarms: last event %+v", last)
+		}
+		r.fault(t, `{"point":"zone_a.heater","mode":"offline"}`)
+		step(10 * time.Second)
+		if got := strings.Join(r.events(), ", "); got != "high raised, high cleared, high raised, high cleared" {
+			t.Fatalf("after the removal: events [%s], want nothing new", got)
+		}
+		if len(r.e.Active()) != 0 || len(r.e.Declared()) != 0 {
+			t.Fatalf("after the removal: active %+v declared %v", r.e.Active(), r.e.Declared())
+		}
+
+		// Declared again by a later reload: evaluated from then on.
+		r.reload(t, "    alarms: {quality: [error], stale_s: 5}\n")
+		step(6 * time.Second)
+		if a := r.e.Active(); len(a) != 2 {
+			t.Fatalf("after the alarms came back with the device offline: active %+v, want quality and stale", a)
+		}
+	})
+}
+
+// TestReloadAddsAlarmsToANodeStartedWithout: the engine exists for a
+// manifest that declares no alarm, and a reload that declares one starts
+// evaluating it.
+func TestReloadAddsAlarmsToANodeStartedWithout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := open(t)
+		r.reload(t, "")
+		none, err := manifest.Parse("a.yml", []byte(strings.Replace(plant, "    alarms: {high: 50, hysteresis: 5, for_ms: 3000, quality: [stale, error], stale_s: 5}\n", "", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := alarms.New(none)
+		if e == nil {
+			t.Fatal("no engine for a manifest without alarms: a reload could not add any")
+		}
+		var got []string
+		e.OnEvent(func(ev alarms.Event) { got = append(got, ev.Kind+" "+ev.State) })
+		e.Follow(r.n)
+		defer e.Close()
+		r.set(t, 60)
+		step(5 * time.Second)
+		r.reload(t, "    alarms: {high: 50, for_ms: 1000}\n")
+		e.Reload(r.n.Manifest())
+		step(3 * time.Second)
+		if strings.Join(got, ", ") != "high raised" || !e.IsActive("read_heater_power_zone_a", alarms.KindHigh) {
+			t.Fatalf("events %v, active %+v: want the alarm the reload declared raised", got, e.Active())
+		}
+	})
+}

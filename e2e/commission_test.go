@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/drivers/modbus/modbustest"
 )
@@ -19,6 +22,49 @@ import (
 // and a daemon started on the skeleton reads, over MCP, the same raw
 // registers that a daemon on the hand-written example decodes.
 func TestScanModbusSim(t *testing.T) {
+	sim := startModbusSim(t)
+	skel := scanSkeleton(t, "1 of 20 unit(s) answered", "--tcp", sim.addr, "--units", "1-20")
+	example := exampleModbus(t, func(src string) string { return strings.ReplaceAll(src, "127.0.0.1:5020", sim.addr) })
+	skeletonReadsLikeExample(t, skel, example)
+}
+
+// TestScanModbusSimRTU: the same over a serial line. modbus-sim -pty
+// serves the boiler as Modbus RTU on a pseudo-terminal (the RTU pty
+// slave); physd scan modbus --rtu finds its one unit among five, the
+// skeleton validates with a modbus_rtu bus on that port, and a daemon on
+// the skeleton reads over MCP the raw registers that a daemon on the
+// hand-written example, moved to the same line, decodes. The two daemons
+// run one after the other: two masters on one line would collide.
+func TestScanModbusSimRTU(t *testing.T) {
+	sim := startModbusSim(t, "-pty")
+	if sim.pty == "" {
+		t.Skip("modbus-sim could not open a pty")
+	}
+	skel := scanSkeleton(t, "1 of 5 unit(s) answered", "--rtu", sim.pty, "--baud", "115200", "--parity", "N", "--stop-bits", "2",
+		"--units", "1-5", "--timeout-ms", "200", "--silence-ms", "20")
+	src, _ := os.ReadFile(skel)
+	for _, part := range []string{"type: modbus_rtu", `port: "` + sim.pty + `"`, "baud: 115200", "parity: N", "stop_bits: 2"} {
+		if !strings.Contains(string(src), part) {
+			t.Errorf("skeleton lacks %q", part)
+		}
+	}
+	example := exampleModbus(t, func(src string) string {
+		rtu := strings.Replace(src, "    type: modbus_tcp\n    address: \"127.0.0.1:5020\"\n",
+			"    type: modbus_rtu\n    port: "+sim.pty+"\n    baud: 115200\n    parity: N\n    stop_bits: 2\n    silence_ms: 20\n", 1)
+		if rtu == src {
+			t.Fatal("the example's bus block changed; update this test")
+		}
+		return rtu
+	})
+	skeletonReadsLikeExample(t, skel, example)
+}
+
+type modbusSim struct{ addr, pty string }
+
+// startModbusSim builds and starts examples/modbus/modbus-sim on a free
+// port, its model held still (-step 1h), with extra flags.
+func startModbusSim(t *testing.T, flags ...string) modbusSim {
+	t.Helper()
 	dir := t.TempDir()
 	simBin := filepath.Join(dir, "modbus-sim")
 	if out, err := exec.Command("go", "build", "-o", simBin, "github.com/physd/physd/examples/modbus/modbus-sim").CombinedOutput(); err != nil {
@@ -28,27 +74,48 @@ func TestScanModbusSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
+	s := modbusSim{addr: l.Addr().String()}
 	_ = l.Close()
-	sim := exec.Command(simBin, "-addr", addr, "-step", "1h") // the model holds still during the test
+	sim := exec.Command(simBin, append([]string{"-addr", s.addr, "-step", "1h"}, flags...)...)
+	log := &syncBuffer{}
+	sim.Stderr = log
 	if err := sim.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sim.Process.Kill(); _ = sim.Wait() })
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
+		if c, err := net.Dial("tcp", s.addr); err == nil {
 			_ = c.Close()
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("modbus-sim did not start listening")
+			t.Fatalf("modbus-sim did not start listening:\n%s", log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if slices.Contains(flags, "-pty") {
+		// The sim opens the pty after its TCP listener: wait for the
+		// line that names it.
+		for deadline := time.Now().Add(5 * time.Second); s.pty == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, after, ok := strings.Cut(log.String(), "RTU on "); ok {
+				s.pty = strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
+			}
+		}
+		if s.pty == "" && !strings.Contains(log.String(), "-pty:") {
+			t.Fatalf("modbus-sim -pty logged no RTU line:\n%s", log.String())
+		}
+	}
+	return s
+}
 
-	skel := filepath.Join(dir, "skeleton.yml")
-	out, err := exec.Command(physdBin, "scan", "modbus", "--tcp", addr, "--units", "1-20", "--out", skel).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "1 of 20 unit(s) answered") {
+// scanSkeleton runs physd scan modbus with args, checks that it says
+// answered and that the skeleton validates and names unit 1 and no other,
+// and returns the skeleton's path.
+func scanSkeleton(t *testing.T, answered string, args ...string) string {
+	t.Helper()
+	skel := filepath.Join(t.TempDir(), "skeleton.yml")
+	out, err := exec.Command(physdBin, append(append([]string{"scan", "modbus"}, args...), "--out", skel)...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), answered) {
 		t.Fatalf("scan: %v\n%s", err, out)
 	}
 	if out, err := exec.Command(physdBin, "validate", skel).CombinedOutput(); err != nil {
@@ -58,45 +125,63 @@ func TestScanModbusSim(t *testing.T) {
 	if !strings.Contains(string(src), "# ==== unit 1: no identification") || strings.Contains(string(src), "u2_") {
 		t.Fatalf("skeleton should name unit 1 and no other:\n%.2000s", src)
 	}
+	return skel
+}
 
+// exampleModbus writes examples/modbus/physmcp.manifest.yml, edited by
+// edit, to a temporary file.
+func exampleModbus(t *testing.T, edit func(string) string) string {
+	t.Helper()
 	ex, err := os.ReadFile(repoPath("examples/modbus/physmcp.manifest.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	exPath := filepath.Join(dir, "example.yml")
-	if err := os.WriteFile(exPath, []byte(strings.ReplaceAll(string(ex), "127.0.0.1:5020", addr)), 0o600); err != nil {
+	p := filepath.Join(t.TempDir(), "example.yml")
+	if err := os.WriteFile(p, []byte(edit(string(ex))), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	skD := startHTTP(t, daemonOpts{manifest: skel})
-	exD := startHTTP(t, daemonOpts{manifest: exPath})
-	sk, exS := connectHTTP(t, skD, "2026-07-28"), connectHTTP(t, exD, "2026-07-28")
-	val := func(d string, tool string) any {
+	return p
+}
+
+// skeletonReadsLikeExample starts a daemon on the skeleton and reads the
+// raw registers over MCP, stops it, then starts one on the example and
+// checks each of its reads against what the raw registers give.
+func skeletonReadsLikeExample(t *testing.T, skel, example string) {
+	t.Helper()
+	read := func(cs *mcp.ClientSession, tool string) any {
 		t.Helper()
-		cs := sk
-		if d == "ex" {
-			cs = exS
-		}
 		o := structured(t, call(t, cs, tool, map[string]any{}))
 		if o["quality"] != "good" {
-			t.Fatalf("%s %s: %v", d, tool, o)
+			t.Fatalf("%s: %v", tool, o)
 		}
 		return o["value"]
 	}
-	reg := func(name string) uint16 { return uint16(val("sk", "read_u1_"+name).(float64)) }
+	skD := startHTTP(t, daemonOpts{manifest: skel})
+	sk := connectHTTP(t, skD, "2026-07-28")
+	regs := map[string]uint16{}
+	for _, name := range []string{"input_0", "input_1", "input_2", "input_3", "input_4", "input_5", "input_6", "holding_0", "holding_1", "holding_2", "holding_10"} {
+		regs[name] = uint16(read(sk, "read_u1_"+name).(float64))
+	}
+	flame := read(sk, "read_u1_discrete_0")
+	sk.Close()
+	skD.stop(t)
+
+	exD := startHTTP(t, daemonOpts{manifest: example})
+	ex := connectHTTP(t, exD, "2026-07-28")
 	f32 := func(hi, lo uint16) float64 { return float64(math.Float32frombits(uint32(hi)<<16 | uint32(lo))) }
 	checks := []struct {
 		tool string
 		want any
 	}{
-		{"read_boiler_flow_temperature", f32(reg("input_0"), reg("input_1"))},
-		{"read_boiler_return_temperature", f32(reg("input_3"), reg("input_2"))},
-		{"read_outdoor_temperature", float64(int16(reg("input_4"))) * 0.1},
-		{"read_burner_hours", float64(uint32(reg("input_5"))<<16 | uint32(reg("input_6")))},
-		{"read_flame_detected", val("sk", "read_u1_discrete_0")},
-		{"read_boiler_alarm", reg("holding_10")&(1<<3) != 0},
+		{"read_boiler_flow_temperature", f32(regs["input_0"], regs["input_1"])},
+		{"read_boiler_return_temperature", f32(regs["input_3"], regs["input_2"])}, // CDAB
+		{"read_outdoor_temperature", float64(int16(regs["input_4"])) * 0.1},
+		{"read_burner_hours", float64(uint32(regs["input_5"])<<16 | uint32(regs["input_6"]))},
+		{"read_flame_detected", flame},
+		{"read_boiler_alarm", regs["holding_10"]&(1<<3) != 0},
 	}
 	for _, c := range checks {
-		got := val("ex", c.tool)
+		got := read(ex, c.tool)
 		if g, ok := got.(float64); ok {
 			if math.Abs(g-c.want.(float64)) > 0.06 { // the example rounds to its precision, 0.1
 				t.Errorf("%s = %v; the skeleton's raw registers give %v", c.tool, got, c.want)
@@ -107,8 +192,13 @@ func TestScanModbusSim(t *testing.T) {
 	}
 	// The setpoint, pump speed and mode registers hold the simulator's
 	// documented start values (55.0 °C as int16 x0.1, 60 %, heating).
-	if a, b, c := reg("holding_0"), reg("holding_1"), reg("holding_2"); a != 550 || b != 60 || c != 1 {
+	if a, b, c := regs["holding_0"], regs["holding_1"], regs["holding_2"]; a != 550 || b != 60 || c != 1 {
 		t.Errorf("holding 0..2 = %d %d %d, want 550 60 1", a, b, c)
+	}
+	// The burner's flow temperature is a plausible water temperature, so
+	// the comparison above is not of two zeros.
+	if v := f32(regs["input_0"], regs["input_1"]); v < 10 || v > 90 {
+		t.Errorf("flow temperature %v °C from the skeleton's registers", v)
 	}
 }
 
@@ -285,11 +375,11 @@ capabilities:
 	}
 
 	bad := filepath.Join(t.TempDir(), "bad.yml")
-	if err := os.WriteFile(bad, []byte(strings.NewReplacer("CHIP", chip, "DMIN", "100").Replace(src)), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte(strings.NewReplacer("CHIP", chip, "DMIN", "120").Replace(src)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(physdBin, "validate", bad).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "bad.yml:18:80: capabilities[0].binding.duty_min: duty_min 100 and duty_max 100 must satisfy") {
+	if err == nil || !strings.Contains(string(out), "bad.yml:18:80: capabilities[0].binding.duty_min: duty_min 120 is outside 0..100") {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }

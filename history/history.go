@@ -10,6 +10,17 @@
 // FlushEvery, so an SD card sees one small write a minute, not one per
 // observation. Retention is by age (MaxAge) and by size (MaxBytes): the
 // oldest buckets go first.
+//
+// A manifest reload (Reload) changes which capabilities are recorded:
+// stored buckets are keyed by capability name, so a capability the reload
+// keeps or redefines continues its series. A capability the reload removes
+// (or makes non-numeric) is no longer recorded nor served — the MCP
+// resource checks a caller's view against the manifest in force, which no
+// longer knows it — but its stored buckets stay in history.db, count in
+// the size bound and are dropped by retention like any other; if a later
+// reload declares it again, they are served again. Stored buckets of a
+// capability that a restart with another manifest left behind are kept and
+// dropped the same way.
 package history
 
 import (
@@ -94,18 +105,19 @@ const recordCost = 128
 type History struct {
 	cfg   Config
 	db    *bolt.DB
-	caps  map[string]*manifest.Capability // numeric capabilities by name
-	keep  int                             // buckets kept per capability (size bound)
 	sub   *node.Subscription
 	stop  chan struct{}
 	done  chan struct{}
 	close sync.Once
 
-	mu    sync.Mutex
-	open  map[string]*agg           // the bucket being filled, per capability
-	dirty map[string]map[int64]*agg // buckets not yet written
-	seen  map[string]bool           // first bucket since start was seeded from disk
-	count map[string]int            // stored buckets per capability
+	mu      sync.Mutex
+	caps    map[string]*manifest.Capability // numeric capabilities recorded, by name
+	retired map[string]bool                 // stored, no longer recorded (removed by a reload, or by a restart with another manifest)
+	keep    int                             // buckets kept per stored capability (size bound)
+	open    map[string]*agg                 // the bucket being filled, per capability
+	dirty   map[string]map[int64]*agg       // buckets not yet written
+	seen    map[string]bool                 // first bucket since start was seeded from disk
+	count   map[string]int                  // stored buckets per capability
 
 	flushMu sync.Mutex // one flush at a time (count)
 
@@ -185,16 +197,9 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	db.AllocSize = int(min(1<<20, cfg.MaxBytes/8))
-	h := &History{cfg: cfg, db: db, caps: map[string]*manifest.Capability{},
+	h := &History{cfg: cfg, db: db, caps: numericCaps(m), retired: map[string]bool{},
 		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{}, count: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
-	for _, c := range m.Capabilities {
-		switch c.DataType {
-		case manifest.TypeFloat, manifest.TypeInt, manifest.TypeBool:
-			h.caps[c.Name] = c
-		}
-	}
-	h.keep = int(max(cfg.MaxBytes/2/recordCost/int64(max(len(h.caps), 1)), 1))
 	err = db.Update(func(tx *bolt.Tx) error {
 		for name := range h.caps {
 			b, err := tx.CreateBucketIfNotExists([]byte(name))
@@ -203,13 +208,67 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 			}
 			h.count[name] = b.Stats().KeyN
 		}
-		return nil
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if h.caps[string(name)] == nil {
+				h.retired[string(name)] = true
+				h.count[string(name)] = b.Stats().KeyN
+			}
+			return nil
+		})
 	})
+	h.setKeep()
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	return h, nil
+}
+
+// numericCaps are the capabilities of m the history records: float, int,
+// and bool (as 0/1).
+func numericCaps(m *manifest.Manifest) map[string]*manifest.Capability {
+	caps := map[string]*manifest.Capability{}
+	for _, c := range m.Capabilities {
+		switch c.DataType {
+		case manifest.TypeFloat, manifest.TypeInt, manifest.TypeBool:
+			caps[c.Name] = c
+		}
+	}
+	return caps
+}
+
+// setKeep shares the size bound between the stored capabilities (h.mu
+// held, or before the History is shared).
+func (h *History) setKeep() {
+	h.keep = int(max(h.cfg.MaxBytes/2/recordCost/int64(max(len(h.caps)+len(h.retired), 1)), 1))
+}
+
+// Reload records the numeric capabilities of m from now on (after a
+// manifest reload; see the package comment for what happens to the
+// stored history). It touches no file: a capability the reload adds gets
+// its place in history.db at the next flush.
+func (h *History) Reload(m *manifest.Manifest) {
+	caps := numericCaps(m)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name := range h.caps {
+		if caps[name] != nil {
+			continue
+		}
+		// Removed: its bucket being filled is written at the next flush;
+		// if it comes back, its first bucket is read from disk again.
+		if a := h.open[name]; a != nil {
+			h.markDirty(name, a)
+			delete(h.open, name)
+		}
+		delete(h.seen, name)
+		h.retired[name] = true
+	}
+	for name := range caps {
+		delete(h.retired, name)
+	}
+	h.caps = caps
+	h.setKeep()
 }
 
 // Config is the history's bound in force.
@@ -292,7 +351,7 @@ func numeric(v any) (float64, bool) {
 // Record adds one observation (the writer calls it for each observation
 // of the stream).
 func (h *History) Record(o node.Observed) {
-	if o.Cap == nil || h.caps[o.Cap.Name] == nil {
+	if o.Cap == nil {
 		return
 	}
 	name := o.Cap.Name
@@ -303,6 +362,9 @@ func (h *History) Record(o node.Observed) {
 	start := at.Truncate(h.cfg.Resolution).Unix()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.caps[name] == nil {
+		return
+	}
 	a := h.open[name]
 	if a != nil && start < a.start {
 		start = a.start // published a moment before the last one: same bucket
@@ -388,14 +450,40 @@ func (h *History) Flush() {
 	for name, a := range h.open {
 		recs = append(recs, rec{name, *a})
 	}
+	stored := make([]string, 0, len(h.caps)+len(h.retired))
+	for name := range h.caps {
+		stored = append(stored, name)
+	}
+	retired := maps.Clone(h.retired)
+	for name := range retired {
+		stored = append(stored, name)
+	}
+	keep := h.keep
 	h.mu.Unlock()
 	cutoff := time.Now().Add(-h.cfg.MaxAge).Unix()
 	h.flushMu.Lock()
 	defer h.flushMu.Unlock()
 	counts := maps.Clone(h.count)
+	var emptied []string // stored buckets retention emptied, of capabilities no longer recorded
 	err := h.db.Update(func(tx *bolt.Tx) error {
+		emptied = emptied[:0]
+		// bucket is a capability's bucket, made at its first flush (a
+		// capability a reload added), with its count.
+		bucket := func(name string) (*bolt.Bucket, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte(name))
+			if err != nil {
+				return nil, err
+			}
+			if _, ok := counts[name]; !ok {
+				counts[name] = b.Stats().KeyN
+			}
+			return b, nil
+		}
 		for _, r := range recs {
-			b := tx.Bucket([]byte(r.name))
+			b, err := bucket(r.name)
+			if err != nil {
+				return err
+			}
 			k := key(r.a.start)
 			if b.Get(k) == nil {
 				counts[r.name]++
@@ -404,17 +492,42 @@ func (h *History) Flush() {
 				return err
 			}
 		}
-		for name := range h.caps {
-			n, err := h.prune(tx.Bucket([]byte(name)), cutoff, counts[name])
+		for _, name := range stored {
+			b, err := bucket(name)
+			if err != nil {
+				return err
+			}
+			n, err := prune(b, cutoff, counts[name], keep)
 			if err != nil {
 				return err
 			}
 			counts[name] = n
 		}
+		for name := range retired {
+			if counts[name] == 0 {
+				emptied = append(emptied, name)
+			}
+		}
+		// A capability declared again meanwhile loses only an empty
+		// bucket: its next flush makes it again.
+		for _, name := range emptied {
+			if err := tx.DeleteBucket([]byte(name)); err != nil {
+				return err
+			}
+			delete(counts, name)
+		}
 		return nil
 	})
 	if err == nil {
 		h.count = counts
+		h.mu.Lock()
+		for _, name := range emptied {
+			if h.caps[name] == nil { // not declared again meanwhile
+				delete(h.retired, name)
+			}
+		}
+		h.setKeep()
+		h.mu.Unlock()
 	}
 	if err != nil {
 		// Keep the finished buckets for the next flush (the open ones are
@@ -439,10 +552,10 @@ func (h *History) Flush() {
 
 // prune drops buckets older than cutoff, then the oldest beyond keep; n
 // is how many the bucket holds, and it returns how many are left.
-func (h *History) prune(b *bolt.Bucket, cutoff int64, n int) (int, error) {
+func prune(b *bolt.Bucket, cutoff int64, n, keep int) (int, error) {
 	c := b.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.First() {
-		if int64(binary.BigEndian.Uint64(k)) >= cutoff && n <= h.keep {
+		if int64(binary.BigEndian.Uint64(k)) >= cutoff && n <= keep {
 			return n, nil
 		}
 		if err := c.Delete(); err != nil {
@@ -485,7 +598,9 @@ func (e *QueryError) Error() string { return e.Msg }
 // resolution; steps aligned to the Unix epoch). Steps without
 // observations are left out.
 func (h *History) Query(name string, since, until time.Time, step time.Duration) (*Series, error) {
+	h.mu.Lock()
 	c := h.caps[name]
+	h.mu.Unlock()
 	if c == nil {
 		return nil, &QueryError{fmt.Sprintf("no history of %q: history is kept for the numeric capabilities (float, int, bool) of this node", name)}
 	}

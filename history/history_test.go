@@ -286,3 +286,87 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestReloadChangesRecordedCapabilities: a capability a reload adds is
+// recorded from then on and its buckets reach the file; one a reload
+// removes is no longer recorded nor served, but its stored buckets stay
+// until retention drops them, and are served again if a reload declares
+// it again.
+func TestReloadChangesRecordedCapabilities(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		without, err := manifest.Parse("h.yml", []byte(plant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		with, err := manifest.Parse("h.yml", []byte(plant+`  - name: soil_moisture
+    kind: read
+    description: Soil moisture.
+    binding: {type: sim, bus: plant, point: zone_a.temperature}
+    data_type: float
+    unit: percent
+    semantic_tags: [moisture]
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), history.FileName)
+		h, err := history.Open(path, without, history.Config{MaxAge: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		soil := with.Capability("soil_moisture")
+		t0 := time.Now()
+		obs := func(min int, v float64) {
+			h.Record(node.Observed{Cap: soil, At: t0.Add(time.Duration(min) * time.Minute), Obs: promcp.Observation{Quality: promcp.QualityGood, Value: v}})
+		}
+		buckets := func(h *history.History) ([]history.Bucket, error) {
+			s, err := h.Query("soil_moisture", t0, t0.Add(2*time.Hour), time.Minute)
+			if err != nil {
+				return nil, err
+			}
+			return s.Buckets, nil
+		}
+		obs(0, 30)
+		if _, err := buckets(h); err == nil {
+			t.Fatal("a capability the manifest does not declare has history")
+		}
+
+		h.Reload(with)
+		obs(1, 31)
+		obs(2, 32)
+		time.Sleep(3 * time.Minute)
+		h.Flush()
+		if b, err := buckets(h); err != nil || len(b) != 2 || f(b[0].Last) != 31 || f(b[1].Last) != 32 {
+			t.Fatalf("after the reload that added it: %+v, %v; want minutes 1 and 2", b, err)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if h, err = history.Open(path, with, history.Config{MaxAge: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { h.Close() }()
+		if b, err := buckets(h); err != nil || len(b) != 2 {
+			t.Fatalf("after a restart: %+v, %v; want the 2 buckets the flush wrote", b, err)
+		}
+
+		h.Reload(without)
+		obs(3, 33)
+		if _, err := buckets(h); err == nil {
+			t.Fatal("a capability the reload removed is still served")
+		}
+		h.Reload(with)
+		if b, err := buckets(h); err != nil || len(b) != 2 {
+			t.Fatalf("declared again: %+v, %v; want the 2 stored buckets back (and nothing recorded meanwhile)", b, err)
+		}
+
+		// Removed again, then retention (MaxAge 1 h) drops its buckets.
+		h.Reload(without)
+		time.Sleep(2 * time.Hour)
+		h.Flush()
+		h.Reload(with)
+		if b, err := buckets(h); err != nil || len(b) != 0 {
+			t.Fatalf("after retention: %+v, %v; want none", b, err)
+		}
+	})
+}

@@ -50,6 +50,8 @@ type surface struct {
 	plant *sim.Plant
 	guard *safety.Guard
 	audit string
+	node  *node.Node
+	mcp   *mcpserver.Server
 }
 
 // newSurface serves the greenhouse over HTTP with the simulator controls
@@ -97,7 +99,8 @@ func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConf
 	plant := n.Buses()["plant"].(*sim.Plant)
 	opts.Audit, opts.Metrics = al, metrics.New()
 	opts.SimControls = map[string]http.Handler{"plant": plant.ControlHandler()}
-	hs := httptest.NewUnstartedServer(mcpserver.New(n, opts).Handler())
+	ms := mcpserver.New(n, opts)
+	hs := httptest.NewUnstartedServer(ms.Handler())
 	if tlsConfig != nil {
 		hs.TLS = tlsConfig
 		hs.StartTLS()
@@ -110,7 +113,7 @@ func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConf
 		al.Close()
 		st.Close()
 	})
-	return &surface{srv: hs, plant: plant, guard: opts.Safety, audit: filepath.Join(dir, "audit", "audit.jsonl")}
+	return &surface{srv: hs, plant: plant, guard: opts.Safety, audit: filepath.Join(dir, "audit", "audit.jsonl"), node: n, mcp: ms}
 }
 
 // route is one request to the surface.

@@ -33,28 +33,8 @@ func (s *Server) addObservationResources(minInterval time.Duration) {
 	if minInterval <= 0 {
 		minInterval = DefaultObsMinInterval
 	}
-	for _, c := range s.n.Manifest().Capabilities {
-		uri, tool := ObsURIPrefix+c.Name, c.ToolName()
-		s.mcp.AddResource(&mcp.Resource{
-			URI: uri, Name: "obs_" + c.Name, Title: "Current observation of " + tool,
-			Description: "The current observation of " + tool + " (value, unit, quality, timestamp, age_ms), as read_ answers it. " +
-				"Subscribe to be told when it changes beyond the capability's deadband or its quality changes (at most one update per " + minInterval.String() + ").",
-			MIMEType: "application/json",
-		}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-			if !s.inView(req.Extra, c) {
-				return nil, s.notInView(req.Extra, uri)
-			}
-			o, err := s.n.Read(ctx, tool, -1)
-			if err != nil {
-				return nil, err
-			}
-			body, err := json.Marshal(o)
-			if err != nil {
-				return nil, err
-			}
-			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(body)}}}, nil
-		})
-	}
+	s.obsMin = minInterval
+	s.syncObservationResources()
 	lim := &updateLimiter{min: minInterval, pending: map[string]*limitState{}, send: func(uri string) {
 		_ = s.mcp.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri})
 	}}
@@ -173,4 +153,52 @@ func liveResource(req mcp.Request) bool {
 	}
 	u := r.Params.URI
 	return strings.HasPrefix(u, ObsURIPrefix) || strings.HasPrefix(u, historyPrefix) || u == AlarmsURI
+}
+
+// syncObservationResources lists physmcp://obs/<capability> for every
+// capability of the manifest in force; a manifest reload adds, re-adds
+// (the view check reads the capability's definition) and removes them.
+func (s *Server) syncObservationResources() {
+	s.obsMu.Lock()
+	defer s.obsMu.Unlock()
+	if s.obsListed == nil {
+		s.obsListed = map[string]string{}
+	}
+	want := map[string]*manifest.Capability{}
+	for _, c := range s.n.Manifest().Capabilities {
+		want[ObsURIPrefix+c.Name] = c
+	}
+	for uri := range s.obsListed {
+		if want[uri] == nil {
+			s.mcp.RemoveResources(uri)
+			delete(s.obsListed, uri)
+		}
+	}
+	for uri, c := range want {
+		def, _ := json.Marshal(c)
+		if s.obsListed[uri] == string(def) {
+			continue
+		}
+		s.obsListed[uri] = string(def)
+		tool := c.ToolName()
+		s.mcp.AddResource(&mcp.Resource{
+			URI: uri, Name: "obs_" + c.Name, Title: "Current observation of " + tool,
+			Description: "The current observation of " + tool + " (value, unit, quality, timestamp, age_ms), as read_ answers it. " +
+				"Subscribe to be told when it changes beyond the capability's deadband or its quality changes (at most one update per " + s.obsMin.String() + ").",
+			MIMEType: "application/json",
+		}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			if !s.inView(req.Extra, c) {
+				return nil, s.notInView(req.Extra, uri)
+			}
+			o, err := s.n.Read(ctx, tool, -1)
+			if err != nil {
+				return nil, err
+			}
+			body, err := json.Marshal(o)
+			if err != nil {
+				return nil, err
+			}
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(body)}}}, nil
+		})
+	}
 }

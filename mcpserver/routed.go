@@ -63,10 +63,7 @@ type routing struct {
 }
 
 func (ts *toolSet) enableRouting(s *mcp.Server, r Router) {
-	rt := &routing{ts: ts, srv: s, router: r, owners: map[string][]string{}, listed: map[string]bool{}, local: map[string]bool{}, deviceID: ts.n.DeviceID()}
-	for _, c := range ts.n.Manifest().Capabilities {
-		rt.local[c.ToolName()] = true
-	}
+	rt := &routing{ts: ts, srv: s, router: r, owners: map[string][]string{}, listed: map[string]bool{}, local: ts.localNames(), deviceID: ts.n.DeviceID()}
 	ts.routing = rt
 	rt.sync()
 	r.OnChange(rt.sync)
@@ -105,6 +102,35 @@ func (rt *routing) sync() {
 		if !rt.local[tool] { // a local tool already lists an optional source
 			rt.listed[tool] = true
 			rt.srv.AddTool(remoteToolDef(list[0], owners), rt.handle(list[0].Kind, tool))
+		}
+	}
+}
+
+// relistLocal re-lists the local tools after a manifest reload (relist
+// does it and returns their names) while no routing sync runs, so a sync
+// never lists a remote definition over a local tool or loses one: a
+// remote tool no longer shadowed by a local one is listed as routed (the
+// local tool listed its optional source; it is gone now).
+func (rt *routing) relistLocal(relist func() map[string]bool) {
+	byTool := map[string]RemoteTool{}
+	for _, t := range rt.router.RemoteTools() {
+		if t.Kind == manifest.KindRead || t.Kind == manifest.KindDo {
+			byTool[t.Tool] = t
+		}
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	local := relist()
+	rt.local = local
+	for tool, owners := range rt.owners {
+		switch {
+		case local[tool]:
+			delete(rt.listed, tool) // the local definition replaced it
+		case !rt.listed[tool]:
+			if t, ok := byTool[tool]; ok {
+				rt.listed[tool] = true
+				rt.srv.AddTool(remoteToolDef(t, owners), rt.handle(t.Kind, tool))
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,6 +96,10 @@ type Server struct {
 	requests  sync.Map // Physd-Request id -> the HTTP request's context
 	fams      familyTools
 	refusals  *prometheus.CounterVec // nil without metrics
+
+	obsMin    time.Duration // least time between two updates of one obs resource
+	obsMu     sync.Mutex
+	obsListed map[string]string // physmcp://obs/ resources by URI: the capability they were listed for, as JSON
 }
 
 // ManifestURI is the resource holding the served manifest.
@@ -118,9 +123,10 @@ func New(n *node.Node, opts Options) *Server {
 		// prompts/list (empty) regardless, so prompts is declared too.
 		Capabilities: &mcp.ServerCapabilities{
 			// The mesh changes the list; a policy reload changes what
-			// each role is shown.
-			Tools:     &mcp.ToolCapabilities{ListChanged: opts.Router != nil || opts.Safety != nil},
-			Resources: &mcp.ResourceCapabilities{ListChanged: false, Subscribe: true},
+			// each role is shown; a manifest reload changes the tools and
+			// the observation resources.
+			Tools:     &mcp.ToolCapabilities{ListChanged: true},
+			Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
 			Prompts:   &mcp.PromptCapabilities{ListChanged: false},
 		},
 		SetCacheable: func(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
@@ -184,6 +190,22 @@ func New(n *node.Node, opts Options) *Server {
 // tools/list_changed when a tool is (re)added: can_do is re-added as is.
 func (s *Server) PolicyReloaded() {
 	s.mcp.AddTool(canDoTool(), s.ts.handleCanDo)
+}
+
+// ManifestReloaded lists the tools and observation resources of the
+// manifest now in force (node.Reload): added and changed ones are
+// (re)added, removed ones removed, and the SDK tells connected clients
+// (tools/list_changed, resources/list_changed). A routed tool of another
+// gateway that has the name of a removed local one is listed again.
+func (s *Server) ManifestReloaded() {
+	if s.ts.routing != nil {
+		s.ts.routing.relistLocal(func() map[string]bool { s.ts.syncLocal(s.mcp); return s.ts.localNames() })
+	} else {
+		s.ts.syncLocal(s.mcp)
+	}
+	s.syncFamilies()
+	s.syncObservationResources()
+	s.PolicyReloaded() // roles may list other tools now
 }
 
 // MCP returns the underlying SDK server.
@@ -280,9 +302,16 @@ func (s *Server) Handler() http.Handler {
 	b.handle("GET /healthz", routeRule{public: true}, http.HandlerFunc(s.serveHealth))
 	b.handle("GET /readyz", routeRule{public: true}, http.HandlerFunc(s.serveReady))
 	b.handle("/mcp", viewer, s.withView("", mcpHandler))
-	for _, v := range s.n.Manifest().Views {
-		b.handle("/mcp/"+v.Name, viewer, s.withView(v.Name, mcpHandler))
-	}
+	// Views are looked up per request: a manifest reload may add or
+	// remove them.
+	b.handle("/mcp/{view}", viewer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("view")
+		if s.n.Manifest().View(name) == nil {
+			http.Error(w, "404 no view "+quote(name)+" in the manifest (views: "+strings.Join(s.n.Manifest().ViewNames(), ", ")+")", http.StatusNotFound)
+			return
+		}
+		s.withView(name, mcpHandler).ServeHTTP(w, r)
+	}))
 	b.handle("GET /status", viewer, http.HandlerFunc(s.serveStatus))
 	b.handle("GET /{$}", viewer, http.HandlerFunc(s.servePage))
 	if s.opts.Metrics != nil {

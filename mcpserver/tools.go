@@ -16,6 +16,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -57,6 +58,9 @@ type toolSet struct {
 	authn     func(h http.Header) (node.Caller, error)
 	// scopeReport narrows a can_do report to the request's view (views.go).
 	scopeReport func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport)
+
+	localMu sync.Mutex
+	local   map[string][]byte // listed local tools: their definitions as sent
 }
 
 // raw pre-serialises a schema. The SDK re-marshals every tool's input
@@ -71,9 +75,32 @@ func raw(s promcp.Schema) json.RawMessage {
 }
 
 func (ts *toolSet) register(s *mcp.Server) {
+	ts.syncLocal(s)
+	s.AddTool(canDoTool(), ts.handleCanDo)
+}
+
+// syncLocal lists the manifest's capabilities as tools: a tool whose
+// definition changed is re-added, a removed one removed (the SDK tells
+// connected clients).
+func (ts *toolSet) syncLocal(s *mcp.Server) {
 	m := ts.n.Manifest()
 	caps := append([]*manifest.Capability(nil), m.Capabilities...)
 	sort.Slice(caps, func(i, j int) bool { return caps[i].ToolName() < caps[j].ToolName() })
+	ts.localMu.Lock()
+	defer ts.localMu.Unlock()
+	if ts.local == nil {
+		ts.local = map[string][]byte{}
+	}
+	want := map[string]bool{}
+	for _, c := range caps {
+		want[c.ToolName()] = true
+	}
+	for name := range ts.local {
+		if !want[name] {
+			s.RemoveTools(name)
+			delete(ts.local, name)
+		}
+	}
 	for _, c := range caps {
 		def, h := readTool(c), ts.handleRead(c.ToolName())
 		if c.Kind == manifest.KindDo {
@@ -82,9 +109,24 @@ func (ts *toolSet) register(s *mcp.Server) {
 		if ts.sourceArg {
 			def.InputSchema = withSource(def.InputSchema.(json.RawMessage), nil, false)
 		}
+		b, _ := json.Marshal(def)
+		if bytes.Equal(b, ts.local[def.Name]) {
+			continue
+		}
+		ts.local[def.Name] = b
 		s.AddTool(def, h)
 	}
-	s.AddTool(canDoTool(), ts.handleCanDo)
+}
+
+// localNames are the tools of this node's manifest.
+func (ts *toolSet) localNames() map[string]bool {
+	ts.localMu.Lock()
+	defer ts.localMu.Unlock()
+	out := make(map[string]bool, len(ts.local))
+	for name := range ts.local {
+		out[name] = true
+	}
+	return out
 }
 
 func describeRange(c *manifest.Capability) string {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,9 @@ type Metrics struct {
 	GateDecisions *prometheus.CounterVec   // layer, decision
 	Refusals      *prometheus.CounterVec   // permission
 	Overrides     prometheus.Counter
+
+	mu   sync.Mutex
+	sets map[string]bool // GaugeSet names registered
 }
 
 // New registers the metrics, the Go runtime and the process collectors.
@@ -81,9 +85,50 @@ func procStatusBytes(field string) int64 {
 }
 
 // Gauge registers a gauge whose value is read at scrape time (device up,
-// ledger size …).
+// ledger size …). Registering a name and labels again keeps the first
+// registration (it is not an error: a manifest reload may ask again).
 func (m *Metrics) Gauge(name, help string, labels prometheus.Labels, f func() float64) {
-	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+	err := m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+	if _, again := err.(prometheus.AlreadyRegisteredError); err != nil && !again {
+		panic(err) // a name registered with other labels or help: a programming error, as MustRegister
+	}
+}
+
+// GaugeSet registers gauges whose set of series is listed at scrape time:
+// each scrape, list calls emit once per series with its value and its
+// label values (in the order of labelNames). Buses and alarms that a
+// manifest reload adds or removes appear and disappear without
+// registering anything again. Registering the same name again keeps the
+// first.
+func (m *Metrics) GaugeSet(name, help string, labelNames []string, list func(emit func(value float64, labelValues ...string))) {
+	c := &gaugeSet{desc: prometheus.NewDesc(name, help, labelNames, nil), list: list}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sets == nil {
+		m.sets = map[string]bool{}
+	}
+	if m.sets[name] {
+		return
+	}
+	m.Registry.MustRegister(c)
+	m.sets[name] = true
+}
+
+// gaugeSet is an unchecked collector (its series vary): Describe sends
+// nothing, Collect lists the series in force.
+type gaugeSet struct {
+	desc *prometheus.Desc
+	list func(emit func(value float64, labelValues ...string))
+}
+
+func (g *gaugeSet) Describe(chan<- *prometheus.Desc) {}
+
+func (g *gaugeSet) Collect(ch chan<- prometheus.Metric) {
+	g.list(func(v float64, lv ...string) {
+		if m, err := prometheus.NewConstMetric(g.desc, prometheus.GaugeValue, v, lv...); err == nil {
+			ch <- m
+		}
+	})
 }
 
 // Handler serves the registry in the Prometheus text format.

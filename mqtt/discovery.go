@@ -50,8 +50,16 @@ type Origin struct {
 
 // Discovery is the discovery config of a read_ capability.
 func (p *Publisher) Discovery(c *manifest.Capability) Sensor {
+	p.mu.Lock()
+	m := p.m
+	p.mu.Unlock()
+	return p.sensor(m, c)
+}
+
+// sensor is the discovery config of c, a read_ capability of m.
+func (p *Publisher) sensor(m *manifest.Manifest, c *manifest.Capability) Sensor {
 	tool := c.ToolName()
-	d := p.m.Device
+	d := m.Device
 	s := Sensor{
 		Name:                strings.ReplaceAll(c.Name, "_", " "),
 		UniqueID:            "physd_" + d.ID + "_" + tool,

@@ -15,6 +15,11 @@
 // for each read_ capability (retained), so Home Assistant shows it as a sensor of one
 // device per gateway.
 //
+// A manifest reload (Reload) publishes the discovery configs it added or
+// changed, removes those of the capabilities it removed (an empty retained
+// payload, which Home Assistant reads as "delete the entity"), and removes
+// the retained obs/, alarm/ and do/ topics of removed capabilities.
+//
 // Publishing is one-way: the publisher subscribes to nothing, so no command
 // enters through MQTT. It never blocks the node: observations and events go
 // into a bounded queue (dropped and counted when full, or when the broker is
@@ -88,7 +93,7 @@ type message struct {
 // Publisher publishes to one broker.
 type Publisher struct {
 	cfg      Config
-	m        *manifest.Manifest
+	deviceID string
 	base     string // <prefix>/<device_id>
 	client   paho.Client
 	q        chan message
@@ -96,10 +101,21 @@ type Publisher struct {
 	resyncC  chan struct{} // a (re)connect happened: publish everything again
 	log      *slog.Logger
 	mu       sync.Mutex
-	retained map[string][]byte // latest payload of every retained topic
-	stop     chan struct{}
-	done     sync.WaitGroup
-	once     sync.Once
+	m        *manifest.Manifest // in force (Reload replaces it)
+	tools    map[string]bool    // the tools of m
+	retained map[string][]byte  // latest payload of every retained topic
+	// removed are retained topics to delete on the broker (an empty
+	// retained payload), until the broker acknowledged one: on every
+	// (re)connect too, so a broker with persistence that was away during
+	// the reload forgets them.
+	removed map[string]bool
+	// changes are the discovery configs and removals a reload made, for
+	// the publishing goroutine (kicked) to send outside the queue's bound.
+	changes []message
+	kick    chan struct{}
+	stop    chan struct{}
+	done    sync.WaitGroup
+	once    sync.Once
 
 	published, droppedFull, droppedOffline atomic.Uint64
 }
@@ -167,8 +183,9 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Publisher{cfg: cfg, m: m, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), resyncC: make(chan struct{}, 1),
-		log: cfg.Logger.With("component", "mqtt"), retained: map[string][]byte{}, stop: make(chan struct{})}
+	p := &Publisher{cfg: cfg, m: m, deviceID: m.Device.ID, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), resyncC: make(chan struct{}, 1),
+		log: cfg.Logger.With("component", "mqtt"), retained: map[string][]byte{}, removed: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		tools: toolsOf(m)}
 	o := paho.NewClientOptions().AddBroker(cfg.URL).
 		SetClientID("physd-"+m.Device.ID).
 		SetCleanSession(true).
@@ -257,7 +274,7 @@ func (p *Publisher) AlarmTopic(tool, kind string) string {
 // DiscoveryTopic is Home Assistant's config topic of a read_ capability:
 // <discovery_prefix>/<sensor|binary_sensor>/<device_id>/<tool>/config.
 func (p *Publisher) DiscoveryTopic(c *manifest.Capability) string {
-	return p.cfg.DiscoveryPrefix + "/" + component(c) + "/" + p.m.Device.ID + "/" + c.ToolName() + "/config"
+	return p.cfg.DiscoveryPrefix + "/" + component(c) + "/" + p.deviceID + "/" + c.ToolName() + "/config"
 }
 
 // Follow publishes the node's observation stream until Close.
@@ -302,13 +319,20 @@ func (p *Publisher) Alarm(ev alarms.Event) {
 }
 
 // send queues a message without blocking; retained payloads are kept for
-// the next reconnect.
+// the next reconnect. A message of a tool the manifest in force does not
+// declare (an observation or result of the binding a reload replaced) is
+// not sent.
 func (p *Publisher) send(topic string, b []byte, retained bool) {
-	if retained {
-		p.mu.Lock()
-		p.retained[topic] = b
+	p.mu.Lock()
+	if !p.inForce(topic) {
 		p.mu.Unlock()
+		return
 	}
+	if retained {
+		p.retained[topic] = b
+		delete(p.removed, topic)
+	}
+	p.mu.Unlock()
 	select {
 	case p.q <- message{topic: topic, payload: b, retained: retained}:
 	default:
@@ -332,18 +356,15 @@ func (p *Publisher) resync() {
 		}
 	}
 	p.publish(message{topic: p.AvailabilityTopic(), payload: []byte("online"), retained: true})
-	if p.cfg.DiscoveryPrefix != "-" {
-		for _, c := range p.m.Capabilities {
-			if c.Kind != "read" {
-				continue
-			}
-			if b, err := json.Marshal(p.Discovery(c)); err == nil {
-				p.publish(message{topic: p.DiscoveryTopic(c), payload: b, retained: true})
-			}
-		}
-	}
 	p.mu.Lock()
-	msgs := make([]message, 0, len(p.retained))
+	p.changes = nil // what follows publishes the whole state in force
+	msgs := make([]message, 0, len(p.retained)+len(p.removed))
+	for t := range p.removed {
+		msgs = append(msgs, message{topic: t, payload: []byte{}, retained: true})
+	}
+	for t, b := range p.discovery(p.m) {
+		msgs = append(msgs, message{topic: t, payload: b, retained: true})
+	}
 	for t, b := range p.retained {
 		msgs = append(msgs, message{topic: t, payload: b, retained: true})
 	}
@@ -354,7 +375,8 @@ func (p *Publisher) resync() {
 }
 
 // publish sends one message and waits for the broker's acknowledgement
-// (bounded by PublishTimeout); a failure is counted as a drop.
+// (bounded by PublishTimeout); a failure is counted as a drop. A removal
+// the broker acknowledged is done.
 func (p *Publisher) publish(m message) {
 	if !p.client.IsConnectionOpen() {
 		p.droppedOffline.Add(1)
@@ -366,6 +388,11 @@ func (p *Publisher) publish(m message) {
 		return
 	}
 	p.published.Add(1)
+	if m.retained && len(m.payload) == 0 {
+		p.mu.Lock()
+		delete(p.removed, m.topic)
+		p.mu.Unlock()
+	}
 }
 
 func (p *Publisher) run() {
@@ -376,8 +403,27 @@ func (p *Publisher) run() {
 			return
 		case <-p.resyncC:
 			p.resync()
+		case <-p.kick:
+			p.mu.Lock()
+			msgs := p.changes
+			p.changes = nil
+			p.mu.Unlock()
+			for _, m := range msgs {
+				p.mu.Lock()
+				// A removal a later reload or value undid is not sent.
+				undone := len(m.payload) == 0 && !p.removed[m.topic]
+				p.mu.Unlock()
+				if !undone {
+					p.publish(m)
+				}
+			}
 		case m := <-p.q:
-			p.publish(m)
+			p.mu.Lock()
+			current := p.inForce(m.topic) // queued before a reload removed its tool: not sent
+			p.mu.Unlock()
+			if current {
+				p.publish(m)
+			}
 		}
 	}
 }

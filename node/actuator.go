@@ -57,12 +57,33 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 				"). Nothing was actuated; retry with the same idempotency_key"})
 	}
 	defer func() { <-cs.act.turn }()
+	if n.bound().byTool[cs.tool] != cs {
+		// The manifest was reloaded while this call was deciding, and this
+		// capability was removed or redefined: the decision was made for a
+		// definition that is no longer in force.
+		releaseSlot(j.slot)
+		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: CodeManifestReloaded,
+			reason: "the manifest was reloaded while this call was being decided, and " + cs.tool + " was removed or redefined. Nothing was actuated; " +
+				"list the tools again and retry with the same idempotency_key if the capability still exists"})
+	}
+	if err := cs.awaitPredecessors(ctx); err != nil {
+		releaseSlot(j.slot)
+		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: "actuator_busy",
+			reason: "an actuation of the previous manifest on the same bus was still under way when the caller's deadline ended (" + err.Error() +
+				"). Nothing was actuated; retry with the same idempotency_key"})
+	}
 	if !n.startActuation() {
 		releaseSlot(j.slot)
 		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: "shutting_down",
 			reason: ErrShuttingDown.Error() + ". Nothing was actuated; retry with the same idempotency_key once physd is back"})
 	}
 	defer n.endActuation()
+	if !cs.bus.enter() {
+		releaseSlot(j.slot)
+		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: CodeManifestReloaded,
+			reason: "the bus " + cs.bus.name + " was closed by a manifest reload. Nothing was actuated; retry with the same idempotency_key"})
+	}
+	defer cs.bus.leave()
 
 	// begin: from here on the device may be touched, so the key is durable
 	// first, with the rate slot, and the actuation is not abandoned when

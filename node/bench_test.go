@@ -2,10 +2,15 @@ package node_test
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
+	"github.com/physd/physd/store"
 )
 
 // BenchmarkCanDo measures the node's own can_do work (no MCP, no HTTP).
@@ -51,5 +56,51 @@ func BenchmarkReadDevice(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkReload measures a manifest reload of the 50-capability bench
+// manifest that removes or re-adds one capability (49 kept: the bus and
+// their state are shared, not reopened).
+func BenchmarkReload(b *testing.B) {
+	full, err := manifest.Load("../bench/manifest50.yml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, _ := os.ReadFile("../bench/manifest50.yml")
+	text := string(src)
+	last := strings.LastIndex(text, "  - name: ")
+	fewer, err := manifest.Parse("../bench/manifest50.yml", []byte(text[:last]))
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	st, err := store.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	al, err := audit.Open(dir + "/audit")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer al.Close()
+	n, err := node.Open(context.Background(), node.Config{Manifest: full, Store: st, Audit: al})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close(context.Background())
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		m := fewer
+		if i%2 == 1 {
+			m = full
+		}
+		i++
+		if res, err := n.Reload(ctx, m); err != nil || res.Kept != 49 {
+			b.Fatalf("%+v %v", res, err)
+		}
 	}
 }

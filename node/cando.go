@@ -58,7 +58,7 @@ func (n *Node) canDo(ctx context.Context, req promcp.CanDoRequest, caller Caller
 
 	var matched, excluded []match
 	scanned := 0
-	for _, cs := range n.caps {
+	for _, cs := range n.bound().caps {
 		if !inScope(cs) {
 			continue
 		}
@@ -269,7 +269,7 @@ func (n *Node) relatedReads(matched []match) []*capState {
 			continue
 		}
 		vocab := m.cs.vocab
-		for _, cs := range n.caps {
+		for _, cs := range n.bound().caps {
 			if cs.cap.Kind != manifest.KindRead || cs.cap.Zone != m.cs.cap.Zone || seen[cs] {
 				continue
 			}
@@ -354,7 +354,7 @@ func (n *Node) observeAll(ctx context.Context, caps []*capState) map[*capState]*
 
 func (n *Node) tagVocabulary() []string {
 	set := map[string]bool{}
-	for _, cs := range n.caps {
+	for _, cs := range n.bound().caps {
 		for _, t := range cs.cap.SemanticTags {
 			set[t] = true
 		}

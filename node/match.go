@@ -103,7 +103,7 @@ func (n *Node) matchOne(cs *capState, in *promcp.Intent, tags []string) match {
 		loc := strings.ToLower(in.Location)
 		// A zone name, the whole device's zone or area, or a tag all place
 		// the capability.
-		dev := n.m.Device.Location
+		dev := n.bound().m.Device.Location
 		if strings.EqualFold(loc, c.Zone) || strings.EqualFold(loc, dev.Zone) || strings.EqualFold(loc, dev.Area) || vocab[stem(loc)] {
 			score += wLocation
 			m.reasons = append(m.reasons, "location_match: "+in.Location)

@@ -65,15 +65,12 @@ type AuditLog interface {
 
 // Node serves one device's capabilities.
 type Node struct {
-	m      *manifest.Manifest
-	store  *store.Store
-	audit  AuditLog
-	guard  Guard
-	log    *slog.Logger
-	buses  map[string]drivers.Bus
-	busErr map[string]error
-	caps   []*capState
-	byTool map[string]*capState
+	cur      atomic.Pointer[binding] // the manifest in force, bound (binding.go)
+	reloadMu sync.Mutex              // one Reload at a time
+	store    *store.Store
+	audit    AuditLog
+	guard    Guard
+	log      *slog.Logger
 
 	ledger LedgerConfig
 
@@ -111,14 +108,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: manifest, store and audit are required")
 	}
 	n := &Node{
-		m:           cfg.Manifest,
 		store:       cfg.Store,
 		audit:       cfg.Audit,
 		guard:       cfg.Guard,
 		log:         cfg.Logger,
-		buses:       map[string]drivers.Bus{},
-		busErr:      map[string]error{},
-		byTool:      map[string]*capState{},
 		ledger:      withLedgerDefaults(cfg.Ledger),
 		inflight:    map[string]chan struct{}{},
 		onDeviceErr: cfg.OnDeviceError,
@@ -133,63 +126,18 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
-	names := make([]string, 0, len(n.m.Buses))
-	for name := range n.m.Buses {
-		names = append(names, name)
+	b, _, err := n.bind(ctx, cfg.Manifest, nil, nil)
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		b, err := drivers.Open(ctx, n.m.Buses[name])
-		if err != nil {
-			n.busErr[name] = err
-			n.log.Error("bus unavailable", "bus", name, "err", err)
-			continue
-		}
-		n.buses[name] = b
-	}
-	var bindErrs []error
-	for _, c := range n.m.Capabilities {
-		cs := &capState{cap: c, tool: c.ToolName(), vocab: vocabulary(c), act: newActuator()}
-		switch bus, ok := n.buses[c.Binding.Bus]; {
-		case c.Binding.Bus == "":
-			bindErrs = append(bindErrs, fmt.Errorf("%s: %s.bus: required; fix: name the bus this capability is wired to (one of buses:)", c.Binding.Pos, c.Binding.Field))
-		case !ok:
-			cs.bindErr = fmt.Errorf("bus %q is unavailable: %v", c.Binding.Bus, n.busErr[c.Binding.Bus])
-		default:
-			p, err := bus.Point(c)
-			if err != nil {
-				// A binding the driver rejects is a configuration error,
-				// not a missing device: refuse to start.
-				bindErrs = append(bindErrs, fmt.Errorf("capability %s: %w", c.Name, err))
-			}
-			cs.point, cs.bus = p, bus
-		}
-		n.caps = append(n.caps, cs)
-		n.byTool[cs.tool] = cs
-	}
-	for name := range n.buses {
-		var caps []*manifest.Capability
-		var points []drivers.Point
-		for _, cs := range n.caps {
-			if cs.cap.Binding.Bus == name && cs.point != nil {
-				caps, points = append(caps, cs.cap), append(points, cs.point)
-			}
-		}
-		if err := drivers.SharedActuators(name, caps, points); err != nil {
-			bindErrs = append(bindErrs, err)
-		}
-	}
-	if len(bindErrs) > 0 {
-		n.closeBuses()
-		return nil, errors.Join(bindErrs...)
-	}
+	n.cur.Store(b)
 	if err := n.recoverPending(ctx); err != nil {
 		n.closeBuses()
 		return nil, fmt.Errorf("ledger recovery: %w", err)
 	}
 	n.prune()
 	go n.pruneLoop()
-	n.startPolls()
+	n.startPolls(b)
 	return n, nil
 }
 
@@ -243,13 +191,20 @@ func (n *Node) prune() {
 func (n *Node) LedgerStats() store.LedgerStats { return n.store.LedgerStats() }
 
 // Manifest is the manifest the node serves.
-func (n *Node) Manifest() *manifest.Manifest { return n.m }
+func (n *Node) Manifest() *manifest.Manifest { return n.bound().m }
 
 // DeviceID is the node's device id (its proMCP source).
-func (n *Node) DeviceID() string { return n.m.Device.ID }
+func (n *Node) DeviceID() string { return n.bound().m.Device.ID }
 
 // Buses returns the open buses by name (the daemon mounts dev controls).
-func (n *Node) Buses() map[string]drivers.Bus { return n.buses }
+func (n *Node) Buses() map[string]drivers.Bus {
+	b := n.bound()
+	out := make(map[string]drivers.Bus, len(b.buses))
+	for name, r := range b.buses {
+		out[name] = r.Bus
+	}
+	return out
+}
 
 // Guard is the decision phase in force (a policy and gate, the
 // manifest-only guard, or NoPolicy).
@@ -301,16 +256,17 @@ func (n *Node) Ready() (bool, []Readiness) {
 	} else {
 		out = append(out, Readiness{Name: "audit", OK: true})
 	}
-	names := make([]string, 0, len(n.m.Buses))
-	for name := range n.m.Buses {
+	b := n.bound()
+	names := make([]string, 0, len(b.m.Buses))
+	for name := range b.m.Buses {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
 		r := Readiness{Name: "bus:" + name, OK: true}
-		if err := n.busErr[name]; err != nil {
+		if err := b.busErr[name]; err != nil {
 			r.OK, r.Error = false, err.Error()
-		} else if err := n.buses[name].Health(); err != nil {
+		} else if err := b.buses[name].Health(); err != nil {
 			r.OK, r.Error = false, err.Error()
 		}
 		ok = ok && r.OK
@@ -339,10 +295,12 @@ func (n *Node) Drain() {
 // pending ledger entries make the next start resolve them. The caller
 // closes the store and audit log afterwards.
 func (n *Node) Close(ctx context.Context) error {
+	n.reloadMu.Lock() // a reload under way finishes first (it starts polls)
 	n.lifeMu.Lock()
 	already := n.closed
 	n.closed = true
 	n.lifeMu.Unlock()
+	n.reloadMu.Unlock()
 	if !already {
 		close(n.stopPrune)
 		<-n.pruned
@@ -362,16 +320,14 @@ func (n *Node) Close(ctx context.Context) error {
 }
 
 func (n *Node) closeBuses() {
-	for name, b := range n.buses {
-		if err := b.Close(); err != nil {
-			n.log.Warn("bus close", "bus", name, "err", err)
-		}
+	for _, r := range n.bound().buses {
+		<-r.retire()
 	}
 }
 
 // capability returns the state of a tool, or an error naming the tools.
 func (n *Node) capability(tool string) (*capState, error) {
-	if cs, ok := n.byTool[tool]; ok {
+	if cs, ok := n.bound().byTool[tool]; ok {
 		return cs, nil
 	}
 	return nil, &InputError{Field: "name", Msg: fmt.Sprintf("unknown capability %q", tool)}

@@ -180,9 +180,9 @@ func (cs *capState) noteChange(o promcp.Observation) bool {
 
 // startPolls reads every capability with poll_ms in the background, through
 // the shared read (a poll and a concurrent read_ cost one device read),
-// until Close.
-func (n *Node) startPolls() {
-	for _, cs := range n.caps {
+// until Close or until the next binding is in force.
+func (n *Node) startPolls(b *binding) {
+	for _, cs := range b.caps {
 		every := cs.cap.PollInterval()
 		if every <= 0 || cs.point == nil {
 			continue
@@ -195,6 +195,8 @@ func (n *Node) startPolls() {
 			for {
 				select {
 				case <-n.stopPoll:
+					return
+				case <-b.stopPoll:
 					return
 				case <-t.C:
 				}

@@ -17,10 +17,16 @@ import (
 type capState struct {
 	cap     *manifest.Capability
 	tool    string
+	sum     string // the definition (capSum): a reload keeps the state when it is unchanged
 	point   drivers.Point
-	bus     drivers.Bus
+	bus     *busRef
 	bindErr error           // why the capability has no point (bus missing)
 	vocab   map[string]bool // stemmed words can_do matches against, built once
+
+	// preds are the device-step turns of the capabilities a reload replaced
+	// on this bus; the first actuation waits for them (binding.go).
+	preds     []chan struct{}
+	predsDone atomic.Bool
 
 	last      atomic.Pointer[sample] // last successful device read
 	lastErr   atomic.Pointer[error]  // last device error, nil after a success
@@ -119,6 +125,10 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	if cs.point == nil {
 		return nil, cs.bindErr
 	}
+	if !cs.bus.enter() {
+		return nil, fmt.Errorf("%w: bus %q was closed by a manifest reload; read again", drivers.ErrOffline, cs.bus.name)
+	}
+	defer cs.bus.leave()
 	ctx, cancel := context.WithTimeout(ctx, cs.cap.Timeout())
 	defer cancel()
 	start := time.Now()

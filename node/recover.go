@@ -76,7 +76,7 @@ func (n *Node) recovered(ctx context.Context, e store.LedgerEntry, audited map[s
 	} else {
 		n.fromDevice(ctx, &res, e.Tool, requested)
 	}
-	if cs := n.byTool[e.Tool]; cs != nil && res.Status != promcp.StatusFailed {
+	if cs := n.bound().byTool[e.Tool]; cs != nil && res.Status != promcp.StatusFailed {
 		res.SideEffects = append(res.SideEffects, cs.cap.SideEffects...)
 		if cs.cap.Compensable && res.PreviousValue != nil {
 			h := promcp.CompensationHint(e.Tool, res.PreviousValue)
@@ -101,7 +101,7 @@ func (n *Node) recovered(ctx context.Context, e store.LedgerEntry, audited map[s
 func (n *Node) fromDevice(ctx context.Context, res *promcp.DoResult, tool string, requested any) {
 	res.Status, res.Code = promcp.StatusPartial, promcp.CodeOutcomeUnknown
 	const stopped = "physd stopped during this actuation before answering"
-	cs := n.byTool[tool]
+	cs := n.bound().byTool[tool]
 	if cs == nil || cs.point == nil {
 		res.Reason = stopped + "; the capability is no longer available, so whether the write landed is unknown: read the device before acting again"
 		return
@@ -153,7 +153,7 @@ func (n *Node) fromLegacyRecord(res *promcp.DoResult, r audit.Record) {
 // pendingValue decodes the value a pending entry was about to write, in
 // the capability's Go type (exact for 64-bit integers).
 func (n *Node) pendingValue(tool string, raw json.RawMessage) any {
-	if cs := n.byTool[tool]; cs != nil && len(raw) > 0 {
+	if cs := n.bound().byTool[tool]; cs != nil && len(raw) > 0 {
 		if v, err := DecodeValue(cs.cap, raw); err == nil {
 			return v
 		}

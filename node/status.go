@@ -24,9 +24,10 @@ type CapabilityStatus struct {
 
 // Capabilities reports every capability's cached state.
 func (n *Node) Capabilities() []CapabilityStatus {
-	out := make([]CapabilityStatus, 0, len(n.caps))
+	caps := n.bound().caps
+	out := make([]CapabilityStatus, 0, len(caps))
 	now := time.Now()
-	for _, cs := range n.caps {
+	for _, cs := range caps {
 		st := CapabilityStatus{Tool: cs.tool, Kind: cs.cap.Kind, Zone: cs.cap.Zone, Unit: cs.cap.Unit, Quality: "unread"}
 		s := cs.last.Load()
 		errp := cs.lastErr.Load()

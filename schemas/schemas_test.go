@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"gopkg.in/yaml.v3"
 
+	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/policy"
 )
@@ -168,5 +171,43 @@ func TestSchemasRefuseWhatParsersRefuse(t *testing.T) {
 		if _, err := policy.Parse("p.yml", src, m); err == nil {
 			t.Errorf("policy parser accepts: %s", name)
 		}
+	}
+}
+
+// TestEveryDriverIsInTheSchema: every bus type a package under drivers/
+// registers is one the schema names (the schema knows only the drivers
+// this package imports).
+func TestEveryDriverIsInTheSchema(t *testing.T) {
+	files, err := filepath.Glob("../drivers/*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`drivers\.Register\(("[a-z0-9_]+"|Type[A-Za-z]+)`)
+	known := map[string]bool{}
+	for _, typ := range drivers.Types() {
+		known[typ] = true
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+			n++
+			typ := strings.Trim(m[1], `"`)
+			if !strings.HasPrefix(m[1], `"`) { // modbus registers its constants
+				typ = map[string]string{"TypeTCP": "modbus_tcp", "TypeRTU": "modbus_rtu"}[m[1]]
+			}
+			if !known[typ] {
+				t.Errorf("%s registers bus type %s, which the schema does not name: import the driver in schemas.go and run go generate ./schemas", f, m[1])
+			}
+		}
+	}
+	if n < 8 {
+		t.Fatalf("found %d drivers.Register calls under drivers/; the pattern no longer matches them", n)
 	}
 }

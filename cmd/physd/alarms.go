@@ -12,26 +12,29 @@ import (
 )
 
 // startAlarms evaluates the manifest's alarms on the node's observation
-// stream (nil when none is declared): every raised and cleared event is
-// logged, appended to the audit trail and counted in /metrics, and each
-// declared alarm has a physd_alarm_active gauge.
+// stream: every raised and cleared event is logged, appended to the audit
+// trail and counted in /metrics, and each declared alarm has a
+// physd_alarm_active gauge. The engine exists even when the manifest
+// declares no alarm: a reload may declare some (reloadHooks); the gauges
+// follow the alarms in force at each scrape.
 func startAlarms(n *node.Node, al *audit.Log, mx *metrics.Metrics, log *slog.Logger) *alarms.Engine {
 	e := alarms.New(n.Manifest())
-	if e == nil {
-		return nil
-	}
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_alarm_events_total", Help: "Alarms raised and cleared, by capability, kind and state."},
 		[]string{"capability", "kind", "state"})
 	mx.Registry.MustRegister(events)
-	for _, d := range e.Declared() {
-		tool, kind := d[0], d[1]
-		mx.Gauge("physd_alarm_active", "1 while the alarm is raised.", map[string]string{"capability": tool, "kind": kind}, func() float64 {
-			if e.IsActive(tool, kind) {
-				return 1
+	mx.GaugeSet("physd_alarm_active", "1 while the alarm is raised.", []string{"capability", "kind"}, func(emit func(float64, ...string)) {
+		active := map[[2]string]bool{}
+		for _, a := range e.Active() {
+			active[[2]string{a.Capability, a.Kind}] = true
+		}
+		for _, d := range e.Declared() {
+			v := 0.0
+			if active[d] {
+				v = 1
 			}
-			return 0
-		})
-	}
+			emit(v, d[0], d[1])
+		}
+	})
 	e.OnEvent(func(ev alarms.Event) {
 		events.WithLabelValues(ev.Capability, ev.Kind, ev.State).Inc()
 		log.Warn("alarm "+ev.State, "capability", ev.Capability, "kind", ev.Kind, "message", ev.Message)

@@ -51,6 +51,14 @@ func TestGoldenErrors(t *testing.T) {
 		// family named like a capability, a bad name.
 		{"validate_families", []string{"validate", testdata("errors", "manifest_families.yml")}},
 		{"validate_views_ok", []string{"validate", testdata("errors", "manifest_views_ok.yml")}},
+		// The Pi parts' bindings: a PWM frequency, duty mapping, initial
+		// value and data type; an SPI channel and part; 1-Wire ids; I²C
+		// profile points, addresses and gains. One bus per file: validate
+		// reports each bus's capabilities in order.
+		{"validate_pwm", []string{"validate", testdata("errors", "manifest_pwm.yml")}},
+		{"validate_spi", []string{"validate", testdata("errors", "manifest_spi.yml")}},
+		{"validate_onewire", []string{"validate", testdata("errors", "manifest_onewire.yml")}},
+		{"validate_i2c_profile", []string{"validate", testdata("errors", "manifest_i2c_profile.yml")}},
 		// MQTT flags: a URL that is not MQTT, a CA with a plain URL, a
 		// prefix with a wildcard; each names the flag and the fix.
 		{"run_mqtt_url", []string{"run", "--manifest", gh, "--state", "unused", "--mqtt-url", "http://broker:1883"}},

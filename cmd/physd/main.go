@@ -18,12 +18,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -170,7 +172,10 @@ func checkBindings(m *manifest.Manifest) error {
 			errs = append(errs, fmt.Errorf("%s: %s.bus: required; fix: name the bus this capability is wired to (one of buses:)", c.Binding.Pos, c.Binding.Field))
 		}
 	}
-	for name, b := range m.Buses {
+	// Bus by bus in name order: the same manifest prints the same errors
+	// in the same order every time.
+	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
+		b := m.Buses[name]
 		if b.Type != "sim" {
 			if _, ok := drivers.Lookup(b.Type); !ok {
 				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: %s", b.TypePos, name, b.Type, manifest.OneOf(b.Type, drivers.Types())))
@@ -226,7 +231,7 @@ var bindingChecks = map[string]func(*manifest.Capability) error{
 type runFlags struct {
 	manifest, policy, httpAddr, state, tokenFile, stdioRole, logLevel, view, families string
 	stdio, allowRemote, simControl, stateInTmp                                        bool
-	grace                                                                             time.Duration
+	grace, watchManifest                                                              time.Duration
 	tls                                                                               tlsFlags
 	historyMaxAge                                                                     time.Duration
 	historyMaxMB                                                                      int
@@ -253,6 +258,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.simControl, "sim-control", false, "development: expose the simulator's fault controls at /sim/<bus>/ on the HTTP listener")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long in-flight calls may take to finish on SIGTERM")
+	fs.DurationVar(&f.watchManifest, "watch-manifest", 0, "also reload when the manifest file's content changes, checking this often (e.g. 2s; 0: only on SIGHUP)")
 	fs.DurationVar(&f.historyMaxAge, "history-max-age", history.Default().MaxAge, "history of numeric capabilities (state dir, history.db): drop buckets older than this")
 	fs.IntVar(&f.historyMaxMB, "history-max-mb", int(history.Default().MaxBytes>>20), "history: bound on history.db in MiB, oldest buckets dropped first; 0 turns history off")
 	f.tls.register(fs)
@@ -361,7 +367,8 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 
 	var mcpSrv atomic.Pointer[mcpserver.Server] // set once built; the mesh authenticates with it
 	var (
-		guard     *safety.Guard
+		guard     *safety.Guard // the policy (nil without --policy)
+		inForce   *safety.Guard // the policy, or the manifest-only guard: reloads replace its rules
 		approvals *gate.Approvals
 		nodeGuard node.Guard
 		site      *mesh.Mesh // set once the node exists; nil without a mesh
@@ -385,14 +392,15 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		if guard, approvals, err = newSafety(pol, g, st, m.Device.ID, quorum); err != nil {
 			return err
 		}
-		nodeGuard = guard
+		nodeGuard, inForce = guard, guard
 	} else {
 		// No policy file: the manifest's own limits still hold.
 		pol, err := policy.ManifestOnly(m)
 		if err != nil {
 			return fmt.Errorf("the manifest's limits: %w", err)
 		}
-		nodeGuard = safety.New(safety.Config{Policy: pol, State: st, Quorum: quorum, DeviceID: m.Device.ID})
+		inForce = safety.New(safety.Config{Policy: pol, State: st, Quorum: quorum, DeviceID: m.Device.ID})
+		nodeGuard = inForce
 		if limited := manifestRulesWithoutPolicy(m); len(limited) > 0 {
 			log.Info("no --policy: the manifest's requires_permission, rate_limit, cooldown_ms and requires_quorum are enforced; no gate, approval or time-window rules",
 				"capabilities", limited)
@@ -426,8 +434,16 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	simControls := map[string]http.Handler{}
 	if f.simControl {
 		for name, b := range n.Buses() {
-			if c, ok := b.(interface{ ControlHandler() http.Handler }); ok {
-				simControls[name] = c.ControlHandler()
+			if _, ok := b.(interface{ ControlHandler() http.Handler }); ok {
+				// Looked up per request: a manifest reload may reopen the bus.
+				simControls[name] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					c, ok := n.Buses()[name].(interface{ ControlHandler() http.Handler })
+					if !ok {
+						http.Error(w, "bus "+name+" is no longer a simulator bus (manifest reloaded)", http.StatusNotFound)
+						return
+					}
+					c.ControlHandler().ServeHTTP(w, r)
+				})
 			}
 		}
 	}
@@ -476,14 +492,6 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		}()
 		log.Info("mesh joined", "node", site.Name(), "addr", site.SelfAddr(), "expected_size", site.ExpectedSize())
 	}
-	for name := range m.Buses {
-		mx.Gauge("physd_bus_up", "1 while the bus is open and healthy.", map[string]string{"bus": name}, func() float64 {
-			if b, ok := n.Buses()[name]; ok && b.Health() == nil {
-				return 1
-			}
-			return 0
-		})
-	}
 	var sec httpSecurity
 	if f.httpAddr != "" {
 		var pol *policy.Policy
@@ -500,9 +508,9 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site, md), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
-	if guard != nil {
-		go reloadOnHUP(ctx, f, m, guard, al, log, srv.PolicyReloaded)
-	}
+	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: fileSum(f.manifest),
+		hooks: reloadHooks(alarmEngine, hist, pub)}
+	go rl.run(ctx, f.watchManifest)
 
 	errc := make(chan error, 2)
 	running := 0

@@ -1,52 +1,223 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/mesh"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/policy"
 	"github.com/physd/physd/safety"
 )
 
-// reloadOnHUP re-reads the policy on SIGHUP. A policy that does not
-// validate against the running manifest is rejected and the running one
-// stays in force. The manifest itself is only re-read at start: a changed
-// manifest file is reported, not applied.
-// reloaded runs after a new policy is in force (the MCP server tells
-// clients their tool lists may have changed: roles decide what is listed).
-func reloadOnHUP(ctx context.Context, f runFlags, m *manifest.Manifest, guard *safety.Guard, al *audit.Log, log *slog.Logger, reloaded func()) {
+// reloadTimeout bounds one reload: the wait for device accesses on a bus
+// whose settings changed (each bounded by its capability's timeout and
+// settle time) and the reopening of that bus.
+const reloadTimeout = 30 * time.Second
+
+// reloader applies the manifest and policy files to the running daemon on
+// SIGHUP, and with --watch-manifest when the manifest file changes. Both
+// files are validated together, as `physd validate --policy` does; a
+// manifest or policy that does not validate is rejected, logged and
+// audited, and the running ones stay in force. What can change: the
+// capabilities, buses, views, alarms and the policy. What needs a restart:
+// device.id, network: and audit: (the ledger, the mesh identity and the
+// audit trail belong to them) — such a manifest is rejected, saying so.
+type reloader struct {
+	f     runFlags
+	n     *node.Node
+	guard *safety.Guard // the policy in force, or the manifest-only guard
+	// withPolicy: guard holds --policy (else the manifest's own limits).
+	withPolicy bool
+	al         *audit.Log
+	log        *slog.Logger
+	srv        *mcpserver.Server
+	site       *mesh.Mesh // nil without a mesh
+	// hooks follow a manifest now in force (alarms, history, MQTT
+	// discovery, metrics); each must be quick.
+	hooks []func(*manifest.Manifest)
+
+	mu       sync.Mutex // one reload at a time
+	sum      [32]byte   // the manifest file's content in force
+	rejected [32]byte   // the content of the last rejected reload
+}
+
+// run reloads on SIGHUP, and every watch interval when the manifest file's
+// content changed (0: no watch), until ctx ends.
+func (r *reloader) run(ctx context.Context, watch time.Duration) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	manifestSum := fileSum(f.manifest)
+	var tick <-chan time.Time
+	var seen [32]byte // the changed content seen at the previous tick
+	if watch > 0 {
+		t := time.NewTicker(watch)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			r.reload(ctx, "SIGHUP")
+		case <-tick:
+			// A file watch by content: robust to editors that replace the
+			// file, to bind mounts and to symlink swaps (ConfigMaps); the
+			// cost is one small read a tick. A change is applied once the
+			// content held for a whole tick: a file caught half-written
+			// (truncated, then written) is not applied, even if the half
+			// happens to validate.
+			// A content already rejected is not tried (and audited) again
+			// until it changes; SIGHUP always tries.
+			sum := fileSum(r.f.manifest)
+			inForce, rejected := r.current()
+			if sum == inForce || sum == rejected || sum != seen {
+				seen = sum
+				continue
+			}
+			r.reload(ctx, "manifest file changed")
 		}
-		if fileSum(f.manifest) != manifestSum {
-			log.Warn("the manifest file changed on disk; it is applied only at start: restart physd to use it", "manifest", f.manifest)
+	}
+}
+
+// current returns the manifest content in force and the last rejected.
+func (r *reloader) current() (inForce, rejected [32]byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sum, r.rejected
+}
+
+// reload validates the files and puts them in force. It returns the error
+// that rejected them (nil when applied).
+func (r *reloader) reload(ctx context.Context, trigger string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sum := fileSum(r.f.manifest)
+	res, polChanged, err := r.apply(ctx, sum)
+	if err != nil {
+		r.rejected = sum
+		r.log.Error("reload rejected; the running manifest and policy stay in force", "trigger", trigger, "manifest", r.f.manifest, "policy", r.f.policy, "err", err.Error())
+		if _, aerr := r.al.Append(&audit.Record{Event: "manifest_reload_rejected", Reason: err.Error(),
+			Data: map[string]any{"manifest": r.f.manifest, "policy": r.f.policy, "trigger": trigger}}); aerr != nil {
+			r.log.Error("reload rejection not audited", "err", aerr.Error())
 		}
-		pol, g, err := loadPolicy(f.policy, m)
-		if err != nil {
-			log.Error("policy reload rejected; the running policy stays in force", "policy", f.policy, "err", err.Error())
-			_, _ = al.Append(&audit.Record{Event: "policy_reload_rejected", Reason: err.Error(), Data: map[string]any{"policy": f.policy}})
-			continue
+		return err
+	}
+	if res != nil {
+		r.sum = sum
+		r.log.Info("manifest reloaded", "trigger", trigger, "added", res.Added, "removed", res.Removed, "changed", res.Changed,
+			"kept", res.Kept, "buses_opened", res.Opened, "buses_closed", res.Closed, "buses_reopened", res.Reopened)
+		if _, aerr := r.al.Append(&audit.Record{Event: "manifest_reload", Data: map[string]any{"manifest": r.f.manifest, "trigger": trigger,
+			"added": res.Added, "removed": res.Removed, "changed": res.Changed, "kept": res.Kept,
+			"buses_opened": res.Opened, "buses_closed": res.Closed, "buses_reopened": res.Reopened}}); aerr != nil {
+			r.log.Error("manifest reload not audited", "err", aerr.Error())
+		}
+	}
+	if polChanged && r.withPolicy {
+		r.log.Info("policy reloaded", "policy", r.f.policy, "tools", len(r.guard.Policy().Tools))
+		_, _ = r.al.Append(&audit.Record{Event: "policy_reload", Data: map[string]any{"policy": r.f.policy, "trigger": trigger}})
+	}
+	return nil
+}
+
+// apply does the work of reload. res is nil when the manifest is the one
+// in force (a policy-only reload).
+func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadResult, polChanged bool, err error) {
+	old := r.n.Manifest()
+	m := old
+	if sum != r.sum {
+		if m, err = loadManifest(r.f.manifest); err != nil {
+			return nil, false, err
+		}
+		if err := restartOnly(old, m); err != nil {
+			return nil, false, err
+		}
+		if r.f.view != "" && m.View(r.f.view) == nil {
+			return nil, false, fmt.Errorf("--view %q: the new manifest no longer declares this view; fix: keep the view, or restart physd with another --view", r.f.view)
+		}
+	}
+	var pol *policy.Policy
+	var g *gate.Gate
+	if r.withPolicy {
+		if pol, g, err = loadPolicy(r.f.policy, m); err != nil {
+			return nil, false, err
 		}
 		for _, w := range policyWarnings(pol, g) {
-			log.Warn("policy", "warning", w)
+			r.log.Warn("policy", "warning", w)
 		}
-		guard.Reload(pol, g)
-		reloaded()
-		log.Info("policy reloaded", "policy", f.policy, "tools", len(pol.Tools))
-		_, _ = al.Append(&audit.Record{Event: "policy_reload", Data: map[string]any{"policy": f.policy}})
+	} else if pol, err = policy.ManifestOnly(m); err != nil {
+		return nil, false, fmt.Errorf("the manifest's limits: %w", err)
 	}
+	// The new rules first: a call decided between the two steps is judged
+	// by the new policy on the old binding, and a call whose capability
+	// the reload redefines never actuates (node.CodeManifestReloaded).
+	oldPol, oldGate := r.guard.Policy(), r.guard.Gate()
+	r.guard.Reload(pol, g)
+	polChanged = true
+	if m != old {
+		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+		defer cancel()
+		rr, err := r.n.Reload(rctx, m)
+		if err != nil && r.n.Manifest() == old {
+			// Not applied: the rules in force before go back.
+			r.guard.Reload(oldPol, oldGate)
+			return nil, false, err
+		}
+		if err != nil {
+			r.log.Error("manifest reload: applied with an error", "err", err.Error())
+		}
+		res = &rr
+		if r.site != nil {
+			if err := r.site.UpdateCatalog(mesh.CatalogFromManifest(m)); err != nil {
+				r.log.Error("the mesh catalog was not updated; peers see the previous capabilities until the next reload", "err", err.Error())
+			}
+		}
+		for _, h := range r.hooks {
+			h(m)
+		}
+	}
+	r.srv.ManifestReloaded()
+	return res, polChanged, nil
+}
+
+// restartOnly refuses a manifest whose device id, network or audit
+// section changed: they are read once, at start.
+func restartOnly(old, m *manifest.Manifest) error {
+	var changed []string
+	if old.Device.ID != m.Device.ID {
+		changed = append(changed, fmt.Sprintf("device.id (%q → %q)", old.Device.ID, m.Device.ID))
+	}
+	if !sameJSON(old.Network, m.Network) {
+		changed = append(changed, "network: (protocols, ports, mesh)")
+	}
+	if !sameJSON(old.Audit, m.Audit) {
+		changed = append(changed, "audit:")
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: a reload cannot change %s; fix: restart physd to apply them (or undo them in the file)", m.Path, strings.Join(changed, ", "))
+}
+
+func sameJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
 func fileSum(path string) [32]byte {

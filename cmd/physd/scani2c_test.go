@@ -86,6 +86,7 @@ func TestScanI2C(t *testing.T) {
 		"binding: {type: i2c, bus: i2c1, address: 0x76, profile: bme280, point: humidity}",
 		"binding: {type: i2c, bus: i2c1, address: 0x1A, profile: mcp9808, point: temperature}",
 		"binding: {type: i2c, bus: i2c1, address: 0x49, profile: ads1115, point: ain3, full_scale_v: 4.096, data_rate_sps: 128}",
+		"unit: celsius", "unit: pascal", "unit: percent", "unit: volt",
 	} {
 		if !strings.Contains(string(skel), want) {
 			t.Errorf("skeleton lacks %q", want)

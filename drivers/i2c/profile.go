@@ -88,7 +88,7 @@ func profileBinding(p *manifest.BindingErrors, s *pointSpec, k *bindingKeys) {
 		for _, x := range prof.addrs {
 			a = append(a, fmt.Sprintf("0x%02X", x))
 		}
-		p.Add("address", fmt.Sprintf("a %s answers at %s, not at 0x%02X", part, strings.Join(a, ", "), s.addr), "use the address its address pins select (i2cdetect shows it)")
+		p.Add("address", fmt.Sprintf("profile %s: the part answers at %s, not at 0x%02X", part, strings.Join(a, ", "), s.addr), "use the address its address pins select (i2cdetect shows it)")
 	}
 	for _, f := range []struct {
 		key string

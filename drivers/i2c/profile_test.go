@@ -118,7 +118,7 @@ func TestProfileBindingErrors(t *testing.T) {
 		{"{type: i2c, bus: i2c1, address: 0x76, profile: bme680}", "binding.profile: no I²C device profile \"bme680\"; fix: use one of ads1115, bme280, bmp280, mcp9808"},
 		{"{type: i2c, bus: i2c1, address: 0x76, profile: bme280, point: dewpoint}", "rpi.yml:12:76: capabilities[0].binding.point: profile bme280 has no point \"dewpoint\"; fix: use one of its points: temperature, pressure, humidity"},
 		{"{type: i2c, bus: i2c1, address: 0x76, profile: bme280}", "profile bme280 needs point:"},
-		{"{type: i2c, bus: i2c1, address: 0x48, profile: bme280, point: temperature}", "binding.address: a bme280 answers at 0x76, 0x77, not at 0x48"},
+		{"{type: i2c, bus: i2c1, address: 0x48, profile: bme280, point: temperature}", "binding.address: profile bme280: the part answers at 0x76, 0x77, not at 0x48"},
 		{"{type: i2c, bus: i2c1, address: 0x76, profile: bmp280, point: humidity}", "profile bmp280 has no point \"humidity\""},
 		{"{type: i2c, bus: i2c1, address: 0x76, profile: bme280, point: temperature, register: 0xFA}", "binding.register: register does not apply to profile bme280"},
 		{"{type: i2c, bus: i2c1, address: 0x48, profile: ads1115, point: ain4}", "use one of its points: ain0, ain1, ain2, ain3, diff01"},

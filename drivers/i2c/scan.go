@@ -123,6 +123,7 @@ func I2CSkeleton(busArg, resolved, command string, found []Found) []byte {
 	p("capabilities:")
 	n := 0
 	units := map[string]string{"temperature": "°C", "pressure": "Pa (scale: 0.01 for hPa)", "humidity": "%RH"}
+	unitKeys := map[string]string{"temperature": "celsius", "pressure": "pascal   # or hPa with scale: 0.01", "humidity": "percent"}
 	for _, f := range found {
 		prof, ok := i2cProfiles[f.Profile]
 		if !ok {
@@ -140,15 +141,17 @@ func I2CSkeleton(busArg, resolved, command string, found []Found) []byte {
 		}
 		for _, pt := range pts {
 			n++
-			u := units[pt]
+			u, uk := units[pt], unitKeys[pt]
 			if f.Profile == "ads1115" {
 				u = "V (scale:/offset: turn volts into the sensor's unit)"
+				uk = "volt   # DECIDE: the sensor's unit once scale:/offset: convert the volts"
 			}
 			p("  - name: x%02x_%s   # DECIDE: what it measures", f.Addr, pt)
 			p("    kind: read")
 			p("    description: %q", fmt.Sprintf("%s at 0x%02X, %s, in %s.", strings.ToUpper(f.Profile), f.Addr, pt, u))
 			p("    binding: {type: i2c, bus: i2c1, address: 0x%02X, profile: %s, point: %s%s}", f.Addr, f.Profile, pt, extra)
 			p("    data_type: float")
+			p("    unit: %s", uk)
 			p("    semantic_tags: [%s, %s]   # DECIDE", f.Profile, pt)
 		}
 	}

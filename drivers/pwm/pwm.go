@@ -12,7 +12,10 @@
 //
 // The capability's value is a percentage 0..100 mapped linearly onto the
 // duty cycle duty_min..duty_max (percent; defaults 0 and 100): a 4-wire
-// PC fan that needs 20 % to spin takes duty_min: 20. A read reads the
+// PC fan that needs 20 % to spin takes duty_min: 20. duty_min above
+// duty_max inverts the output, for a transistor stage between the pin and
+// the load (an NPN or N-MOSFET pulling a fan's PWM wire low while the pin
+// is high): duty_min: 80, duty_max: 0 is the fan at 20 % for value 0. A read reads the
 // kernel's period, duty_cycle and enable back (a disabled channel reads
 // 0 % duty), so a do_ is verified against what the kernel drives, not
 // against what physd remembers. Open exports the channel if needed, sets
@@ -147,9 +150,20 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 	if k.DutyMax != nil {
 		s.dutyMax = *k.DutyMax
 	}
-	if s.dutyMin < 0 || s.dutyMax > 100 || s.dutyMin >= s.dutyMax {
-		p.Add("duty_min", fmt.Sprintf("duty_min %v and duty_max %v must satisfy 0 <= duty_min < duty_max <= 100", s.dutyMin, s.dutyMax),
-			"give the duty cycle in percent that value 0 and value 100 mean, e.g. duty_min: 20, duty_max: 100")
+	dutyOK := true
+	for _, d := range []struct {
+		key string
+		v   float64
+	}{{"duty_min", s.dutyMin}, {"duty_max", s.dutyMax}} {
+		if d.v < 0 || d.v > 100 || math.IsNaN(d.v) {
+			p.Add(d.key, fmt.Sprintf("%s %v is outside 0..100 (percent of the period)", d.key, d.v),
+				"give the duty cycle in percent that value 0 (duty_min) and value 100 (duty_max) drive, e.g. duty_min: 20, duty_max: 100")
+			dutyOK = false
+		}
+	}
+	if dutyOK && s.dutyMin == s.dutyMax {
+		p.Add("duty_max", fmt.Sprintf("duty_min and duty_max are both %v: every value would drive the same duty", s.dutyMin),
+			"give the duty for value 100, e.g. duty_max: 100 (duty_max below duty_min inverts the output, for a transistor stage that pulls the line low)")
 	}
 	if k.Initial != nil {
 		if !s.writable {
@@ -301,7 +315,7 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 	}
 	pct := float64(duty) / float64(period) * 100
 	v := (pct - p.s.dutyMin) / (p.s.dutyMax - p.s.dutyMin) * 100
-	v = min(max(v, 0), 100) // below duty_min (e.g. disabled) reads as 0
+	v = min(max(v, 0), 100) // outside duty_min..duty_max (e.g. disabled) reads as the nearer end
 	if p.s.dataType == manifest.TypeInt {
 		return drivers.Reading{Value: int64(math.Round(v)), At: time.Now()}, nil
 	}

@@ -128,6 +128,41 @@ func TestFanThroughNode(t *testing.T) {
 	}
 }
 
+// TestInvertedDuty: duty_min above duty_max drives a transistor stage that
+// inverts the pin: value 0 is duty 80 %, value 25 duty 60 %, and a
+// disabled channel (pin low, the load's line pulled high) reads 100.
+func TestInvertedDuty(t *testing.T) {
+	chip := sysfsChip(t)
+	m := parse(t, "{type: pwm, path: "+chip+"}", strings.Replace(fanCap, "duty_min: 20, duty_max: 100", "duty_min: 80, duty_max: 0", 1))
+	b, err := drivers.Open(context.Background(), m.Buses["pwm0"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Point(m.Capabilities[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d := file(t, chip+"/pwm0/duty_cycle"); d != "32000" {
+		t.Fatalf("initial 0: duty_cycle %s, want 32000 (80 %% of 40000)", d)
+	}
+	if err := p.Write(ctx, 25.0); err != nil {
+		t.Fatal(err)
+	}
+	if d := file(t, chip+"/pwm0/duty_cycle"); d != "24000" {
+		t.Fatalf("25: duty_cycle %s, want 24000 (60 %%)", d)
+	}
+	if r, err := p.Read(ctx); err != nil || math.Abs(r.Value.(float64)-25) > 1e-9 {
+		t.Fatalf("read back %v %v, want 25", r.Value, err)
+	}
+	if err := os.WriteFile(chip+"/pwm0/enable", []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := p.Read(ctx); err != nil || r.Value != 100.0 {
+		t.Fatalf("disabled: %v %v, want 100", r.Value, err)
+	}
+}
+
 func TestExportAndErrors(t *testing.T) {
 	chip := sysfsChip(t)
 	m := parse(t, "{type: pwm, path: "+chip+"}", strings.ReplaceAll(fanCap, "channel: 0", "channel: 1"))
@@ -168,7 +203,9 @@ func TestBindingErrors(t *testing.T) {
 		{"channel: 0, ", "", "binding.channel: required"},
 		{"frequency_hz: 25000", "frequency_hz: 0", "frequency_hz 0 is outside"},
 		{", frequency_hz: 25000", "", "binding.frequency_hz: required"},
-		{"duty_min: 20", "duty_min: 100", "pwm.yml:15:80: capabilities[0].binding.duty_min: duty_min 100 and duty_max 100 must satisfy"},
+		{"duty_min: 20", "duty_min: 100", "pwm.yml:15:95: capabilities[0].binding.duty_max: duty_min and duty_max are both 100: every value would drive the same duty"},
+		{"duty_min: 20", "duty_min: -5", "pwm.yml:15:80: capabilities[0].binding.duty_min: duty_min -5 is outside 0..100"},
+		{"duty_max: 100", "duty_max: 120", "pwm.yml:15:94: capabilities[0].binding.duty_max: duty_max 120 is outside 0..100"},
 		{"initial: 0", "initial: 150", "initial 150 is outside 0..100"},
 		{"initial: 0", "initial: 0, invert: true", `unknown key "invert"`},
 		{"range: {min: 0, max: 100}", "range: {min: 0, max: 255}", "capabilities[0].range: a PWM output takes 0..100"},

@@ -6,9 +6,9 @@
 //	buses:
 //	  adc: {type: spi, port: "/dev/spidev0.0"}    # or "SPI0.0", any name spireg knows
 //	capabilities:
-//	  - binding: {type: spi, bus: adc, device: mcp3008, channel: 0, vref: 3.3}                 # data_type float, volts
-//	  - binding: {type: spi, bus: adc, device: mcp3008, channel: 2, input: differential}       # CH2+ CH3−
-//	  - binding: {type: spi, bus: adc, device: mcp3008, channel: 5, scale: 30.3, offset: 0}   # a 0–100 % sensor behind a divider
+//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 0, vref: 3.3}                # data_type float, volts
+//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 2, input: differential}      # CH2+ CH3−
+//	  - binding: {type: spi, bus: adc, profile: mcp3008, channel: 5, scale: 30.3, offset: 0}  # a 0–100 % sensor behind a divider
 //
 // One chip per bus entry (the port names the chip select). Each read is
 // one conversion; value = volts × scale + offset. A missing port does not
@@ -107,7 +107,8 @@ func (b *Bus) Close() error {
 }
 
 type bindingKeys struct {
-	Device  *string  `yaml:"device"`
+	Profile *string  `yaml:"profile"`
+	Device  *string  `yaml:"device"` // refused: the part is named by profile:, as on i2c and modbus bindings
 	Channel *int     `yaml:"channel"`
 	Input   *string  `yaml:"input"`
 	VRef    *float64 `yaml:"vref"`
@@ -128,21 +129,27 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 		p.Add("type", fmt.Sprintf("binding type %q on an spi bus", c.Binding.Type), "use type: spi")
 	}
 	if strings.TrimSpace(c.Binding.Address) != "" {
-		p.Add("address", "an spi binding names its chip and channel with device: and channel:, not an address", "remove address; the bus's port is the chip select")
+		p.Add("address", "an spi binding names its chip and channel with profile: and channel:, not an address", "remove address; the bus's port is the chip select")
 	}
 	var k bindingKeys
 	if errs := p.DecodeBinding(nil, &k); len(errs) > 0 {
 		return nil, errs
 	}
 	s := &pointSpec{vref: 3.3, scale: 1, dataType: c.DataType}
+	part := ""
 	switch {
-	case k.Device == nil:
-		p.Add("device", "required: which part is on this chip select", "add device: mcp3008 (also for an MCP3004, channels 0..3)")
-	case strings.ToLower(strings.TrimSpace(*k.Device)) != "mcp3008" && strings.ToLower(strings.TrimSpace(*k.Device)) != "mcp3004":
-		p.Add("device", fmt.Sprintf("no SPI device driver for %q", *k.Device), "use device: mcp3008 or mcp3004")
+	case k.Device != nil:
+		p.Add("device", "the part on a binding is named with profile:, on spi as on i2c and modbus", "write profile: "+strings.TrimSpace(*k.Device))
+	case k.Profile == nil:
+		p.Add("profile", "required: which part is on this chip select", "add profile: mcp3008 (also for an MCP3004, channels 0..3)")
+	default:
+		part = strings.ToLower(strings.TrimSpace(*k.Profile))
+		if part != "mcp3008" && part != "mcp3004" {
+			p.Add("profile", fmt.Sprintf("no SPI device profile %q", *k.Profile), "use profile: mcp3008 or mcp3004")
+		}
 	}
 	maxCh := 7
-	if k.Device != nil && strings.ToLower(strings.TrimSpace(*k.Device)) == "mcp3004" {
+	if part == "mcp3004" {
 		maxCh = 3
 	}
 	switch {

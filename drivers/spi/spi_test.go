@@ -53,9 +53,9 @@ func TestMCP3008ThroughNode(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = spireg.Unregister(name) })
 	m := parse(t, "{type: spi, port: "+name+"}",
-		readCap("ain0", "float", "{type: spi, bus: adc, device: mcp3008, channel: 0}")+
-			readCap("pair23", "float", "{type: spi, bus: adc, device: mcp3008, channel: 2, input: differential, vref: 3.3}")+
-			readCap("moisture", "int", "{type: spi, bus: adc, device: mcp3008, channel: 3, scale: 100, offset: -10}"))
+		readCap("ain0", "float", "{type: spi, bus: adc, profile: mcp3008, channel: 0}")+
+			readCap("pair23", "float", "{type: spi, bus: adc, profile: mcp3008, channel: 2, input: differential, vref: 3.3}")+
+			readCap("moisture", "int", "{type: spi, bus: adc, profile: mcp3008, channel: 3, scale: 100, offset: -10}"))
 	dir := t.TempDir()
 	st, err := store.Open(dir)
 	if err != nil {
@@ -104,7 +104,7 @@ func TestMCP3008ThroughNode(t *testing.T) {
 }
 
 func TestMissingPort(t *testing.T) {
-	m := parse(t, "{type: spi, port: /dev/spidev9.9}", readCap("a", "float", "{type: spi, bus: adc, device: mcp3008, channel: 0}"))
+	m := parse(t, "{type: spi, port: /dev/spidev9.9}", readCap("a", "float", "{type: spi, bus: adc, profile: mcp3008, channel: 0}"))
 	_, err := drivers.Open(context.Background(), m.Buses["adc"])
 	if !errors.Is(err, drivers.ErrOffline) || !strings.Contains(err.Error(), "dtparam=spi=on") {
 		t.Fatalf("%v", err)
@@ -113,15 +113,16 @@ func TestMissingPort(t *testing.T) {
 
 func TestBindingErrors(t *testing.T) {
 	for _, c := range []struct{ binding, want string }{
-		{"{type: spi, bus: adc, channel: 0}", "binding.device: required"},
-		{"{type: spi, bus: adc, device: mcp3208, channel: 0}", `no SPI device driver for "mcp3208"`},
-		{"{type: spi, bus: adc, device: mcp3008}", "binding.channel: required"},
-		{"{type: spi, bus: adc, device: mcp3008, channel: 8}", "spi.yml:12:62: capabilities[0].binding.channel: channel 8 is outside 0..7"},
-		{"{type: spi, bus: adc, device: mcp3004, channel: 4}", "channel 4 is outside 0..3"},
-		{"{type: spi, bus: adc, device: mcp3008, channel: 0, input: diff}", `input "diff"`},
-		{"{type: spi, bus: adc, device: mcp3008, channel: 0, vref: 12}", "vref 12 V is outside"},
-		{"{type: spi, bus: adc, device: mcp3008, channel: 0, gain: 2}", `unknown key "gain"`},
-		{`{type: spi, bus: adc, address: "ch=0", device: mcp3008, channel: 0}`, "not an address"},
+		{"{type: spi, bus: adc, channel: 0}", "binding.profile: required"},
+		{"{type: spi, bus: adc, profile: mcp3208, channel: 0}", `no SPI device profile "mcp3208"; fix: use profile: mcp3008 or mcp3004`},
+		{"{type: spi, bus: adc, device: mcp3008, channel: 0}", "spi.yml:12:44: capabilities[0].binding.device: the part on a binding is named with profile:, on spi as on i2c and modbus; fix: write profile: mcp3008"},
+		{"{type: spi, bus: adc, profile: mcp3008}", "binding.channel: required"},
+		{"{type: spi, bus: adc, profile: mcp3008, channel: 8}", "spi.yml:12:63: capabilities[0].binding.channel: channel 8 is outside 0..7"},
+		{"{type: spi, bus: adc, profile: mcp3004, channel: 4}", "channel 4 is outside 0..3"},
+		{"{type: spi, bus: adc, profile: mcp3008, channel: 0, input: diff}", `input "diff"`},
+		{"{type: spi, bus: adc, profile: mcp3008, channel: 0, vref: 12}", "vref 12 V is outside"},
+		{"{type: spi, bus: adc, profile: mcp3008, channel: 0, gain: 2}", `unknown key "gain"`},
+		{`{type: spi, bus: adc, address: "ch=0", profile: mcp3008, channel: 0}`, "not an address"},
 	} {
 		m := parse(t, "{type: spi, port: x}", readCap("p", "float", c.binding))
 		if err := CheckBinding(m.Capabilities[0]); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // Families are the w1 family codes of the temperature sensors w1-therm
@@ -30,7 +31,10 @@ var idRe = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{12})$`)
 func CheckID(id string) (string, error) {
 	m := idRe.FindStringSubmatch(id)
 	if m == nil {
-		return "", fmt.Errorf("%q is not a 1-Wire device id: it looks like 28-0316a2794bff (family, dash, 12 hex digits; ls /sys/bus/w1/devices lists them)", id)
+		if low := strings.ToLower(id); idRe.MatchString(low) {
+			return "", fmt.Errorf("%q is not a 1-Wire device id as the kernel names it: write it in lower case, %s", id, low)
+		}
+		return "", fmt.Errorf("%q is not a 1-Wire device id: an id is the family, a dash and 12 hex digits in lower case, e.g. 28-0316a2794bff (ls /sys/bus/w1/devices lists them)", id)
 	}
 	part, ok := Families[m[1]]
 	if !ok {

@@ -2,6 +2,7 @@ package ds18b20
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -36,9 +37,16 @@ func TestCheckID(t *testing.T) {
 	if p, err := CheckID("28-0316a2794bff"); err != nil || p != "DS18B20" {
 		t.Fatalf("%v %v", p, err)
 	}
-	for _, bad := range []string{"28-0316A2794BFF", "28_0316a2794bff", "28-0316a2794bf", "29-0316a2794bff", ""} {
-		if _, err := CheckID(bad); err == nil {
-			t.Errorf("%q accepted", bad)
+	for bad, want := range map[string]string{
+		// An id copied in capitals: the fix is that id in lower case.
+		"28-0316A2794BFF": "write it in lower case, 28-0316a2794bff",
+		"28_0316a2794bff": "the family, a dash and 12 hex digits",
+		"28-0316a2794bf":  "the family, a dash and 12 hex digits",
+		"29-0316a2794bff": "family 29",
+		"":                "the family, a dash and 12 hex digits",
+	} {
+		if _, err := CheckID(bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", bad, err, want)
 		}
 	}
 }

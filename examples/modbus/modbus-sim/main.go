@@ -4,6 +4,11 @@
 //	go run ./examples/modbus/modbus-sim &
 //	physd run --manifest examples/modbus/physmcp.manifest.yml
 //
+// With -pty it serves the same boiler as Modbus RTU too, on a new
+// pseudo-terminal whose path it logs ("RTU on /dev/pts/N"): a serial line
+// without an RS-485 adapter, for physd scan modbus --rtu /dev/pts/N and a
+// modbus_rtu bus (any baud rate and framing; the pty ignores them).
+//
 // It serves unit 1 on 127.0.0.1:5020 (502 needs root; other unit ids draw
 // exception 11, as from a gateway) with the register map below, through
 // github.com/simonvetter/modbus, and runs a first-order thermal model:
@@ -33,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/physd/physd/drivers/modbus/modbustest"
 )
 
@@ -41,6 +47,7 @@ const unit = 1
 func main() {
 	addr := flag.String("addr", "127.0.0.1:5020", "listen address (host:port)")
 	step := flag.Duration("step", 200*time.Millisecond, "model time step")
+	rtu := flag.Bool("pty", false, "also serve unit 1 as Modbus RTU on a new pseudo-terminal (its path is logged)")
 	flag.Parse()
 
 	b := newBoiler()
@@ -49,6 +56,19 @@ func main() {
 		log.Fatalf("modbus-sim: %v", err)
 	}
 	log.Printf("modbus-sim: boiler controller, unit %d, on %s", unit, srv.Addr)
+	if *rtu {
+		// The sim keeps the terminal side open too, so the line stays up
+		// between the masters that open and close it (else the master
+		// side reads EIO when the last of them closes).
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			log.Fatalf("modbus-sim: -pty: %v", err)
+		}
+		defer tty.Close()
+		defer ptmx.Close()
+		modbustest.ServeRTU(ptmx, b.bank, unit)
+		log.Printf("modbus-sim: boiler controller, unit %d, RTU on %s", unit, tty.Name())
+	}
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)

@@ -1,0 +1,289 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/manifest"
+)
+
+// A binding is one manifest's capabilities bound to their buses. The node
+// serves one binding at a time; a manifest reload (Reload) builds the next
+// one and swaps it in, so every call sees one consistent manifest. A call
+// that looked a capability up before the swap keeps its capState, and the
+// device step re-checks that the capState is still current (execute), so
+// an actuation either ran on the old binding to the end or never started.
+type binding struct {
+	m      *manifest.Manifest
+	buses  map[string]*busRef
+	busErr map[string]error
+	caps   []*capState
+	byTool map[string]*capState
+	// stopPoll ends this binding's background polls (closed when the next
+	// binding is in force, or by Close).
+	stopPoll chan struct{}
+}
+
+// bound is the binding in force.
+func (n *Node) bound() *binding { return n.cur.Load() }
+
+// busRef is an open bus shared by the bindings that use it. A reload that
+// keeps a bus's configuration keeps the open bus (and its line discipline,
+// connections and health); a bus that is removed or changed is retired:
+// it closes when its last device access ends, never under one.
+type busRef struct {
+	drivers.Bus
+	name string
+	sum  string // the manifest entry's configuration (busSum)
+
+	mu      sync.Mutex
+	users   int
+	retired bool
+	closed  chan struct{} // closed once Close has returned
+	log     func(name string, err error)
+}
+
+func newBusRef(name, sum string, b drivers.Bus, log func(string, error)) *busRef {
+	return &busRef{Bus: b, name: name, sum: sum, closed: make(chan struct{}), log: log}
+}
+
+// enter starts a device access; false means the bus is closed (a reload
+// retired it and it had no access under way).
+func (b *busRef) enter() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.closed:
+		return false
+	default:
+	}
+	if b.retired && b.users == 0 {
+		return false
+	}
+	b.users++
+	return true
+}
+
+// leave ends a device access; the last one out of a retired bus closes it.
+func (b *busRef) leave() {
+	b.mu.Lock()
+	b.users--
+	last := b.retired && b.users == 0
+	b.mu.Unlock()
+	if last {
+		b.close()
+	}
+}
+
+// retire closes the bus once no device access is under way; the channel
+// is closed when it is.
+func (b *busRef) retire() <-chan struct{} {
+	b.mu.Lock()
+	already := b.retired
+	b.retired = true
+	idle := b.users == 0
+	b.mu.Unlock()
+	if !already && idle {
+		b.close()
+	}
+	return b.closed
+}
+
+func (b *busRef) close() {
+	if err := b.Bus.Close(); err != nil && b.log != nil {
+		b.log(b.name, err)
+	}
+	close(b.closed)
+}
+
+// busSum is a bus entry's configuration as canonical JSON: two entries
+// with the same sum open the same bus the same way.
+func busSum(b *manifest.Bus) string {
+	return canonical(struct {
+		Type   string `json:"type"`
+		Config any    `json:"config"`
+	}{b.Type, nodeValue(b.Config)})
+}
+
+// capSum is a capability's whole definition (its binding parameters
+// included) as canonical JSON; source positions are not part of it.
+func capSum(c *manifest.Capability) string {
+	return canonical(struct {
+		Cap    *manifest.Capability `json:"cap"`
+		Params any                  `json:"params"`
+	}{c, nodeValue(c.Binding.Params)})
+}
+
+func nodeValue(n *yaml.Node) any {
+	if n == nil {
+		return nil
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return err.Error()
+	}
+	return v
+}
+
+func canonical(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "unencodable: " + err.Error()
+	}
+	return string(b)
+}
+
+// bind binds every capability of m. Buses of prev whose configuration is
+// unchanged are shared, not reopened; buses named in reopen are not
+// opened at all (their capabilities answer that the bus is being
+// reopened). A capability whose definition and bus are unchanged keeps its
+// state (cache, observation reference, actuator); one that changed keeps
+// only its actuator, so calls of the old and the new definition never
+// touch the device together. opened lists the buses bind opened itself.
+func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, reopen map[string]bool) (b *binding, opened []*busRef, err error) {
+	b = &binding{m: m, buses: map[string]*busRef{}, busErr: map[string]error{}, byTool: map[string]*capState{}, stopPoll: make(chan struct{})}
+	names := make([]string, 0, len(m.Buses))
+	for name := range m.Buses {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		sum := busSum(m.Buses[name])
+		if prev != nil {
+			if old := prev.buses[name]; old != nil && old.sum == sum && !reopen[name] {
+				b.buses[name] = old
+				continue
+			}
+		}
+		if reopen[name] {
+			b.busErr[name] = fmt.Errorf("bus %q is being reopened with its new configuration after a manifest reload; retry in a moment", name)
+			continue
+		}
+		bus, err := drivers.Open(ctx, m.Buses[name])
+		if err != nil {
+			b.busErr[name] = err
+			n.log.Error("bus unavailable", "bus", name, "err", err)
+			continue
+		}
+		ref := newBusRef(name, sum, bus, n.busCloseLog)
+		b.buses[name] = ref
+		opened = append(opened, ref)
+	}
+	closeOpened := func() {
+		for _, r := range opened {
+			r.retire()
+		}
+	}
+	var bindErrs []error
+	for _, c := range m.Capabilities {
+		tool := c.ToolName()
+		var old *capState
+		if prev != nil {
+			old = prev.byTool[tool]
+		}
+		busRef := b.buses[c.Binding.Bus]
+		if old != nil && old.sum == capSum(c) && old.bus != nil && old.bus == busRef {
+			// Unchanged, on the same open bus: the same capability.
+			b.caps = append(b.caps, old)
+			b.byTool[tool] = old
+			continue
+		}
+		cs := &capState{cap: c, tool: tool, sum: capSum(c), vocab: vocabulary(c), act: newActuator()}
+		if old != nil {
+			cs.act = old.act
+		}
+		switch {
+		case c.Binding.Bus == "":
+			bindErrs = append(bindErrs, fmt.Errorf("%s: %s.bus: required; fix: name the bus this capability is wired to (one of buses:)", c.Binding.Pos, c.Binding.Field))
+		case busRef == nil:
+			cs.bindErr = fmt.Errorf("bus %q is unavailable: %v", c.Binding.Bus, b.busErr[c.Binding.Bus])
+		default:
+			p, err := busRef.Point(c)
+			if err != nil {
+				// A binding the driver rejects is a configuration error,
+				// not a missing device.
+				bindErrs = append(bindErrs, fmt.Errorf("capability %s: %w", c.Name, err))
+			}
+			cs.point, cs.bus = p, busRef
+		}
+		b.caps = append(b.caps, cs)
+		b.byTool[tool] = cs
+	}
+	for name := range b.buses {
+		var caps []*manifest.Capability
+		var points []drivers.Point
+		for _, cs := range b.caps {
+			if cs.cap.Binding.Bus == name && cs.point != nil {
+				caps, points = append(caps, cs.cap), append(points, cs.point)
+			}
+		}
+		if err := drivers.SharedActuators(name, caps, points); err != nil {
+			bindErrs = append(bindErrs, err)
+		}
+	}
+	if len(bindErrs) > 0 {
+		closeOpened()
+		return nil, nil, errors.Join(bindErrs...)
+	}
+	if prev != nil {
+		b.linkPredecessors(prev)
+	}
+	return b, opened, nil
+}
+
+// linkPredecessors makes every new or changed do_ capability wait, before
+// its first device step, for the device steps under way on capabilities of
+// the previous binding that share its bus and did not carry over (removed,
+// changed or moved): an actuation that began before a reload finishes
+// before one of the new manifest touches the same bus.
+func (b *binding) linkPredecessors(prev *binding) {
+	for _, cs := range b.caps {
+		if cs.cap.Kind != manifest.KindDo || prev.byTool[cs.tool] == cs {
+			continue
+		}
+		var preds []chan struct{}
+		for _, old := range prev.caps {
+			if old.cap.Kind != manifest.KindDo || b.byTool[old.tool] == old || old.act.turn == cs.act.turn || old.bus == nil {
+				continue
+			}
+			if old.cap.Binding.Bus != cs.cap.Binding.Bus && (cs.bus == nil || old.bus != cs.bus) {
+				continue
+			}
+			if !slices.Contains(preds, old.act.turn) {
+				preds = append(preds, old.act.turn)
+			}
+		}
+		cs.preds = preds
+	}
+}
+
+// awaitPredecessors waits until no device step of a predecessor (see
+// linkPredecessors) is under way. Once that held, no predecessor can start
+// one (they are no longer current), so later calls skip the wait.
+func (cs *capState) awaitPredecessors(ctx context.Context) error {
+	if len(cs.preds) == 0 || cs.predsDone.Load() {
+		return nil
+	}
+	for _, turn := range cs.preds {
+		select {
+		case turn <- struct{}{}:
+			<-turn
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	cs.predsDone.Store(true)
+	return nil
+}
+
+func (n *Node) busCloseLog(name string, err error) {
+	n.log.Warn("bus close", "bus", name, "err", err)
+}

@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/physd/physd/manifest"
+)
+
+// CodeManifestReloaded is the code of a do_ refused because the manifest
+// was reloaded between its decision and its device step (nothing actuated).
+const CodeManifestReloaded = "manifest_reloaded"
+
+// ReloadResult is what a manifest reload changed, by tool and bus name.
+type ReloadResult struct {
+	Added    []string `json:"added,omitempty"`
+	Removed  []string `json:"removed,omitempty"`
+	Changed  []string `json:"changed,omitempty"`
+	Kept     int      `json:"kept"`
+	Reopened []string `json:"buses_reopened,omitempty"`
+	Opened   []string `json:"buses_opened,omitempty"`
+	Closed   []string `json:"buses_closed,omitempty"`
+}
+
+// Empty reports whether the reload changed nothing.
+func (r ReloadResult) Empty() bool {
+	return len(r.Added)+len(r.Removed)+len(r.Changed)+len(r.Reopened)+len(r.Opened)+len(r.Closed) == 0
+}
+
+// Reload puts m in force without a restart. The caller has validated m
+// (manifest, bindings, policy). The device identity cannot change.
+//
+//   - A capability whose definition and bus are unchanged keeps its state;
+//     a changed one starts afresh (its cache could be in the old units)
+//     but keeps its actuator, so the old and new definitions never actuate
+//     together; an added one waits, before its first device step, for any
+//     actuation of a replaced capability on its bus to end.
+//   - A call that decided under the old manifest runs its device step only
+//     if its capability is still current; one already in its device step
+//     finishes on the old binding, and a removed bus closes when it ends.
+//   - A bus whose configuration changed is closed (when its accesses end)
+//     before it is reopened with the new one: a serial line or a Modbus
+//     unit never has two masters in this process. Meanwhile its
+//     capabilities answer that the bus is being reopened.
+//
+// The ledger, rate windows and history are keyed by capability name, so
+// they carry over.
+func (n *Node) Reload(ctx context.Context, m *manifest.Manifest) (ReloadResult, error) {
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	n.lifeMu.Lock()
+	stopping := n.closed || n.draining
+	n.lifeMu.Unlock()
+	if stopping {
+		return ReloadResult{}, ErrShuttingDown
+	}
+	prev := n.bound()
+	if m.Device.ID != prev.m.Device.ID {
+		return ReloadResult{}, fmt.Errorf("device.id: %q → %q cannot change while physd runs (the ledger, audit and mesh identity belong to it); fix: restart physd", prev.m.Device.ID, m.Device.ID)
+	}
+	reopen := map[string]bool{}
+	for name, old := range prev.buses {
+		if nb := m.Buses[name]; nb != nil && busSum(nb) != old.sum {
+			reopen[name] = true
+		}
+	}
+	next, opened, err := n.bind(ctx, m, prev, reopen)
+	if err != nil {
+		return ReloadResult{}, err
+	}
+	res := diffBindings(prev, next)
+	for _, r := range opened {
+		res.Opened = append(res.Opened, r.name)
+	}
+	n.swap(prev, next)
+	// Buses the new binding does not share close when their accesses end.
+	var waits []<-chan struct{}
+	for name, r := range prev.buses {
+		if next.buses[name] != r {
+			done := r.retire()
+			if reopen[name] {
+				waits = append(waits, done)
+			} else {
+				res.Closed = append(res.Closed, name)
+			}
+		}
+	}
+	if len(reopen) == 0 {
+		return res, nil
+	}
+	for _, done := range waits {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return res, fmt.Errorf("the manifest is in force, but a changed bus still had a device access under way when the reload's time ran out (%w); its capabilities answer that it is being reopened until the next reload (send SIGHUP again)", ctx.Err())
+		}
+	}
+	final, _, err := n.bind(ctx, m, next, nil)
+	if err != nil {
+		return res, fmt.Errorf("the manifest is in force, but binding the reopened buses failed (their capabilities answer error): %w", err)
+	}
+	n.swap(next, final)
+	for name := range reopen {
+		res.Reopened = append(res.Reopened, name)
+	}
+	slices.Sort(res.Reopened)
+	return res, nil
+}
+
+// swap puts next in force and moves the background polls to it.
+func (n *Node) swap(prev, next *binding) {
+	n.cur.Store(next)
+	close(prev.stopPoll)
+	n.startPolls(next)
+}
+
+// diffBindings compares definitions (a capability on a reopened bus whose
+// definition did not change is kept, though it is bound afresh).
+func diffBindings(prev, next *binding) ReloadResult {
+	var r ReloadResult
+	for _, cs := range next.caps {
+		old := prev.byTool[cs.tool]
+		switch {
+		case old == nil:
+			r.Added = append(r.Added, cs.tool)
+		case old.sum == cs.sum:
+			r.Kept++
+		default:
+			r.Changed = append(r.Changed, cs.tool)
+		}
+	}
+	for _, cs := range prev.caps {
+		if next.byTool[cs.tool] == nil {
+			r.Removed = append(r.Removed, cs.tool)
+		}
+	}
+	return r
+}

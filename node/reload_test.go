@@ -1,0 +1,464 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+	"github.com/physd/physd/store"
+)
+
+// line is a fake bus that behaves like a serial line: at most one open
+// instance per bus name (a second master is a violation), each write
+// takes delay_ms, and two writes to one point at once are a violation.
+type line struct {
+	mu         sync.Mutex
+	open       map[string]int // instances open, by bus name
+	opened     map[string]int // instances ever opened, by bus name
+	writing    map[string]bool
+	values     map[string]float64
+	writes     map[string]int
+	violations []string
+}
+
+var lines = &line{}
+
+func (l *line) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open, l.opened, l.writing = map[string]int{}, map[string]int{}, map[string]bool{}
+	l.values, l.writes, l.violations = map[string]float64{}, map[string]int{}, nil
+}
+
+func (l *line) violation(f string, a ...any) {
+	l.violations = append(l.violations, fmt.Sprintf(f, a...))
+}
+
+func init() {
+	lines.reset()
+	drivers.Register("line", func(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
+		var cfg struct {
+			DelayMS int `yaml:"delay_ms"`
+		}
+		if errs := b.DecodeConfig(&cfg); len(errs) > 0 {
+			return nil, errs
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.open[b.Name] > 0 {
+			lines.violation("bus %s opened while another instance was open", b.Name)
+		}
+		lines.open[b.Name]++
+		lines.opened[b.Name]++
+		return &lineBus{name: b.Name, delay: time.Duration(cfg.DelayMS) * time.Millisecond}, nil
+	})
+}
+
+type lineBus struct {
+	name   string
+	delay  time.Duration
+	closed bool
+}
+
+func (b *lineBus) Point(c *manifest.Capability) (drivers.Point, error) {
+	return linePoint{bus: b, point: c.Binding.Address}, nil
+}
+func (b *lineBus) Health() error { return nil }
+func (b *lineBus) Close() error {
+	lines.mu.Lock()
+	defer lines.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		lines.open[b.name]--
+	}
+	return nil
+}
+
+type linePoint struct {
+	bus   *lineBus
+	point string
+}
+
+func (p linePoint) Read(context.Context) (drivers.Reading, error) {
+	lines.mu.Lock()
+	defer lines.mu.Unlock()
+	if p.bus.closed {
+		lines.violation("read of %s on a closed bus", p.point)
+	}
+	return drivers.Reading{Value: lines.values[p.point]}, nil
+}
+
+func (p linePoint) Write(_ context.Context, v any) error {
+	lines.mu.Lock()
+	if p.bus.closed {
+		lines.violation("write of %s on a closed bus", p.point)
+	}
+	if lines.writing[p.point] {
+		lines.violation("two writes of %s at once", p.point)
+	}
+	lines.writing[p.point] = true
+	lines.mu.Unlock()
+	time.Sleep(p.bus.delay)
+	lines.mu.Lock()
+	defer lines.mu.Unlock()
+	lines.writing[p.point] = false
+	lines.values[p.point] = v.(float64)
+	lines.writes[p.point]++
+	return nil
+}
+
+func lineManifest(delayMS int, caps ...string) *manifest.Manifest {
+	var b strings.Builder
+	fmt.Fprintf(&b, `physmcp_version: "0.1"
+device: {id: line_node, type: test, location: {zone: z}}
+network: {protocols: [{type: ip}], mesh: {enabled: false}}
+buses:
+  rs485: {type: line, delay_ms: %d}
+capabilities:
+`, delayMS)
+	for _, c := range caps {
+		// name:point[:max]
+		f := strings.Split(c, ":")
+		max := "100"
+		if len(f) > 2 {
+			max = f[2]
+		}
+		fmt.Fprintf(&b, `  - name: %s
+    kind: do
+    description: Setpoint %s.
+    binding: {type: virtual, bus: rs485, address: %s}
+    data_type: float
+    unit: percent
+    range: {min: 0, max: %s}
+    semantic_tags: [setpoint]
+`, f[0], f[0], f[1], max)
+	}
+	m, err := manifest.Parse("line.yml", []byte(b.String()))
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+type lineFixture struct {
+	n  *node.Node
+	al *audit.Log
+	st *store.Store
+}
+
+func openLine(t *testing.T, m *manifest.Manifest, guard node.Guard) lineFixture {
+	t.Helper()
+	lines.reset()
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := audit.Open(dir + "/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: guard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close(context.Background())
+		al.Close()
+		st.Close()
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		for _, v := range lines.violations {
+			t.Error(v)
+		}
+	})
+	return lineFixture{n: n, al: al, st: st}
+}
+
+func doLine(n *node.Node, tool string, v float64, key string) (promcp.DoResult, error) {
+	raw, _ := json.Marshal(v)
+	body, err := n.Do(context.Background(), node.DoRequest{Tool: tool, Value: raw, IdempotencyKey: key, Caller: node.Caller{ID: "t"}})
+	if err != nil {
+		return promcp.DoResult{}, err
+	}
+	var r promcp.DoResult
+	return r, json.Unmarshal(body, &r)
+}
+
+func isUnknown(err error) bool {
+	var ie *node.InputError
+	return errors.As(err, &ie) && strings.Contains(ie.Msg, "unknown capability")
+}
+
+// TestReloadAddsRemovesAndKeeps: a reload applies the difference; a kept
+// capability keeps its state and its open bus.
+func TestReloadAddsRemovesAndKeeps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(0, "valve:p1", "pump:p2"), nil)
+		if r, err := doLine(f.n, "do_valve", 40, "k1"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Fatalf("do_valve: %+v %v", r, err)
+		}
+		res, err := f.n.Reload(context.Background(), lineManifest(0, "valve:p1", "fan:p3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(res.Added, res.Removed, res.Changed, res.Kept, res.Opened, res.Closed, res.Reopened) != "[do_fan] [do_pump] [] 1 [] [] []" {
+			t.Errorf("reload result: %+v", res)
+		}
+		if _, err := doLine(f.n, "do_pump", 10, "k2"); !isUnknown(err) {
+			t.Errorf("a removed capability still answers: %v", err)
+		}
+		if r, err := doLine(f.n, "do_fan", 70, "k3"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("the added capability: %+v %v", r, err)
+		}
+		// The kept capability's ledger and cache carry over.
+		if r, err := doLine(f.n, "do_valve", 40, "k1"); err != nil || r.Status != promcp.StatusSuccess || r.Audit == nil || r.Audit.Seq != 1 {
+			t.Errorf("replaying k1 after the reload: %+v %v", r, err)
+		}
+		for _, c := range f.n.Capabilities() {
+			if c.Tool == "do_valve" && (c.Value != 40.0 || c.Quality == "unread") {
+				t.Errorf("the kept capability lost its last value: %+v", c)
+			}
+			if c.Tool == "do_fan" && c.Value != 70.0 {
+				t.Errorf("the added capability: %+v", c)
+			}
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.opened["rs485"] != 1 || lines.writes["p1"] != 1 {
+			t.Errorf("the unchanged bus was reopened (%d opens) or k1 replayed as a write (%d)", lines.opened["rs485"], lines.writes["p1"])
+		}
+	})
+}
+
+// TestReloadRemovesMidActuation: an actuation in its device step when its
+// capability is removed completes on the old binding and is audited; the
+// next call finds no such tool.
+func TestReloadRemovesMidActuation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1", "pump:p2"), nil)
+		done := make(chan promcp.DoResult, 1)
+		go func() {
+			r, err := doLine(f.n, "do_pump", 55, "mid")
+			if err != nil {
+				t.Error(err)
+			}
+			done <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // in its write now
+		if _, err := f.n.Reload(context.Background(), lineManifest(2000, "valve:p1")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the actuation ended before its write did: %+v", r)
+		default:
+		}
+		r := <-done
+		if r.Status != promcp.StatusSuccess || !r.Verified || r.Audit == nil {
+			t.Errorf("the in-flight actuation: %+v", r)
+		}
+		var audited bool
+		_ = f.al.ScanSince(time.Time{}, func(rec audit.Record) bool {
+			audited = audited || rec.Event == "do" && rec.IdempotencyKey == "mid" && rec.Status == "success"
+			return true
+		})
+		if !audited {
+			t.Error("the in-flight actuation is not in the audit trail")
+		}
+		if _, err := doLine(f.n, "do_pump", 55, "after"); !isUnknown(err) {
+			t.Errorf("do_pump after its removal: %v", err)
+		}
+	})
+}
+
+// slowGuard holds every decision until release is closed.
+type slowGuard struct{ release chan struct{} }
+
+func (g slowGuard) Evaluate(ctx context.Context, a node.Action, dry bool) node.Verdict {
+	if !dry {
+		<-g.release
+	}
+	return node.NoPolicy{}.Evaluate(ctx, a, dry)
+}
+
+// TestReloadRefusesADecisionForTheOldDefinition: a call decided under the
+// old manifest (range 0–100) whose capability was redefined (0–50) while
+// it was deciding does not actuate.
+func TestReloadRefusesADecisionForTheOldDefinition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := slowGuard{release: make(chan struct{})}
+		f := openLine(t, lineManifest(0, "valve:p1"), g)
+		done := make(chan promcp.DoResult, 1)
+		go func() {
+			r, err := doLine(f.n, "do_valve", 90, "decided-before")
+			if err != nil {
+				t.Error(err)
+			}
+			done <- r
+		}()
+		synctest.Wait() // deciding
+		res, err := f.n.Reload(context.Background(), lineManifest(0, "valve:p1:50"))
+		if err != nil || fmt.Sprint(res.Changed) != "[do_valve]" {
+			t.Fatalf("reload: %+v %v", res, err)
+		}
+		close(g.release)
+		r := <-done
+		if r.Status != promcp.StatusFailed || r.Code != node.CodeManifestReloaded {
+			t.Errorf("a decision for the old definition: %+v", r)
+		}
+		lines.mu.Lock()
+		writes := lines.writes["p1"]
+		lines.mu.Unlock()
+		if writes != 0 {
+			t.Errorf("%d writes of p1", writes)
+		}
+		// The key was not used: the same key under the new definition
+		// is judged afresh (90 is now out of range).
+		if r, _ := doLine(f.n, "do_valve", 90, "decided-before"); r.Status != promcp.StatusFailed || r.Permission != promcp.PermOutOfRange {
+			t.Errorf("retry under the new definition: %+v", r)
+		}
+	})
+}
+
+// TestReloadNeverOverlapsActuationsOfOnePoint: a capability added on the
+// point of a removed one whose actuation is under way waits for it.
+func TestReloadNeverOverlapsActuationsOfOnePoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if _, err := f.n.Reload(context.Background(), lineManifest(2000, "damper:p1")); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		r, err := doLine(f.n, "do_damper", 20, "new")
+		if err != nil || r.Status != promcp.StatusSuccess {
+			t.Fatalf("do_damper: %+v %v", r, err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the old actuation: %+v", o)
+		}
+		// The new one waited for the old write (1.9 s left) and did its own (2 s).
+		if took := time.Since(start); took < 3900*time.Millisecond {
+			t.Errorf("do_damper took %v: it did not wait for the old actuation", took)
+		}
+	})
+}
+
+// TestReloadReopensAChangedBusAfterItsLastAccess: a bus whose settings
+// changed is closed when its last access ends and only then opened with
+// the new ones — never two masters on one line.
+func TestReloadReopensAChangedBusAfterItsLastAccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond)
+		reloaded := make(chan node.ReloadResult, 1)
+		go func() {
+			res, err := f.n.Reload(context.Background(), lineManifest(500, "valve:p1"))
+			if err != nil {
+				t.Error(err)
+			}
+			reloaded <- res
+		}()
+		synctest.Wait()
+		// Meanwhile the capability answers that its bus is being reopened.
+		if r, _ := doLine(f.n, "do_valve", 30, "during"); r.Status != promcp.StatusFailed {
+			t.Errorf("a do_ while the bus is reopened: %+v", r)
+		}
+		select {
+		case res := <-reloaded:
+			t.Fatalf("the reload reopened the bus under an actuation: %+v", res)
+		default:
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the old actuation: %+v", o)
+		}
+		res := <-reloaded
+		if fmt.Sprint(res.Reopened, res.Kept, res.Changed) != "[rs485] 1 []" {
+			t.Errorf("reload: %+v", res)
+		}
+		if r, err := doLine(f.n, "do_valve", 30, "after"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve on the reopened bus: %+v %v", r, err)
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.opened["rs485"] != 2 || lines.open["rs485"] != 1 {
+			t.Errorf("opens %d, open now %d", lines.opened["rs485"], lines.open["rs485"])
+		}
+	})
+}
+
+// TestReloadUnderLoad: many callers actuate and read while the manifest
+// flips between two versions; every answer is a success, a failure that
+// says nothing was actuated, or "unknown capability" for the tool the
+// current version lacks — and no point is ever written twice at once.
+func TestReloadUnderLoad(t *testing.T) {
+	f := openLine(t, lineManifest(1, "valve:p1", "pump:p2"), nil)
+	a, b := lineManifest(1, "valve:p1", "pump:p2"), lineManifest(1, "valve:p1", "fan:p2")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	counts := map[string]int{}
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				tool := []string{"do_valve", "do_pump", "do_fan"}[(w+i)%3]
+				r, err := doLine(f.n, tool, float64(i%100), fmt.Sprintf("w%d-%d", w, i))
+				mu.Lock()
+				switch {
+				case isUnknown(err):
+					counts["unknown"]++
+				case err != nil:
+					t.Errorf("%s: %v", tool, err)
+				case r.Status == promcp.StatusSuccess && r.Verified:
+					counts["success"]++
+				case r.Status == promcp.StatusFailed && r.Code == node.CodeManifestReloaded:
+					counts["reloaded"]++
+				default:
+					t.Errorf("%s: %+v", tool, r)
+				}
+				mu.Unlock()
+				_, _ = f.n.Read(context.Background(), "do_valve", 0)
+			}
+		}()
+	}
+	for i := range 60 {
+		m := a
+		if i%2 == 1 {
+			m = b
+		}
+		if _, err := f.n.Reload(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("answers: %v", counts)
+	if counts["success"] == 0 || counts["unknown"] == 0 {
+		t.Errorf("the load did not exercise both versions: %v", counts)
+	}
+}
