@@ -176,7 +176,7 @@ func TestDiscovererLoop(t *testing.T) {
 		}
 		f := d.Found()
 		if len(f) != 2 || f[0].DeviceID != "gw_b" || f[1].DeviceID != "gw_c" ||
-			f[0].Joined != start.Add(time.Second) || f[1].Joined != start.Add(21*time.Second) || f[1].LastSeen != start.Add(31*time.Second) {
+			f[0].JoinTried != start.Add(time.Second) || f[1].JoinTried != start.Add(21*time.Second) || f[1].LastSeen != start.Add(31*time.Second) {
 			t.Errorf("Found() = %+v", f)
 		}
 	})
@@ -255,5 +255,39 @@ func TestDiscovererHealing(t *testing.T) {
 		if !reflect.DeepEqual(browses, want) {
 			t.Errorf("browsed at %v, want %v", browses, want)
 		}
+	})
+}
+
+// TestDiscovererForgets: a gateway that stops answering stays listed for
+// ForgetAfter (at least), then is dropped from Found.
+func TestDiscovererForgets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		answer := []Gateway{gw("gw_b", "10.0.0.2", 7946, "site")}
+		d := &Discoverer{
+			Self: Self{ID: "gw_a"}, Mesh: &fakeMesh{live: map[string]bool{}}, Interval: 10 * time.Second,
+			Browse: func(ctx context.Context) ([]Gateway, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return answer, nil
+			},
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { d.Run(ctx); close(done) }()
+		time.Sleep(5 * time.Second) // seen at 0
+		mu.Lock()
+		answer = nil
+		mu.Unlock()
+		time.Sleep(ForgetAfter) // 5 min 5 s: the round at 5 min still lists it (exactly ForgetAfter)
+		if f := d.Found(); len(f) != 1 {
+			t.Errorf("after %v without an answer Found() = %+v, want gw_b still listed", ForgetAfter, f)
+		}
+		time.Sleep(10 * time.Second) // the round at 5 min 10 s forgets it
+		if f := d.Found(); len(f) != 0 {
+			t.Errorf("after %v without an answer Found() = %+v, want it forgotten", ForgetAfter+10*time.Second, f)
+		}
+		cancel()
+		<-done
 	})
 }

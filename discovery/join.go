@@ -91,10 +91,17 @@ type Discoverer struct {
 type Found struct {
 	Gateway
 	LastSeen time.Time `json:"last_seen"`
-	// Joined is when this gateway last asked the mesh to join it (zero:
-	// never needed, e.g. it joined us first).
-	Joined time.Time `json:"joined,omitzero"`
+	// JoinTried is when discovery last handed it to the mesh to join
+	// (zero: never needed, e.g. it joined this gateway first).
+	JoinTried time.Time `json:"join_tried,omitzero"`
 }
+
+// forgetAfter is how long a gateway that no longer answers stays in
+// Found: ten browse intervals, at least ForgetAfter.
+func (d *Discoverer) forgetAfter() time.Duration { return max(10*d.Interval, ForgetAfter) }
+
+// ForgetAfter is the least time a silent gateway stays listed.
+const ForgetAfter = 5 * time.Minute
 
 // Run browses until ctx ends. Each browse is bounded by its own
 // deadline (the BrowseFunc's wait); a failed browse is logged and retried
@@ -146,18 +153,27 @@ func (d *Discoverer) round(ctx context.Context, log *slog.Logger) {
 		f.Gateway, f.LastSeen = g, now
 		d.found[g.DeviceID] = f
 	}
+	for id, f := range d.found {
+		if now.Sub(f.LastSeen) > d.forgetAfter() {
+			delete(d.found, id)
+		}
+	}
 	d.mu.Unlock()
 	targets := JoinTargets(gws, d.Self, d.Mesh.Live())
 	if len(targets) == 0 {
 		return
 	}
 	n := d.Mesh.Join(targets)
-	log.Info("mdns: joined gateways found by mDNS", "targets", targets, "answered", n)
+	if n > 0 {
+		log.Info("mdns: joined gateways found by mDNS", "targets", targets, "answered", n)
+	} else { // the mesh logs why (a wrong key or label shows as a decrypt error or EOF)
+		log.Debug("mdns: no gateway found by mDNS answered the join", "targets", targets)
+	}
 	d.mu.Lock()
 	for _, t := range targets {
 		id, _, _ := strings.Cut(t, "/")
 		if f, ok := d.found[id]; ok {
-			f.Joined = now
+			f.JoinTried = now
 			d.found[id] = f
 		}
 	}
