@@ -48,7 +48,15 @@ type Advertiser struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	answers atomic.Int64
+	// lastMulticast is when the records were last multicast (unix ns):
+	// RFC 6762 §6 allows it once a second, so a flood of queries cannot
+	// make the gateway flood the link.
+	lastMulticast atomic.Int64
 }
+
+// multicastGap is RFC 6762 §6's least time between two multicasts of a
+// record.
+const multicastGap = time.Second
 
 // Advertise joins the mDNS group on cfg.Interface only, answers queries
 // for _physmcp._tcp that arrive on it, and announces the gateway twice
@@ -148,6 +156,7 @@ func (a *Advertiser) announce() {
 		if err := a.send(a.records(-1), groupAddr, 0); err != nil && !a.closed.Load() {
 			a.log.Warn("mdns: announcement not sent", "err", err.Error())
 		}
+		a.lastMulticast.Store(time.Now().UnixNano())
 	}
 }
 
@@ -204,9 +213,16 @@ func (a *Advertiser) answer(q *dns.Msg, from *net.UDPAddr) {
 			a.log.Debug("mdns: answer not sent", "to", from.String(), "err", err.Error())
 			return
 		}
-	} else if err := a.send(rrs, groupAddr, 0); err != nil {
-		a.log.Debug("mdns: answer not sent", "err", err.Error())
-		return
+	} else {
+		now := time.Now().UnixNano()
+		last := a.lastMulticast.Load()
+		if now-last < int64(multicastGap) || !a.lastMulticast.CompareAndSwap(last, now) {
+			return // multicast less than a second ago: the querier heard it
+		}
+		if err := a.send(rrs, groupAddr, 0); err != nil {
+			a.log.Debug("mdns: answer not sent", "err", err.Error())
+			return
+		}
 	}
 	a.answers.Add(1)
 }

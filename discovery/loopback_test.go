@@ -129,6 +129,20 @@ func TestMulticastAnswer(t *testing.T) {
 	if ttl, mc := read("second announcement"); ttl != 120 || !mc {
 		t.Errorf("second announcement: ttl %d multicast %v", ttl, mc)
 	}
+	// A query within a second of a multicast is not answered by multicast
+	// again (RFC 6762 §6: the querier heard it).
+	q0 := new(dns.Msg)
+	q0.SetQuestion(Service+".local.", dns.TypePTR)
+	b0, _ := q0.Pack()
+	before0 := a.Answers()
+	if _, err := pc.WriteTo(b0, &ipv4.ControlMessage{IfIndex: ifi.Index}, groupAddr); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // no answer expected: give one time to show up
+	if a.Answers() != before0 {
+		t.Errorf("answered by multicast within a second of the announcement")
+	}
+	time.Sleep(multicastGap)
 	if _, err := pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: ifi.Index}, groupAddr); err != nil {
 		t.Fatal(err)
 	}
