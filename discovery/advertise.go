@@ -121,12 +121,14 @@ func (a *Advertiser) Close() error {
 		return nil
 	}
 	close(a.stop)
-	if err := a.send(a.records(0), groupAddr, 0); err != nil {
-		a.log.Warn("mdns: goodbye not sent", "err", err.Error())
-	}
+	gerr := a.send(a.records(0), groupAddr, 0)
 	err := a.conn.Close()
 	a.wg.Wait()
-	a.log.Info("mdns: stopped advertising (goodbye sent)")
+	if gerr != nil {
+		a.log.Warn("mdns: stopped advertising; goodbye not sent (peers forget this gateway when its records expire, 120 s)", "err", gerr.Error())
+	} else {
+		a.log.Info("mdns: stopped advertising (goodbye sent)")
+	}
 	return err
 }
 
