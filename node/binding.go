@@ -30,6 +30,18 @@ type binding struct {
 	// stopPoll ends this binding's background polls (closed when the next
 	// binding is in force, or by Close).
 	stopPoll chan struct{}
+	// retired are the device-step turns of do_ capabilities that earlier
+	// bindings dropped and that may still be in a device step begun under
+	// them (linkPredecessors): a chain of reloads must not forget an
+	// actuation that outlived the binding in between.
+	retired []retiredTurn
+}
+
+// retiredTurn is the actuator turn of a do_ capability no longer current.
+type retiredTurn struct {
+	bus  string  // its binding's bus name
+	ref  *busRef // the open bus it used
+	turn chan struct{}
 }
 
 // bound is the binding in force.
@@ -241,24 +253,43 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 
 // linkPredecessors makes every new or changed do_ capability wait, before
 // its first device step, for the device steps under way on capabilities of
-// the previous binding that share its bus and did not carry over (removed,
+// earlier bindings that share its bus and did not carry over (removed,
 // changed or moved): an actuation that began before a reload finishes
-// before one of the new manifest touches the same bus.
+// before one of the new manifest touches the same bus — also when more
+// reloads followed meanwhile (a capability removed by one and added back
+// by the next waits for the actuation the first one left under way).
 func (b *binding) linkPredecessors(prev *binding) {
+	// prev is in force: its own capabilities may start a device step until
+	// b is, so the ones b drops are retired unconditionally. Those retired
+	// before prev are not current and never will be again: once no device
+	// step holds their turn, none can start, and they are forgotten.
+	for _, r := range prev.retired {
+		select {
+		case r.turn <- struct{}{}:
+			<-r.turn
+		default:
+			b.retired = append(b.retired, r)
+		}
+	}
+	for _, old := range prev.caps {
+		if old.cap.Kind == manifest.KindDo && b.byTool[old.tool] != old && old.bus != nil {
+			b.retired = append(b.retired, retiredTurn{bus: old.cap.Binding.Bus, ref: old.bus, turn: old.act.turn})
+		}
+	}
 	for _, cs := range b.caps {
 		if cs.cap.Kind != manifest.KindDo || prev.byTool[cs.tool] == cs {
 			continue
 		}
 		var preds []chan struct{}
-		for _, old := range prev.caps {
-			if old.cap.Kind != manifest.KindDo || b.byTool[old.tool] == old || old.act.turn == cs.act.turn || old.bus == nil {
+		for _, r := range b.retired {
+			if r.turn == cs.act.turn {
 				continue
 			}
-			if old.cap.Binding.Bus != cs.cap.Binding.Bus && (cs.bus == nil || old.bus != cs.bus) {
+			if r.bus != cs.cap.Binding.Bus && (cs.bus == nil || r.ref != cs.bus) {
 				continue
 			}
-			if !slices.Contains(preds, old.act.turn) {
-				preds = append(preds, old.act.turn)
+			if !slices.Contains(preds, r.turn) {
+				preds = append(preds, r.turn)
 			}
 		}
 		cs.preds = preds

@@ -462,3 +462,34 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Errorf("the load did not exercise both versions: %v", counts)
 	}
 }
+
+// TestReloadChainKeepsWaitingForTheOldActuation: an actuation of the first
+// manifest is still in its write when two reloads follow (its capability
+// removed, then a capability on the same point added): the added one waits
+// for it too, though the manifest in between had nothing on that point.
+func TestReloadChainKeepsWaitingForTheOldActuation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1", "pump:p2"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // in its write
+		for _, m := range []*manifest.Manifest{lineManifest(2000, "pump:p2"), lineManifest(2000, "pump:p2", "valve:p1")} {
+			if _, err := f.n.Reload(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Fatalf("do_valve of the third manifest: %+v %v", r, err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the first manifest's actuation: %+v", o)
+		}
+		if took := time.Since(start); took < 3900*time.Millisecond {
+			t.Errorf("do_valve took %v: it did not wait for the first manifest's actuation of p1", took)
+		}
+	})
+}
