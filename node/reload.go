@@ -47,6 +47,14 @@ func (r ReloadResult) Empty() bool {
 // The ledger, rate windows and history are keyed by capability name, so
 // they carry over.
 func (n *Node) Reload(ctx context.Context, m *manifest.Manifest) (ReloadResult, error) {
+	return n.ReloadWith(ctx, m, nil)
+}
+
+// ReloadWith is Reload that runs inForce (when not nil) once m is bound,
+// just before it is put in force, and only then: the caller's rules for m
+// (its policy) go in force with it, never for a manifest that could not
+// be bound.
+func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce func()) (ReloadResult, error) {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	n.lifeMu.Lock()
@@ -72,6 +80,9 @@ func (n *Node) Reload(ctx context.Context, m *manifest.Manifest) (ReloadResult, 
 	res := diffBindings(prev, next)
 	for _, r := range opened {
 		res.Opened = append(res.Opened, r.name)
+	}
+	if inForce != nil {
+		inForce()
 	}
 	n.swap(prev, next)
 	// Buses the new binding does not share close when their accesses end.

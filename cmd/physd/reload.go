@@ -150,24 +150,18 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadRes
 	} else if pol, err = policy.ManifestOnly(m); err != nil {
 		return nil, false, fmt.Errorf("the manifest's limits: %w", err)
 	}
-	// The new rules first: a call decided between the two steps is judged
-	// by the new policy on the old binding, and a call whose capability
-	// the reload redefines never actuates (node.CodeManifestReloaded).
-	r.guard.Reload(pol, g)
-	polChanged = true
-	if m != old {
+	if m == old {
+		r.guard.Reload(pol, g)
+	} else {
+		// The new rules go in force just before the new binding (a call
+		// decided between the two is judged by the new policy on the old
+		// binding, and one whose capability the reload redefines never
+		// actuates: node.CodeManifestReloaded), and only when the manifest
+		// could be bound: a rejected manifest leaves the policy that was.
 		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 		defer cancel()
-		rr, err := r.n.Reload(rctx, m)
+		rr, err := r.n.ReloadWith(rctx, m, func() { r.guard.Reload(pol, g) })
 		if err != nil && r.n.Manifest() == old {
-			// Not applied: the old manifest's rules go back in force.
-			if r.withPolicy {
-				if p, g, perr := loadPolicy(r.f.policy, old); perr == nil {
-					r.guard.Reload(p, g)
-				}
-			} else if p, perr := policy.ManifestOnly(old); perr == nil {
-				r.guard.Reload(p, nil)
-			}
 			return nil, false, err
 		}
 		if err != nil {
@@ -184,7 +178,7 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadRes
 		}
 	}
 	r.srv.ManifestReloaded()
-	return res, polChanged, nil
+	return res, true, nil
 }
 
 // restartOnly refuses a manifest whose device id, network or audit
