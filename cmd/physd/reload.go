@@ -53,6 +53,9 @@ type reloader struct {
 
 	mu  sync.Mutex // one reload at a time
 	sum [32]byte   // the manifest file's content in force
+	// rejected is the content of the last manifest a reload rejected: the
+	// watch does not try it again (a SIGHUP does).
+	rejected [32]byte
 }
 
 // run reloads on SIGHUP, and every watch interval when the manifest file's
@@ -67,37 +70,57 @@ func (r *reloader) run(ctx context.Context, watch time.Duration) {
 		defer t.Stop()
 		tick = t.C
 	}
+	// seen is the content the previous check read. A file watch by
+	// content is robust to editors that replace the file, to bind mounts
+	// and to symlink swaps (ConfigMaps), at the cost of one small read a
+	// tick; a content is applied only once checks read it unchanged for a
+	// whole interval, so a file being written in place (truncated, then
+	// written in parts whose first part may itself be a valid manifest
+	// with fewer capabilities) is not applied half-written.
+	var seen [32]byte
+	var seenAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.reload(ctx, "SIGHUP")
+			data, err := os.ReadFile(r.f.manifest)
+			r.reload(ctx, "SIGHUP", data, err)
 		case <-tick:
-			// A file watch by content: robust to editors that replace the
-			// file, to bind mounts and to symlink swaps (ConfigMaps); the
-			// cost is one small read a tick.
-			if fileSum(r.f.manifest) != r.current() {
-				r.reload(ctx, "manifest file changed")
+			data, err := os.ReadFile(r.f.manifest)
+			sum := sha256.Sum256(data)
+			if err != nil || sum != seen {
+				seen, seenAt = sum, time.Now()
+				continue // unreadable, or changed since the last check
+			}
+			if time.Since(seenAt) < watch {
+				continue // not settled for a whole interval yet
+			}
+			r.mu.Lock()
+			known := sum == r.sum || sum == r.rejected
+			r.mu.Unlock()
+			if !known {
+				r.reload(ctx, "manifest file changed", data, nil)
 			}
 		}
 	}
 }
 
-func (r *reloader) current() [32]byte {
+// reload validates data, the manifest file's content (readErr: it could
+// not be read), with the policy file, and puts them in force. It returns
+// the error that rejected them (nil when applied).
+func (r *reloader) reload(ctx context.Context, trigger string, data []byte, readErr error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sum
-}
-
-// reload validates the files and puts them in force. It returns the error
-// that rejected them (nil when applied).
-func (r *reloader) reload(ctx context.Context, trigger string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sum := fileSum(r.f.manifest)
-	res, polChanged, err := r.apply(ctx, sum)
+	sum := sha256.Sum256(data)
+	var res *node.ReloadResult
+	var polChanged bool
+	err := readErr
+	if err == nil {
+		res, polChanged, err = r.apply(ctx, sum, data)
+	}
 	if err != nil {
+		r.rejected = sum
 		r.log.Error("reload rejected; the running manifest and policy stay in force", "trigger", trigger, "manifest", r.f.manifest, "policy", r.f.policy, "err", err.Error())
 		if _, aerr := r.al.Append(&audit.Record{Event: "manifest_reload_rejected", Reason: err.Error(),
 			Data: map[string]any{"manifest": r.f.manifest, "policy": r.f.policy, "trigger": trigger}}); aerr != nil {
@@ -105,6 +128,7 @@ func (r *reloader) reload(ctx context.Context, trigger string) error {
 		}
 		return err
 	}
+	r.rejected = [32]byte{}
 	if res != nil {
 		r.sum = sum
 		r.log.Info("manifest reloaded", "trigger", trigger, "added", res.Added, "removed", res.Removed, "changed", res.Changed,
@@ -124,11 +148,15 @@ func (r *reloader) reload(ctx context.Context, trigger string) error {
 
 // apply does the work of reload. res is nil when the manifest is the one
 // in force (a policy-only reload).
-func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadResult, polChanged bool, err error) {
+func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *node.ReloadResult, polChanged bool, err error) {
 	old := r.n.Manifest()
 	m := old
 	if sum != r.sum {
-		if m, err = loadManifest(r.f.manifest); err != nil {
+		// The bytes read once: what is validated is what is applied.
+		if m, err = manifest.Parse(r.f.manifest, data); err != nil {
+			return nil, false, err
+		}
+		if err := checkBindings(m); err != nil {
 			return nil, false, err
 		}
 		if err := restartOnly(old, m); err != nil {
