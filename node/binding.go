@@ -298,7 +298,10 @@ func (b *binding) linkPredecessors(prev *binding) {
 
 // awaitPredecessors waits until no device step of a predecessor (see
 // linkPredecessors) is under way. Once that held, no predecessor can start
-// one (they are no longer current), so later calls skip the wait.
+// one (they are no longer current), so later calls skip the wait. A
+// redefined capability's turn is its successor's too: the caller must not
+// hold its own turn while it waits (execute), or two redefined
+// capabilities waiting for each other would deadlock.
 func (cs *capState) awaitPredecessors(ctx context.Context) error {
 	if len(cs.preds) == 0 || cs.predsDone.Load() {
 		return nil

@@ -493,3 +493,46 @@ func TestReloadChainKeepsWaitingForTheOldActuation(t *testing.T) {
 		}
 	})
 }
+
+// TestReloadSwappingTwoPointsDoesNotDeadlock: a reload that swaps the
+// points of two do_ capabilities on one bus (each changed, each keeping its
+// actuator) while one of them actuates: the first calls of the new
+// definitions each wait for the other's old actuation, and must not wait
+// for each other's new one (a call waiting for a predecessor while it
+// holds its own actuator's turn deadlocks with the other).
+func TestReloadSwappingTwoPointsDoesNotDeadlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1", "pump:p2"), nil)
+		do := func(tool string, v float64, key string) chan promcp.DoResult {
+			out := make(chan promcp.DoResult, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				raw, _ := json.Marshal(v)
+				body, err := f.n.Do(ctx, node.DoRequest{Tool: tool, Value: raw, IdempotencyKey: key, Caller: node.Caller{ID: "t"}})
+				var r promcp.DoResult
+				if err == nil {
+					err = json.Unmarshal(body, &r)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+				out <- r
+			}()
+			return out
+		}
+		old := do("do_pump", 5, "old-pump")
+		time.Sleep(100 * time.Millisecond) // writing p2
+		if _, err := f.n.Reload(context.Background(), lineManifest(2000, "valve:p2", "pump:p1")); err != nil {
+			t.Fatal(err)
+		}
+		pump := do("do_pump", 6, "new-pump") // waits for its actuator (the old pump's)
+		synctest.Wait()
+		valve := do("do_valve", 7, "new-valve") // writes p2 now: waits for the old pump
+		for name, ch := range map[string]chan promcp.DoResult{"old pump": old, "new pump": pump, "new valve": valve} {
+			if r := <-ch; r.Status != promcp.StatusSuccess {
+				t.Errorf("%s: %s %s: %s", name, r.Status, r.Code, r.Reason)
+			}
+		}
+	})
+}
