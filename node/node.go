@@ -67,6 +67,10 @@ type AuditLog interface {
 type Node struct {
 	cur      atomic.Pointer[binding] // the manifest in force, bound (binding.go)
 	reloadMu sync.Mutex              // one Reload at a time
+	// retiring are the buses reloads retired (removed or changed) that
+	// have not closed yet, by name (under reloadMu): a bus of that name is
+	// opened again only once its old instance closed.
+	retiring map[string]*busRef
 	store    *store.Store
 	audit    AuditLog
 	guard    Guard

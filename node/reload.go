@@ -73,6 +73,22 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 			reopen[name] = true
 		}
 	}
+	// A bus an earlier reload retired (removed, or changed and its wait
+	// ran out of time) may still have a device access under way: one of
+	// that name opens only after it closed.
+	var waits []<-chan struct{}
+	for name, r := range n.retiring {
+		select {
+		case <-r.closed:
+			delete(n.retiring, name)
+			continue
+		default:
+		}
+		if m.Buses[name] != nil && prev.buses[name] == nil {
+			reopen[name] = true
+			waits = append(waits, r.closed)
+		}
+	}
 	next, opened, err := n.bind(ctx, m, prev, reopen)
 	if err != nil {
 		return ReloadResult{}, err
@@ -86,10 +102,17 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 	}
 	n.swap(prev, next)
 	// Buses the new binding does not share close when their accesses end.
-	var waits []<-chan struct{}
 	for name, r := range prev.buses {
 		if next.buses[name] != r {
 			done := r.retire()
+			select {
+			case <-done:
+			default:
+				if n.retiring == nil {
+					n.retiring = map[string]*busRef{}
+				}
+				n.retiring[name] = r
+			}
 			if reopen[name] {
 				waits = append(waits, done)
 			} else {
@@ -106,6 +129,9 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 		case <-ctx.Done():
 			return res, fmt.Errorf("the manifest is in force, but a changed bus still had a device access under way when the reload's time ran out (%w); its capabilities answer that it is being reopened until the next reload (send SIGHUP again)", ctx.Err())
 		}
+	}
+	for name := range reopen {
+		delete(n.retiring, name)
 	}
 	final, _, err := n.bind(ctx, m, next, nil)
 	if err != nil {
@@ -147,4 +173,22 @@ func diffBindings(prev, next *binding) ReloadResult {
 		}
 	}
 	return r
+}
+
+// Reopening lists the buses of the manifest in force that a reload
+// retired and has not reopened yet (its wait for their last device access
+// ran out of time): a Reload, of the same manifest too, reopens them once
+// the old instances closed.
+func (n *Node) Reopening() []string {
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	b := n.bound()
+	var out []string
+	for name := range n.retiring {
+		if b.m.Buses[name] != nil && b.buses[name] == nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -119,6 +119,14 @@ func (p linePoint) Write(_ context.Context, v any) error {
 }
 
 func lineManifest(delayMS int, caps ...string) *manifest.Manifest {
+	m, err := manifest.Parse("line.yml", []byte(manifestSource(delayMS, caps...)))
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func manifestSource(delayMS int, caps ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `physmcp_version: "0.1"
 device: {id: line_node, type: test, location: {zone: z}}
@@ -144,11 +152,7 @@ capabilities:
     semantic_tags: [setpoint]
 `, f[0], f[0], f[1], max)
 	}
-	m, err := manifest.Parse("line.yml", []byte(b.String()))
-	if err != nil {
-		panic(err)
-	}
-	return m
+	return b.String()
 }
 
 type lineFixture struct {
@@ -533,6 +537,85 @@ func TestReloadSwappingTwoPointsDoesNotDeadlock(t *testing.T) {
 			if r := <-ch; r.Status != promcp.StatusSuccess {
 				t.Errorf("%s: %s %s: %s", name, r.Status, r.Code, r.Reason)
 			}
+		}
+	})
+}
+
+// lineManifestOn is lineManifest with its bus called bus.
+func lineManifestOn(bus string, delayMS int, caps ...string) *manifest.Manifest {
+	src := strings.ReplaceAll(manifestSource(delayMS, caps...), "rs485", bus)
+	m, err := manifest.Parse("line.yml", []byte(src))
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// TestReloadNeverOpensABusTwice: a bus removed by one reload while an
+// actuation uses it, and declared again by the next, is opened again only
+// once the removed instance closed — never two masters on one line.
+func TestReloadNeverOpensABusTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // writing p1
+		if _, err := f.n.Reload(context.Background(), lineManifestOn("rs232", 2000, "pump:p2")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.n.Reload(context.Background(), lineManifest(2000, "valve:p1")); err != nil {
+			t.Fatal(err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the first manifest's actuation: %+v", o)
+		}
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve on the bus declared again: %+v %v", r, err)
+		}
+	})
+}
+
+// TestReloadAfterATimedOutReopen: a reload whose wait for a changed bus
+// ran out of time leaves the bus being reopened; the next reload (of the
+// same manifest, as "send SIGHUP again" advises) reopens it — after the
+// old instance closed, never beside it.
+func TestReloadAfterATimedOutReopen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // writing p1
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := f.n.Reload(ctx, lineManifest(500, "valve:p1"))
+		cancel()
+		if err == nil {
+			t.Fatal("the reload did not run out of time")
+		}
+		if got := fmt.Sprint(f.n.Reopening()); got != "[rs485]" {
+			t.Errorf("Reopening after the timed-out reload: %s", got)
+		}
+		if _, err := f.n.Reload(context.Background(), lineManifest(500, "valve:p1")); err != nil {
+			t.Fatal(err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the old actuation: %+v", o)
+		}
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve after the second reload: %+v %v", r, err)
+		}
+		if got := f.n.Reopening(); len(got) != 0 {
+			t.Errorf("Reopening after the second reload: %v", got)
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.open["rs485"] != 1 {
+			t.Errorf("%d instances of rs485 open", lines.open["rs485"])
 		}
 	})
 }

@@ -151,7 +151,9 @@ func (r *reloader) reload(ctx context.Context, trigger string, data []byte, read
 func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *node.ReloadResult, polChanged bool, err error) {
 	old := r.n.Manifest()
 	m := old
-	if sum != r.sum {
+	// A bus whose reopening ran out of time is reopened by the next
+	// reload, of the same file too (what the error advised).
+	if sum != r.sum || len(r.n.Reopening()) > 0 {
 		// The bytes read once: what is validated is what is applied.
 		if m, err = manifest.Parse(r.f.manifest, data); err != nil {
 			return nil, false, err
