@@ -1,12 +1,19 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/drivers/modbus/modbustest"
 	"github.com/physd/physd/manifest"
@@ -133,5 +140,166 @@ func TestWatchManifestNeverAppliesAHalfWrittenFile(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	if rs := auditEvents(t, d.state, "manifest_reload_rejected"); len(rs) != 1 {
 		t.Errorf("a broken file left in place for six checks was rejected %d times", len(rs))
+	}
+}
+
+// procFDs counts the open file descriptors of pid.
+func procFDs(t *testing.T, pid int) int {
+	t.Helper()
+	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// goroutines reads go_goroutines from the daemon's /metrics.
+func (d *daemon) goroutines(t *testing.T) int {
+	t.Helper()
+	_, body := d.request(t, "GET", "/metrics", "")
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no go_goroutines in /metrics:\n%s", body)
+	return 0
+}
+
+// TestReloadBattery: HTTP sessions actuate, read and ask can_do while
+// SIGHUPs flip the manifest a hundred times between the greenhouse and a
+// version that narrows fan_zone_b to 0–50 and removes vent_zone_c. Every
+// do_ answer is success (verified) or failed, and the simulator saw
+// exactly one write per success and none for a failure; the daemon stays
+// up; after the storm its open files and goroutines are back where they
+// were.
+func TestReloadBattery(t *testing.T) {
+	orig, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := string(orig)
+	b := strings.Replace(a, fanBlock(t, a), strings.Replace(fanBlock(t, a), "range: {min: 0, max: 100}", "range: {min: 0, max: 50}", 1), 1)
+	vent := a[strings.Index(a, "  - name: vent_zone_c\n"):strings.Index(a, "  - name: heater_zone_c\n")]
+	b = strings.Replace(b, vent, speedBlock, 1)
+	path := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{manifest: path})
+	pid := d.cmd.Process.Pid
+	// Warm up: sessions, pools and the first reload's lazy state.
+	var sessions []*mcp.ClientSession
+	for range 3 {
+		sessions = append(sessions, connectHTTP(t, d, "2026-07-28"))
+	}
+	reload := func(i int, content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitAudit(t, d.state, "manifest_reload", i)
+	}
+	reload(1, b)
+	reload(2, a)
+	time.Sleep(200 * time.Millisecond)
+	fds0, gr0 := procFDs(t, pid), d.goroutines(t)
+	d.request(t, "POST", "/sim/plant/fault", `{"point":"zone_b.fan","mode":"slow","delay_ms":20}`)
+
+	type tally struct{ success, failed, toolErr int }
+	var mu sync.Mutex
+	counts := map[string]*tally{"zone_b.fan": {}, "zone_c.vent": {}}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range 6 {
+		cs := sessions[w%len(sessions)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				tool, point := "do_fan_zone_b", "zone_b.fan"
+				if i%2 == 1 {
+					tool, point = "do_vent_zone_c", "zone_c.vent"
+				}
+				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool,
+					Arguments: map[string]any{"value": (w*37 + i*11) % 101, "idempotency_key": fmt.Sprintf("bat-%d-%d", w, i)}})
+				mu.Lock()
+				c := counts[point]
+				switch {
+				case err != nil && strings.Contains(err.Error(), `unknown tool "`+tool+`"`):
+					c.toolErr++ // removed by the manifest in force
+				case err != nil:
+					t.Errorf("%s: %v", tool, err)
+				case res.IsError:
+					c.toolErr++
+					if !strings.Contains(text(res), "unknown") {
+						t.Errorf("%s: tool error %s", tool, text(res))
+					}
+				default:
+					var o map[string]any
+					_ = json.Unmarshal([]byte(text(res)), &o)
+					switch {
+					case o["status"] == "success" && o["verified"] == true:
+						c.success++
+					case o["status"] == "failed":
+						c.failed++
+					default:
+						t.Errorf("%s: %s", tool, text(res))
+					}
+				}
+				mu.Unlock()
+				switch i % 3 {
+				case 0:
+					_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "read_temperature_zone_a", Arguments: map[string]any{}})
+				case 1:
+					_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "can_do",
+						Arguments: map[string]any{"intent": map[string]any{"semantic_tags": []string{"ventilation"}, "action": "set", "target": "airflow"}}})
+				}
+			}
+		}()
+	}
+	for i := range 100 {
+		content := b
+		if i%2 == 1 {
+			content = a
+		}
+		reload(3+i, content)
+	}
+	stop()
+	wg.Wait()
+	if err := d.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the daemon died: %v\n%s", err, d.stderr.String())
+	}
+	d.request(t, "POST", "/sim/plant/fault", `{"point":"zone_b.fan","mode":"none"}`)
+	sim := d.sim(t)
+	for point, c := range counts {
+		t.Logf("%s: %+v, simulator writes %d", point, *c, sim.writes(point))
+		if w := sim.writes(point); w != uint64(c.success) {
+			t.Errorf("%s: %d successes but the simulator saw %d writes", point, c.success, w)
+		}
+	}
+	if counts["zone_c.vent"].toolErr == 0 || counts["zone_b.fan"].failed == 0 {
+		t.Errorf("the battery did not exercise the removed tool and the narrowed range: %v %v", *counts["zone_c.vent"], *counts["zone_b.fan"])
+	}
+	// Leaks: give finished requests a moment to unwind, then compare.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fds, gr := procFDs(t, pid), d.goroutines(t)
+		if fds <= fds0+2 && gr <= gr0+5 {
+			t.Logf("fds %d → %d, goroutines %d → %d after 100 reloads", fds0, fds, gr0, gr)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("after 100 reloads: fds %d → %d, goroutines %d → %d", fds0, fds, gr0, gr)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
