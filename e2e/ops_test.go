@@ -110,7 +110,7 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 	// A bad policy is rejected; the running one stays.
 	os.WriteFile(pol, []byte("physmcp_policy_version: \"0.1\"\ncapabilities: {do_nothing: {rules: []}}\n"), 0o644)
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	d.stderr.logValue(t, "policy reload rejected; the running policy stays in force", "err")
+	d.stderr.logValue(t, "reload rejected; the running manifest and policy stay in force", "err")
 	r = structured(t, call(t, cs, "do_vent_zone_c", map[string]any{"value": 35, "idempotency_key": "h2"}))
 	if r["status"] != "success" {
 		t.Errorf("after a rejected reload: %v", r)

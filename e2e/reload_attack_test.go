@@ -303,3 +303,110 @@ func TestReloadBattery(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestReloadVoidsApprovalsOfARedefinedCapability: a person approved
+// do_heater_zone_a 70 as the capability was defined then; a reload
+// redefines it before the agent repeats the call. The approval was a
+// decision about the old definition: the repeated call must not actuate
+// on it (the agent asks again, and the approver sees the new definition).
+func TestReloadVoidsApprovalsOfARedefinedCapability(t *testing.T) {
+	b, err := os.ReadFile(greenhousePolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rule = "{type: approval, when: above, above: 60}"
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.yml")
+	if err := os.WriteFile(pol, []byte(strings.Replace(string(b), rule, "{type: approval, when: above, above: 60, approver_role: admin}", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "physmcp.manifest.yml")
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{manifest: path, extra: []string{"--policy", pol}})
+	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
+	args := map[string]any{"value": 70, "idempotency_key": "approved-before-reload"}
+	r := structured(t, call(t, agent, "do_heater_zone_a", args))
+	details, _ := r["details"].(string)
+	_, id, _ := strings.Cut(details, "approval_id=")
+	id, _, _ = strings.Cut(id, ";")
+	if r["code"] != "approval_pending" || id == "" {
+		t.Fatalf("the agent's call: %v", r)
+	}
+	if code, body := d.requestAs(t, adminDemoToken, "POST", "/approvals/"+id, `{"decision":"approve"}`); code != 200 {
+		t.Fatalf("approval: %d %s", code, body)
+	}
+	// The heater is redefined: another description and a lower maximum
+	// that still admits 70.
+	src := string(orig)
+	heater := src[strings.Index(src, "  - name: heater_zone_a\n"):]
+	heater = heater[:strings.Index(heater, "\n\n")+1]
+	next := strings.Replace(heater, "range: {min: 0, max: 100}", "range: {min: 0, max: 90}", 1)
+	if next == heater {
+		t.Fatal("could not redefine heater_zone_a")
+	}
+	// A second request, still pending at the reload that follows.
+	args2 := map[string]any{"value": 65, "idempotency_key": "pending-at-reload"}
+	r = structured(t, call(t, agent, "do_heater_zone_a", args2))
+	details, _ = r["details"].(string)
+	_, id2, _ := strings.Cut(details, "approval_id=")
+	id2, _, _ = strings.Cut(id2, ";")
+	if r["code"] != "approval_pending" || id2 == "" {
+		t.Fatalf("the second call: %v", r)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(src, heater, next, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if rs := waitAuditAny(t, d.state, "manifest_reload", "manifest_reload_rejected"); rs["event"] != "manifest_reload" {
+		t.Fatalf("the reload was rejected: %v", rs["reason"])
+	}
+	res := call(t, agent, "do_heater_zone_a", args)
+	if w := d.sim(t).writes("zone_a.heater"); w != 0 {
+		t.Errorf("an approval given for the old definition actuated the redefined heater (%d writes): %s", w, text(res))
+	}
+	if o := structured(t, res); o["status"] != "failed" || o["code"] != "approval_void" {
+		t.Errorf("the approved call after the reload: %v", o)
+	}
+	// The approver is shown the request no more as approvable.
+	if code, body := d.requestAs(t, adminDemoToken, "POST", "/approvals/"+id2, `{"decision":"approve"}`); code != 409 || !strings.Contains(string(body), "manifest reload") {
+		t.Errorf("approving a request for the old definition: %d %s", code, body)
+	}
+	// Asked again, the call waits for an approval of the new definition.
+	if o := structured(t, call(t, agent, "do_heater_zone_a", args)); o["code"] != "approval_pending" {
+		t.Errorf("the call asked again: %v", o)
+	}
+}
+
+// requestAs is request with another bearer token.
+func (d *daemon) requestAs(t *testing.T, token, method, path, body string) (int, []byte) {
+	t.Helper()
+	saved := d.token
+	d.token = token
+	defer func() { d.token = saved }()
+	return d.request(t, method, path, body)
+}
+
+// waitAuditAny waits for the first audit line of any of events.
+func waitAuditAny(t *testing.T, state string, events ...string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, e := range events {
+			if rs := auditEvents(t, state, e); len(rs) > 0 {
+				return rs[0]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("none of %v in the audit trail", events)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

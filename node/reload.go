@@ -192,3 +192,13 @@ func (n *Node) Reopening() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Definition identifies the definition of tool in force (its manifest
+// entry, binding included): it changes when a reload redefines the
+// capability. "" for an unknown tool.
+func (n *Node) Definition(tool string) string {
+	if cs, ok := n.bound().byTool[tool]; ok {
+		return cs.sum
+	}
+	return ""
+}

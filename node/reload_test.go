@@ -619,3 +619,32 @@ func TestReloadAfterATimedOutReopen(t *testing.T) {
 		}
 	})
 }
+
+// TestReloadRefusesAnApprovalForTheOldDefinition: a call that carries the
+// definition its approval was given for runs on that definition only.
+func TestReloadRefusesAnApprovalForTheOldDefinition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(0, "valve:p1"), nil)
+		def := f.n.Definition("do_valve")
+		if _, err := f.n.Reload(context.Background(), lineManifest(0, "valve:p1:80")); err != nil {
+			t.Fatal(err)
+		}
+		if f.n.Definition("do_valve") == def || def == "" {
+			t.Fatal("the definition did not change")
+		}
+		body, err := f.n.Do(context.Background(), node.DoRequest{Tool: "do_valve", Value: json.RawMessage("40"), IdempotencyKey: "approved",
+			Caller: node.Caller{ID: "t"}, Approved: true, Definition: def})
+		var r promcp.DoResult
+		if err == nil {
+			err = json.Unmarshal(body, &r)
+		}
+		if err != nil || r.Status != promcp.StatusFailed || r.Code != node.CodeManifestReloaded {
+			t.Errorf("an approval for the old definition: %+v %v", r, err)
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.writes["p1"] != 0 {
+			t.Errorf("%d writes", lines.writes["p1"])
+		}
+	})
+}
