@@ -149,3 +149,43 @@ func TestReloadRemovingAViewClosesItsEndpoint(t *testing.T) {
 		t.Fatal("the call's body was never held")
 	}
 }
+
+// TestReloadDuringAnApprovalRound: the human was shown do_heater_zone_a
+// as it was defined when the round began; a reload redefines it before
+// the human's confirmation comes back. The confirmation is for the old
+// definition: it does not run the new one (a fresh round shows it).
+func TestReloadDuringAnApprovalRound(t *testing.T) {
+	r := newRig(t, true)
+	p := heat70("round-across-reload")
+	round := r.call(t, p)
+	if !round.NeedsInput() {
+		t.Fatalf("want an approval round, got %+v", round)
+	}
+	b, err := os.ReadFile(example("physmcp.manifest.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	const from = "description: Heating power in zone A as a percentage of the heater's rating."
+	if !strings.Contains(src, from) {
+		t.Fatal("the greenhouse manifest changed: update this test")
+	}
+	m, err := manifest.Parse(example("physmcp.manifest.yml"), []byte(strings.Replace(src, from,
+		"description: Heating power of the seedling bench's under-soil heater (zone A) as a percentage of its rating.", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.n.Reload(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.ManifestReloaded()
+	again := r.call(t, answer(round, p, "accept", true))
+	if r.writes() != 0 {
+		t.Errorf("a confirmation of the old definition actuated the redefined heater: %v", again.Content)
+	}
+	if !again.NeedsInput() {
+		t.Errorf("want a fresh round, got %v", again.Content)
+	} else if el, _ := again.InputRequests["approval"].(*mcp.ElicitParams); el == nil || !strings.Contains(el.Message, "seedling bench") {
+		t.Errorf("the fresh round does not show the new definition: %+v", again.InputRequests)
+	}
+}
