@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -408,5 +409,98 @@ func waitAuditAny(t *testing.T, state string, events ...string) map[string]any {
 			t.Fatalf("none of %v in the audit trail", events)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// meshNodeWith runs a mesh gateway on the manifest at path.
+func meshNodeWith(t *testing.T, path, ip, state string) *daemon {
+	t.Helper()
+	args := []string{"run", "--manifest", path, "--state", state, "--http", ip + ":0", "--sim-control"}
+	d := &daemon{cmd: exec.Command(physdBin, args...), state: state, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() { d.stop(t) })
+	d.addr = d.stderr.logValue(t, "listening", "addr")
+	d.stderr.logValue(t, "mesh joined", "node")
+	return d
+}
+
+// TestMeshSeesAReload: gw_zone_c reloads a manifest that removes
+// vent_zone_c and adds read_humidity_zone_c. Through gw_zone_a, the added
+// tool becomes listed and its routed read answers; the removed one is
+// unlisted, and a call of it — also one sent right after the reload, while
+// gw_zone_a may still list it — fails at once, clearly, and moves nothing.
+func TestMeshSeesAReload(t *testing.T) {
+	dir := t.TempDir()
+	orig, err := os.ReadFile(repoPath("examples/mesh-3node/node_c.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "node_c.yml")
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := meshNode(t, "a", "127.0.0.2", dir+"/a")
+	c := meshNodeWith(t, path, "127.0.0.4", dir+"/c")
+	cs := connectHTTP(t, a, "2026-07-28")
+	// A 2026-07-28 client keeps a tools/list for its TTL (60 s): each look
+	// is a new 2025-11-25 session.
+	has := func(tool string) bool { return listTools(t, connectHTTP(t, a, "2025-11-25"))[tool] != nil }
+	deadline := time.Now().Add(30 * time.Second)
+	for !has("do_vent_zone_c") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gw_zone_c's tools never listed on gw_zone_a\n%s", a.stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	src := string(orig)
+	vent := src[strings.Index(src, "  - name: vent_zone_c\n"):]
+	humidity := `  - name: humidity_zone_c
+    kind: read
+    description: Relative humidity in zone C.
+    zone: zone_c
+    binding: {type: sim, bus: plant, point: zone_c.humidity}
+    data_type: float
+    unit: percent
+    range: {min: 0, max: 100}
+    semantic_tags: [humidity, air, zone_c]
+`
+	if err := os.WriteFile(path, []byte(strings.Replace(src, vent, humidity, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitAudit(t, c.state, "manifest_reload", 1)
+	start := time.Now()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_vent_zone_c",
+		Arguments: map[string]any{"value": 40, "idempotency_key": "after-c-reload", "source": "gw_zone_c"}})
+	took := time.Since(start)
+	switch {
+	case err != nil:
+		t.Logf("do_vent_zone_c right after the reload: %v (%v)", err, took)
+	case res.IsError:
+		t.Logf("do_vent_zone_c right after the reload: %s (%v)", text(res), took)
+	default:
+		t.Errorf("do_vent_zone_c right after its removal answered (%v): %s", took, text(res))
+	}
+	if took > 3*time.Second {
+		t.Errorf("a call of a tool removed by a peer's reload took %v", took)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for has("do_vent_zone_c") || !has("read_humidity_zone_c") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gw_zone_a still lists vent=%v, humidity=%v", has("do_vent_zone_c"), has("read_humidity_zone_c"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if o := structured(t, call(t, cs, "read_humidity_zone_c", map[string]any{"source": "gw_zone_c"})); o["quality"] != "good" || o["source"] != "gw_zone_c" {
+		t.Errorf("the routed read of the added tool: %v", o)
+	}
+	if w := c.sim(t).writes("zone_c.vent"); w != 0 {
+		t.Errorf("the removed vent was written %d times", w)
 	}
 }
