@@ -585,3 +585,71 @@ func TestReloadMovesAModbusBus(t *testing.T) {
 		t.Errorf("open files %d → %d over 20 bus reopenings", fds0, fds)
 	}
 }
+
+// TestReloadGuardsWhatItAdds: what a reload adds or tightens is guarded
+// from the first call. With the greenhouse policy, an added do_ capability
+// that the gate's allow table does not name is refused (fail_closed: deny);
+// without a policy, requires_permission raised by the manifest refuses the
+// stdio caller's role at once.
+func TestReloadGuardsWhatItAdds(t *testing.T) {
+	orig, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(orig)
+	fan := fanBlock(t, src)
+	fanA := strings.NewReplacer("fan_zone_b", "fan_zone_a", "zone: zone_b", "zone: zone_a", "zone_b.fan", "zone_a.fan", "in zone B", "in zone A",
+		", zone_b]", ", zone_a]", "zone_b_air_change", "zone_a_air_change").Replace(fan)
+	added := strings.Replace(src, fan, fan+fanA, 1)
+
+	t.Run("policy", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "physmcp.manifest.yml")
+		if err := os.WriteFile(path, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d := startHTTP(t, daemonOpts{manifest: path, extra: []string{"--policy", greenhousePolicy}})
+		cs := connectAs(t, d, "2026-07-28", adminDemoToken, nil)
+		if err := os.WriteFile(path, []byte(added), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if rs := waitAuditAny(t, d.state, "manifest_reload", "manifest_reload_rejected"); rs["event"] != "manifest_reload" {
+			t.Fatalf("the reload was rejected: %v", rs["reason"])
+		}
+		o := structured(t, call(t, cs, "do_fan_zone_a", map[string]any{"value": 30, "idempotency_key": "added-1"}))
+		if o["status"] != "failed" || d.sim(t).writes("zone_a.fan") != 0 {
+			t.Errorf("an added do_ the gate does not allow: %v", o)
+		}
+	})
+	t.Run("manifest only", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "physmcp.manifest.yml")
+		if err := os.WriteFile(path, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cs, d := startStdio(t, "2025-11-25", daemonOpts{manifest: path, extra: []string{"--stdio-role", "operator"}})
+		if o := structured(t, call(t, cs, "do_fan_zone_b", map[string]any{"value": 30, "idempotency_key": "before"})); o["status"] != "success" {
+			t.Fatalf("before: %v", o)
+		}
+		raised := strings.Replace(src, fan, strings.Replace(fan, "    timeout_ms: 2000\n", "    timeout_ms: 2000\n    requires_permission: supervisor\n", 1), 1)
+		if err := os.WriteFile(path, []byte(raised), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if rs := waitAuditAny(t, d.state, "manifest_reload", "manifest_reload_rejected"); rs["event"] != "manifest_reload" {
+			t.Fatalf("the reload was rejected: %v", rs["reason"])
+		}
+		o := structured(t, call(t, cs, "do_fan_zone_b", map[string]any{"value": 40, "idempotency_key": "after"}))
+		if o["status"] != "failed" || o["permission"] != "permission_insufficient" {
+			t.Errorf("an operator after requires_permission: supervisor: %v", o)
+		}
+		if w := d.sim(t).writes("zone_b.fan"); w != 1 {
+			t.Errorf("%d writes of the fan", w)
+		}
+	})
+}
