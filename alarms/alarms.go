@@ -11,6 +11,7 @@
 package alarms
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -335,4 +336,62 @@ func (e *Engine) IsActive(tool, kind string) bool {
 		}
 	}
 	return false
+}
+
+// Reload puts the alarms of m, a manifest a reload put in force, in
+// force: an alarm whose capability and definition are unchanged keeps its
+// state; a changed or removed one is cleared if it was raised (the event
+// says why) and a changed or added one starts afresh (stale counts from
+// now). The events are emitted to the listeners.
+func (e *Engine) Reload(m *manifest.Manifest) {
+	now := time.Now()
+	e.mu.Lock()
+	next := map[string]*capAlarms{}
+	for _, c := range m.Capabilities {
+		if c.Alarms == nil {
+			continue
+		}
+		if old := e.caps[c.Name]; old != nil && sameAlarms(old.c, c) {
+			old.c, old.a = c, c.Alarms
+			next[c.Name] = old
+			continue
+		}
+		ca := &capAlarms{c: c, a: c.Alarms, conds: map[string]*cond{}, lastRead: now}
+		for _, k := range kindsOf(c.Alarms) {
+			ca.conds[k] = &cond{}
+		}
+		next[c.Name] = ca
+	}
+	var evs []Event
+	names := make([]string, 0, len(e.caps))
+	for name := range e.caps {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		old := e.caps[name]
+		if next[name] == old {
+			continue
+		}
+		why := "a manifest reload removed this capability's alarms"
+		if next[name] != nil {
+			why = "a manifest reload redefined this alarm; it is evaluated afresh"
+		}
+		for _, k := range kindsOf(old.a) {
+			if old.conds[k].active {
+				evs = old.clear(evs, k, now, nil, why)
+			}
+		}
+	}
+	e.caps = next
+	e.mu.Unlock()
+	e.emit(evs)
+}
+
+// sameAlarms reports whether a capability's alarms mean the same in both
+// definitions (the alarms, and the kind, type and unit they judge).
+func sameAlarms(a, b *manifest.Capability) bool {
+	x, err1 := json.Marshal([]any{a.Alarms, a.Kind, a.DataType, a.Unit})
+	y, err2 := json.Marshal([]any{b.Alarms, b.Kind, b.DataType, b.Unit})
+	return err1 == nil && err2 == nil && string(x) == string(y)
 }

@@ -501,6 +501,18 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
 	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: fileSum(f.manifest)}
+	rl.hooks = append(rl.hooks, func(m *manifest.Manifest) {
+		if alarmEngine != nil {
+			alarmEngine.Reload(m)
+			return
+		}
+		for _, c := range m.Capabilities {
+			if c.Alarms != nil {
+				log.Warn("alarms: physd started with a manifest that declares none, so the alarms a reload declares are evaluated from the next restart", "capability", c.Name)
+				return
+			}
+		}
+	})
 	go rl.run(ctx, f.watchManifest)
 
 	errc := make(chan error, 2)
