@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -740,4 +741,45 @@ func TestReloadKeepsHistoryOfAddedCapabilities(t *testing.T) {
 	if len(res.Contents) == 0 || !strings.Contains(res.Contents[0].Text, `"points"`) {
 		t.Errorf("history of the added capability: %+v", res.Contents)
 	}
+}
+
+// TestRapidSIGHUPs: ten SIGHUPs in 100 ms, each after a new version of the
+// file: the daemon stays up and ends serving the last version.
+func TestRapidSIGHUPs(t *testing.T) {
+	orig, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := string(orig)
+	b := strings.Replace(a, "  - name: vent_zone_c\n", speedBlock+"  - name: vent_zone_c\n", 1)
+	path := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs, d := startStdio(t, "2025-11-25", daemonOpts{manifest: path})
+	for i := range 10 {
+		content := a
+		if i%2 == 0 {
+			content = b
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The last version (a) has no read_fan_speed_zone_b.
+	deadline := time.Now().Add(10 * time.Second)
+	for slices.Contains(listed(t, cs), "read_fan_speed_zone_b") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the last version is not in force; audit reloads: %d", len(auditEvents(t, d.state, "manifest_reload")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if o := structured(t, call(t, cs, "read_temperature_zone_a", map[string]any{})); o["quality"] != "good" {
+		t.Errorf("after the storm: %v", o)
+	}
+	t.Logf("%d reloads applied, %d rejected", len(auditEvents(t, d.state, "manifest_reload")), len(auditEvents(t, d.state, "manifest_reload_rejected")))
 }
