@@ -648,3 +648,47 @@ func TestReloadRefusesAnApprovalForTheOldDefinition(t *testing.T) {
 		}
 	})
 }
+
+// TestReloadReplaysAKeyAcrossReloads: a key used before a reload, replayed
+// after it with its capability kept, redefined, removed and added again,
+// gets the recorded answer byte for byte (or, removed, an unknown tool)
+// and never actuates a second time.
+func TestReloadReplaysAKeyAcrossReloads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(0, "valve:p1"), nil)
+		do := func() ([]byte, error) {
+			return f.n.Do(context.Background(), node.DoRequest{Tool: "do_valve", Value: json.RawMessage("40"), IdempotencyKey: "once", Caller: node.Caller{ID: "t"}})
+		}
+		first, err := do()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			name string
+			m    *manifest.Manifest
+		}{
+			{"kept", lineManifest(0, "valve:p1")},
+			{"redefined", lineManifest(0, "valve:p1:80")},
+			{"removed", lineManifest(0, "pump:p2")},
+			{"added again", lineManifest(0, "valve:p1")},
+		} {
+			if _, err := f.n.Reload(context.Background(), step.m); err != nil {
+				t.Fatal(err)
+			}
+			body, err := do()
+			switch {
+			case step.name == "removed":
+				if !isUnknown(err) {
+					t.Errorf("%s: %s %v", step.name, body, err)
+				}
+			case err != nil || string(body) != string(first):
+				t.Errorf("%s: replay %s %v, recorded %s", step.name, body, err, first)
+			}
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.writes["p1"] != 1 {
+			t.Errorf("%d writes of p1 for one key", lines.writes["p1"])
+		}
+	})
+}
