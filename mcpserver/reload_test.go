@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -187,5 +188,34 @@ func TestReloadDuringAnApprovalRound(t *testing.T) {
 		t.Errorf("want a fresh round, got %v", again.Content)
 	} else if el, _ := again.InputRequests["approval"].(*mcp.ElicitParams); el == nil || !strings.Contains(el.Message, "seedling bench") {
 		t.Errorf("the fresh round does not show the new definition: %+v", again.InputRequests)
+	}
+}
+
+// TestReloadAddsAndChangesViews: a view a reload adds is served at once
+// at /mcp/<view>; a view whose selector a reload changes lists what it
+// selects now; a removed view's endpoint answers 404.
+func TestReloadAddsAndChangesViews(t *testing.T) {
+	s := newReloadSurface(t)
+	withFans := func(tags string) func(string) string {
+		return func(src string) string {
+			return withoutViews(src) + "views:\n  fans:\n    description: Fans.\n    tags: [" + tags + "]\n"
+		}
+	}
+	s.reload(t, withFans("fan"))
+	if got := toolNames(t, connectPath(t, s.surface, "/mcp/fans", "2025-11-25", "")); !slices.Equal(got, []string{"can_do", "do_fan_zone_b"}) {
+		t.Errorf("the added view lists %v", got)
+	}
+	s.reload(t, withFans("vent"))
+	if got := toolNames(t, connectPath(t, s.surface, "/mcp/fans", "2025-11-25", "")); !slices.Equal(got, []string{"can_do", "do_vent_zone_c"}) {
+		t.Errorf("the changed view lists %v", got)
+	}
+	s.reload(t, withoutViews)
+	resp, err := http.Post(s.srv.URL+"/mcp/fans", "application/json", strings.NewReader(discover))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the removed view's endpoint: %d", resp.StatusCode)
 	}
 }
