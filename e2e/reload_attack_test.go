@@ -783,3 +783,35 @@ func TestRapidSIGHUPs(t *testing.T) {
 	}
 	t.Logf("%d reloads applied, %d rejected", len(auditEvents(t, d.state, "manifest_reload")), len(auditEvents(t, d.state, "manifest_reload_rejected")))
 }
+
+// TestReloadKeepsTheStdioView: physd --stdio --view water refuses a
+// manifest that no longer declares the view (saying so); the view stays
+// served.
+func TestReloadKeepsTheStdioView(t *testing.T) {
+	orig, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs, d := startStdio(t, "2025-11-25", daemonOpts{manifest: path, extra: []string{"--view", "water", "--stdio-role", "operator"}})
+	before := listed(t, cs)
+	src := string(orig)
+	if err := os.WriteFile(path, []byte(src[:strings.Index(src, "\nviews:")+1]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if reason := waitAudit(t, d.state, "manifest_reload_rejected", 1); !strings.Contains(reason, `--view "water"`) {
+		t.Errorf("rejection: %q", reason)
+	}
+	if got := listed(t, cs); !slices.Equal(got, before) || slices.Contains(got, "do_fan_zone_b") {
+		t.Errorf("the view after a rejected reload: %v (before %v)", got, before)
+	}
+	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_fan_zone_b", Arguments: map[string]any{"value": 30, "idempotency_key": "outside"}}); err == nil && !res.IsError {
+		t.Errorf("a tool outside the view ran: %s", text(res))
+	}
+}
