@@ -625,6 +625,29 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 			t.Errorf("an added do_ the gate does not allow: %v", o)
 		}
 	})
+	t.Run("policy names a removed tool", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "physmcp.manifest.yml")
+		if err := os.WriteFile(path, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d := startHTTP(t, daemonOpts{manifest: path, extra: []string{"--policy", greenhousePolicy}})
+		cs := connectAs(t, d, "2026-07-28", adminDemoToken, nil)
+		vent := src[strings.Index(src, "  - name: vent_zone_c\n"):strings.Index(src, "  - name: heater_zone_c\n")]
+		if err := os.WriteFile(path, []byte(strings.Replace(src, vent, "", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		rs := waitAuditAny(t, d.state, "manifest_reload", "manifest_reload_rejected")
+		if reason, _ := rs["reason"].(string); rs["event"] != "manifest_reload_rejected" || !strings.Contains(reason, "do_vent_zone_c") || !strings.Contains(reason, "physmcp.policy.yml:") {
+			t.Errorf("a manifest removing a tool its policy names: %v", rs)
+		}
+		if o := structured(t, call(t, cs, "do_vent_zone_c", map[string]any{"value": 30, "idempotency_key": "still-guarded"})); o["status"] != "success" {
+			t.Errorf("the vent after the rejected reload: %v", o)
+		}
+	})
 	t.Run("manifest only", func(t *testing.T) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "physmcp.manifest.yml")
