@@ -585,6 +585,18 @@ func TestReloadMovesAModbusBus(t *testing.T) {
 	if fds := procFDs(t, d.cmd.Process.Pid); fds > fds0+2 {
 		t.Errorf("open files %d → %d over 20 bus reopenings", fds0, fds)
 	}
+	// The bus metrics follow the reopened bus, not the first instance.
+	requests := func() float64 {
+		_, body := d.request(t, "GET", "/metrics", "")
+		return metric(string(body), `physd_bus_requests{bus="plc"}`)
+	}
+	before := requests()
+	for range 3 {
+		call(t, cs, "read_level", map[string]any{"max_age_ms": 0})
+	}
+	if after := requests(); after < before+3 {
+		t.Errorf("physd_bus_requests{bus=\"plc\"} %v → %v over three device reads on the reopened bus", before, after)
+	}
 }
 
 // TestReloadGuardsWhatItAdds: what a reload adds or tightens is guarded
@@ -836,5 +848,31 @@ func TestReloadKeepsTheStdioView(t *testing.T) {
 	}
 	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_fan_zone_b", Arguments: map[string]any{"value": 30, "idempotency_key": "outside"}}); err == nil && !res.IsError {
 		t.Errorf("a tool outside the view ran: %s", text(res))
+	}
+}
+
+// TestReloadReopensTheSimulator: a reload that changes the simulator's
+// settings reopens it; its development controls (--sim-control) then act
+// on the plant in force, not on the closed one.
+func TestReloadReopensTheSimulator(t *testing.T) {
+	orig, err := os.ReadFile(greenhouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs, d := startStdio(t, "2025-11-25", daemonOpts{manifest: path})
+	if err := os.WriteFile(path, []byte(strings.Replace(string(orig), "    seed: 7\n", "    seed: 8\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitAudit(t, d.state, "manifest_reload", 1)
+	d.fault(t, "zone_a.temperature", "offline")
+	if o := structured(t, call(t, cs, "read_temperature_zone_a", map[string]any{"max_age_ms": 0})); o["quality"] == "good" {
+		t.Errorf("a fault set through /sim/plant after the reopen did not reach the plant in force: %v", o)
 	}
 }

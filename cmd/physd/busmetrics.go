@@ -7,18 +7,28 @@ import (
 )
 
 // registerBusMetrics exports the Modbus engines' counters and queue depth.
+// Each scrape reads the bus in force under that name: a manifest reload
+// that reopens a bus (new settings) replaces its engine, and the closed
+// one's counters must not stand for it.
 func registerBusMetrics(mx *metrics.Metrics, n *node.Node) {
 	for name, b := range n.Buses() {
-		mb, ok := b.(*modbus.Bus)
-		if !ok {
+		if _, ok := b.(*modbus.Bus); !ok {
 			continue
 		}
 		labels := map[string]string{"bus": name}
-		mx.Gauge("physd_bus_queue_depth", "Requests waiting in the bus worker's queue.", labels, func() float64 { return float64(mb.Stats().QueueDepth) })
-		mx.Gauge("physd_bus_requests", "Modbus requests sent (a coalesced read counts once).", labels, func() float64 { return float64(mb.Stats().Requests) })
-		mx.Gauge("physd_bus_coalesced_reads", "Point reads that shared another read's request.", labels, func() float64 { return float64(mb.Stats().Coalesced) })
-		mx.Gauge("physd_bus_failures", "Requests that failed other than by a Modbus exception.", labels, func() float64 { return float64(mb.Stats().Failures) })
-		mx.Gauge("physd_bus_timeouts", "Requests without a timely reply.", labels, func() float64 { return float64(mb.Stats().Timeouts) })
-		mx.Gauge("physd_bus_exceptions", "Modbus exception replies.", labels, func() float64 { return float64(mb.Stats().Exceptions) })
+		stat := func(f func(modbus.Stats) float64) func() float64 {
+			return func() float64 {
+				if mb, ok := n.Buses()[name].(*modbus.Bus); ok {
+					return f(mb.Stats())
+				}
+				return 0
+			}
+		}
+		mx.Gauge("physd_bus_queue_depth", "Requests waiting in the bus worker's queue.", labels, stat(func(s modbus.Stats) float64 { return float64(s.QueueDepth) }))
+		mx.Gauge("physd_bus_requests", "Modbus requests sent (a coalesced read counts once).", labels, stat(func(s modbus.Stats) float64 { return float64(s.Requests) }))
+		mx.Gauge("physd_bus_coalesced_reads", "Point reads that shared another read's request.", labels, stat(func(s modbus.Stats) float64 { return float64(s.Coalesced) }))
+		mx.Gauge("physd_bus_failures", "Requests that failed other than by a Modbus exception.", labels, stat(func(s modbus.Stats) float64 { return float64(s.Failures) }))
+		mx.Gauge("physd_bus_timeouts", "Requests without a timely reply.", labels, stat(func(s modbus.Stats) float64 { return float64(s.Timeouts) }))
+		mx.Gauge("physd_bus_exceptions", "Modbus exception replies.", labels, stat(func(s modbus.Stats) float64 { return float64(s.Exceptions) }))
 	}
 }

@@ -427,8 +427,17 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	simControls := map[string]http.Handler{}
 	if f.simControl {
 		for name, b := range n.Buses() {
-			if c, ok := b.(interface{ ControlHandler() http.Handler }); ok {
-				simControls[name] = c.ControlHandler()
+			if _, ok := b.(interface{ ControlHandler() http.Handler }); ok {
+				// The plant in force: a reload that changes the bus's
+				// settings reopens it as another plant.
+				simControls[name] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					c, ok := n.Buses()[name].(interface{ ControlHandler() http.Handler })
+					if !ok {
+						http.Error(w, "bus "+name+" is not a simulator in the manifest in force (or is being reopened)", http.StatusServiceUnavailable)
+						return
+					}
+					c.ControlHandler().ServeHTTP(w, r)
+				})
 			}
 		}
 	}
