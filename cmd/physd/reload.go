@@ -155,10 +155,7 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *n
 	// reload, of the same file too (what the error advised).
 	if sum != r.sum || len(r.n.Reopening()) > 0 {
 		// The bytes read once: what is validated is what is applied.
-		if m, err = manifest.Parse(r.f.manifest, data); err != nil {
-			return nil, false, err
-		}
-		if err := checkBindings(m); err != nil {
+		if m, err = parseManifest(r.f.manifest, data); err != nil {
 			return nil, false, err
 		}
 		if err := restartOnly(old, m); err != nil {
@@ -234,9 +231,4 @@ func sameJSON(a, b any) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
-}
-
-func fileSum(path string) [32]byte {
-	b, _ := os.ReadFile(path)
-	return sha256.Sum256(b)
 }
