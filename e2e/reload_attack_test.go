@@ -546,7 +546,7 @@ func TestReloadMovesAModbusBus(t *testing.T) {
 	if o := read(); o["value"] != 111.0 {
 		t.Fatalf("first read: %v", o)
 	}
-	fds0 := procFDs(t, d.cmd.Process.Pid)
+	fds0, gr0 := procFDs(t, d.cmd.Process.Pid), d.goroutines(t)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 4 {
@@ -582,8 +582,8 @@ func TestReloadMovesAModbusBus(t *testing.T) {
 		t.Errorf("only %d of 20 reads after a reload were good", goods)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if fds := procFDs(t, d.cmd.Process.Pid); fds > fds0+2 {
-		t.Errorf("open files %d → %d over 20 bus reopenings", fds0, fds)
+	if fds, gr := procFDs(t, d.cmd.Process.Pid), d.goroutines(t); fds > fds0+2 || gr > gr0+5 {
+		t.Errorf("over 20 bus reopenings: open files %d → %d, goroutines %d → %d", fds0, fds, gr0, gr)
 	}
 	// The bus metrics follow the reopened bus, not the first instance.
 	requests := func() float64 {
