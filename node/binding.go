@@ -35,6 +35,9 @@ type binding struct {
 	// them (linkPredecessors): a chain of reloads must not forget an
 	// actuation that outlived the binding in between.
 	retired []retiredTurn
+	// reopening are the buses this binding does not open because older
+	// instances must close first (Reload opens them in the next binding).
+	reopening []string
 }
 
 // retiredTurn is the actuator turn of a do_ capability no longer current.
@@ -54,6 +57,7 @@ func (n *Node) bound() *binding { return n.cur.Load() }
 type busRef struct {
 	drivers.Bus
 	name string
+	typ  string // the driver (buses.<name>.type)
 	sum  string // the manifest entry's configuration (busSum)
 
 	mu      sync.Mutex
@@ -63,8 +67,8 @@ type busRef struct {
 	log     func(name string, err error)
 }
 
-func newBusRef(name, sum string, b drivers.Bus, log func(string, error)) *busRef {
-	return &busRef{Bus: b, name: name, sum: sum, closed: make(chan struct{}), log: log}
+func newBusRef(name, typ, sum string, b drivers.Bus, log func(string, error)) *busRef {
+	return &busRef{Bus: b, name: name, typ: typ, sum: sum, closed: make(chan struct{}), log: log}
 }
 
 // enter starts a device access; false means the bus is closed (a reload
@@ -177,6 +181,7 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 		}
 		if reopen[name] {
 			b.busErr[name] = fmt.Errorf("bus %q is being reopened with its new configuration after a manifest reload; retry in a moment", name)
+			b.reopening = append(b.reopening, name)
 			continue
 		}
 		bus, err := drivers.Open(ctx, m.Buses[name])
@@ -185,7 +190,7 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 			n.log.Error("bus unavailable", "bus", name, "err", err)
 			continue
 		}
-		ref := newBusRef(name, sum, bus, n.busCloseLog)
+		ref := newBusRef(name, m.Buses[name].Type, sum, bus, n.busCloseLog)
 		b.buses[name] = ref
 		opened = append(opened, ref)
 	}

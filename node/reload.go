@@ -67,26 +67,36 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 	if m.Device.ID != prev.m.Device.ID {
 		return ReloadResult{}, fmt.Errorf("device.id: %q → %q cannot change while physd runs (the ledger, audit and mesh identity belong to it); fix: restart physd", prev.m.Device.ID, m.Device.ID)
 	}
+	// A bus whose configuration changed is reopened after its old
+	// instance closed. So is a bus this reload opens while a bus of the
+	// same driver is being retired (by this reload or an earlier one whose
+	// wait ran out): the same line or device may hide under another name
+	// or other settings, and it never has two masters in this process.
 	reopen := map[string]bool{}
+	var waits []<-chan struct{}
+	retiringByType := map[string][]*busRef{}
 	for name, old := range prev.buses {
-		if nb := m.Buses[name]; nb != nil && busSum(nb) != old.sum {
-			reopen[name] = true
+		if nb := m.Buses[name]; nb == nil || busSum(nb) != old.sum {
+			retiringByType[old.typ] = append(retiringByType[old.typ], old)
 		}
 	}
-	// A bus an earlier reload retired (removed, or changed and its wait
-	// ran out of time) may still have a device access under way: one of
-	// that name opens only after it closed.
-	var waits []<-chan struct{}
-	for name, r := range n.retiring {
+	for r := range n.retiring {
 		select {
 		case <-r.closed:
-			delete(n.retiring, name)
-			continue
+			delete(n.retiring, r)
 		default:
+			retiringByType[r.typ] = append(retiringByType[r.typ], r)
 		}
-		if m.Buses[name] != nil && prev.buses[name] == nil {
+	}
+	for name, nb := range m.Buses {
+		if old := prev.buses[name]; old != nil && old.sum == busSum(nb) {
+			continue // kept, open
+		}
+		if rs := retiringByType[nb.Type]; len(rs) > 0 {
 			reopen[name] = true
-			waits = append(waits, r.closed)
+			for _, r := range rs {
+				waits = append(waits, r.closed)
+			}
 		}
 	}
 	next, opened, err := n.bind(ctx, m, prev, reopen)
@@ -109,9 +119,9 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 			case <-done:
 			default:
 				if n.retiring == nil {
-					n.retiring = map[string]*busRef{}
+					n.retiring = map[*busRef]bool{}
 				}
-				n.retiring[name] = r
+				n.retiring[r] = true
 			}
 			if reopen[name] {
 				waits = append(waits, done)
@@ -130,8 +140,12 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 			return res, fmt.Errorf("the manifest is in force, but a changed bus still had a device access under way when the reload's time ran out (%w); its capabilities answer that it is being reopened until the next reload (send SIGHUP again)", ctx.Err())
 		}
 	}
-	for name := range reopen {
-		delete(n.retiring, name)
+	for r := range n.retiring {
+		select {
+		case <-r.closed:
+			delete(n.retiring, r)
+		default:
+		}
 	}
 	final, _, err := n.bind(ctx, m, next, nil)
 	if err != nil {
@@ -139,9 +153,14 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 	}
 	n.swap(next, final)
 	for name := range reopen {
-		res.Reopened = append(res.Reopened, name)
+		if prev.buses[name] != nil {
+			res.Reopened = append(res.Reopened, name)
+		} else {
+			res.Opened = append(res.Opened, name)
+		}
 	}
 	slices.Sort(res.Reopened)
+	slices.Sort(res.Opened)
 	return res, nil
 }
 
@@ -176,19 +195,11 @@ func diffBindings(prev, next *binding) ReloadResult {
 }
 
 // Reopening lists the buses of the manifest in force that a reload
-// retired and has not reopened yet (its wait for their last device access
-// ran out of time): a Reload, of the same manifest too, reopens them once
-// the old instances closed.
+// deferred until older instances closed and has not opened yet (its wait
+// ran out of time): a Reload, of the same manifest too, opens them once
+// those instances closed.
 func (n *Node) Reopening() []string {
-	n.reloadMu.Lock()
-	defer n.reloadMu.Unlock()
-	b := n.bound()
-	var out []string
-	for name := range n.retiring {
-		if b.m.Buses[name] != nil && b.buses[name] == nil {
-			out = append(out, name)
-		}
-	}
+	out := slices.Clone(n.bound().reopening)
 	slices.Sort(out)
 	return out
 }

@@ -49,19 +49,24 @@ func init() {
 	lines.reset()
 	drivers.Register("line", func(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
 		var cfg struct {
-			DelayMS int `yaml:"delay_ms"`
+			DelayMS int    `yaml:"delay_ms"`
+			Port    string `yaml:"port"` // the line's device; default: the bus name
 		}
 		if errs := b.DecodeConfig(&cfg); len(errs) > 0 {
 			return nil, errs
 		}
+		name := b.Name
+		if cfg.Port != "" {
+			name = cfg.Port
+		}
 		lines.mu.Lock()
 		defer lines.mu.Unlock()
-		if lines.open[b.Name] > 0 {
-			lines.violation("bus %s opened while another instance was open", b.Name)
+		if lines.open[name] > 0 {
+			lines.violation("bus %s opened while another instance was open", name)
 		}
-		lines.open[b.Name]++
-		lines.opened[b.Name]++
-		return &lineBus{name: b.Name, delay: time.Duration(cfg.DelayMS) * time.Millisecond}, nil
+		lines.open[name]++
+		lines.opened[name]++
+		return &lineBus{name: name, delay: time.Duration(cfg.DelayMS) * time.Millisecond}, nil
 	})
 }
 
@@ -689,6 +694,39 @@ func TestReloadReplaysAKeyAcrossReloads(t *testing.T) {
 		defer lines.mu.Unlock()
 		if lines.writes["p1"] != 1 {
 			t.Errorf("%d writes of p1 for one key", lines.writes["p1"])
+		}
+	})
+}
+
+// TestReloadRenamingABus: a reload that renames a bus (same type and
+// settings: the same line) while an actuation uses it never has the line
+// open twice.
+func TestReloadRenamingABus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		on := func(bus string) *manifest.Manifest {
+			src := strings.Replace(manifestSource(2000, "valve:p1"), "rs485: {type: line, delay_ms: 2000}", bus+": {type: line, delay_ms: 2000, port: ttyS0}", 1)
+			src = strings.ReplaceAll(src, "bus: rs485", "bus: "+bus)
+			m, err := manifest.Parse("line.yml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		f := openLine(t, on("rs485"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // writing p1
+		if _, err := f.n.Reload(context.Background(), on("line1")); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve on the renamed bus: %+v %v", r, err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the actuation under way: %+v", o)
 		}
 	})
 }
