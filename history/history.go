@@ -94,8 +94,11 @@ const recordCost = 128
 type History struct {
 	cfg   Config
 	db    *bolt.DB
-	caps  map[string]*manifest.Capability // numeric capabilities by name
-	keep  int                             // buckets kept per capability (size bound)
+	// caps are the numeric capabilities by name (a map never changed once
+	// stored: Reload stores another); keep is the buckets kept per
+	// capability (the size bound shared among them).
+	caps  atomic.Pointer[map[string]*manifest.Capability]
+	keep  atomic.Int64
 	sub   *node.Subscription
 	stop  chan struct{}
 	done  chan struct{}
@@ -185,18 +188,14 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	db.AllocSize = int(min(1<<20, cfg.MaxBytes/8))
-	h := &History{cfg: cfg, db: db, caps: map[string]*manifest.Capability{},
+	h := &History{cfg: cfg, db: db,
 		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{}, count: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
-	for _, c := range m.Capabilities {
-		switch c.DataType {
-		case manifest.TypeFloat, manifest.TypeInt, manifest.TypeBool:
-			h.caps[c.Name] = c
-		}
-	}
-	h.keep = int(max(cfg.MaxBytes/2/recordCost/int64(max(len(h.caps), 1)), 1))
+	caps := numericCaps(m, nil)
+	h.caps.Store(&caps)
+	h.keep.Store(keepFor(cfg, len(caps)))
 	err = db.Update(func(tx *bolt.Tx) error {
-		for name := range h.caps {
+		for name := range caps {
 			b, err := tx.CreateBucketIfNotExists([]byte(name))
 			if err != nil {
 				return err
@@ -210,6 +209,59 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	return h, nil
+}
+
+// numericCaps adds m's numeric capabilities (float, int, bool) to a copy
+// of prev.
+func numericCaps(m *manifest.Manifest, prev map[string]*manifest.Capability) map[string]*manifest.Capability {
+	out := maps.Clone(prev)
+	if out == nil {
+		out = map[string]*manifest.Capability{}
+	}
+	for _, c := range m.Capabilities {
+		switch c.DataType {
+		case manifest.TypeFloat, manifest.TypeInt, manifest.TypeBool:
+			out[c.Name] = c
+		}
+	}
+	return out
+}
+
+func keepFor(cfg Config, n int) int64 {
+	return max(cfg.MaxBytes/2/recordCost/int64(max(n, 1)), 1)
+}
+
+func (h *History) capsNow() map[string]*manifest.Capability { return *h.caps.Load() }
+
+// Reload follows a manifest reload: the numeric capabilities it adds get
+// a history from now on; those it removes keep theirs (by name, so a
+// capability added back continues it) until it ages out.
+func (h *History) Reload(m *manifest.Manifest) error {
+	h.flushMu.Lock()
+	defer h.flushMu.Unlock()
+	prev := h.capsNow()
+	next := numericCaps(m, prev)
+	counts := maps.Clone(h.count)
+	err := h.db.Update(func(tx *bolt.Tx) error {
+		for name := range next {
+			if prev[name] != nil {
+				continue
+			}
+			b, err := tx.CreateBucketIfNotExists([]byte(name))
+			if err != nil {
+				return err
+			}
+			counts[name] = b.Stats().KeyN
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	h.count = counts
+	h.keep.Store(keepFor(h.cfg, len(next)))
+	h.caps.Store(&next)
+	return nil
 }
 
 // Config is the history's bound in force.
@@ -292,7 +344,7 @@ func numeric(v any) (float64, bool) {
 // Record adds one observation (the writer calls it for each observation
 // of the stream).
 func (h *History) Record(o node.Observed) {
-	if o.Cap == nil || h.caps[o.Cap.Name] == nil {
+	if o.Cap == nil || h.capsNow()[o.Cap.Name] == nil {
 		return
 	}
 	name := o.Cap.Name
@@ -404,7 +456,7 @@ func (h *History) Flush() {
 				return err
 			}
 		}
-		for name := range h.caps {
+		for name := range h.capsNow() {
 			n, err := h.prune(tx.Bucket([]byte(name)), cutoff, counts[name])
 			if err != nil {
 				return err
@@ -442,7 +494,7 @@ func (h *History) Flush() {
 func (h *History) prune(b *bolt.Bucket, cutoff int64, n int) (int, error) {
 	c := b.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.First() {
-		if int64(binary.BigEndian.Uint64(k)) >= cutoff && n <= h.keep {
+		if int64(binary.BigEndian.Uint64(k)) >= cutoff && int64(n) <= h.keep.Load() {
 			return n, nil
 		}
 		if err := c.Delete(); err != nil {
@@ -485,7 +537,7 @@ func (e *QueryError) Error() string { return e.Msg }
 // resolution; steps aligned to the Unix epoch). Steps without
 // observations are left out.
 func (h *History) Query(name string, since, until time.Time, step time.Duration) (*Series, error) {
-	c := h.caps[name]
+	c := h.capsNow()[name]
 	if c == nil {
 		return nil, &QueryError{fmt.Sprintf("no history of %q: history is kept for the numeric capabilities (float, int, bool) of this node", name)}
 	}

@@ -510,6 +510,13 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
 	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: c.sum}
+	if hist != nil {
+		rl.hooks = append(rl.hooks, func(m *manifest.Manifest) {
+			if err := hist.Reload(m); err != nil {
+				log.Error("history: the capabilities the reload added get no history until a restart", "err", err.Error())
+			}
+		})
+	}
 	rl.hooks = append(rl.hooks, func(m *manifest.Manifest) {
 		if alarmEngine != nil {
 			alarmEngine.Reload(m)
