@@ -92,8 +92,8 @@ const recordCost = 128
 
 // History is the store and its writer.
 type History struct {
-	cfg   Config
-	db    *bolt.DB
+	cfg Config
+	db  *bolt.DB
 	// caps are the numeric capabilities by name (a map never changed once
 	// stored: Reload stores another); keep is the buckets kept per
 	// capability (the size bound shared among them).
