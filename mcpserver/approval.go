@@ -35,7 +35,7 @@ func canElicit(req *mcp.CallToolRequest) bool {
 // approvalRound returns an input-required result that asks the client's
 // human to confirm exactly this call.
 func (ts *toolSet) approvalRound(ar *node.ApprovalRequired, caller node.Caller, note string) (*mcp.CallToolResult, error) {
-	_, fp := gate.Canonical(ar.Tool, map[string]any{"value": ar.Value})
+	fp := roundFingerprint(ar.Tool, ar.Value, ts.n.Definition(ar.Tool))
 	token, exp, err := ts.approvals.Issue(fp, ar.Tool, caller.ID, gate.Layer(layerOf(ar)))
 	if err != nil {
 		return nil, err
@@ -112,8 +112,8 @@ func (ts *toolSet) handleApprovalRetry(ctx context.Context, req *mcp.CallToolReq
 	if err != nil {
 		return toolError(err), nil
 	}
-	_, fp := gate.Canonical(dr.Tool, map[string]any{"value": value})
-	verr := ts.approvals.Verify(req.Params.RequestState, fp, dr.Tool, dr.Caller.ID)
+	def := ts.n.Definition(dr.Tool)
+	verr := ts.approvals.Verify(req.Params.RequestState, roundFingerprint(dr.Tool, value, def), dr.Tool, dr.Caller.ID)
 	if verr != nil || !answered {
 		// Start over: run the pipeline again, which asks again.
 		note := "The previous approval could not be used (" + approvalProblem(verr, answered) + "); please confirm again."
@@ -126,8 +126,17 @@ func (ts *toolSet) handleApprovalRetry(ctx context.Context, req *mcp.CallToolReq
 		}
 		return jsonResult(body), nil
 	}
-	dr.Approved, dr.ApprovedBy = true, dr.Caller
+	dr.Approved, dr.ApprovedBy, dr.Definition = true, dr.Caller, def
 	return ts.runDo(ctx, req, dr, "")
+}
+
+// roundFingerprint binds an approval round to the call and to the
+// capability's definition the human was shown (node.Definition): a
+// confirmation that comes back after a manifest reload redefined the
+// capability does not verify, and a fresh round shows the new definition.
+func roundFingerprint(tool string, value any, definition string) string {
+	_, fp := gate.Canonical(tool, map[string]any{"value": value, "definition": definition})
+	return fp
 }
 
 func approvalProblem(err error, answered bool) string {
@@ -139,7 +148,7 @@ func approvalProblem(err error, answered bool) string {
 	case errors.Is(err, gate.ErrApprovalReplayed):
 		return "it was already used"
 	case errors.Is(err, gate.ErrApprovalMismatch):
-		return "it was issued for a different call or caller"
+		return "it was issued for a different call or caller, or for a definition of the capability that a manifest reload has replaced since"
 	case err != nil:
 		return err.Error()
 	case !answered:

@@ -32,6 +32,7 @@ type rig struct {
 	cs          *mcp.ClientSession
 	plant       *sim.Plant
 	srv         *mcpserver.Server
+	n           *node.Node
 	listChanged chan struct{} // one value per tools/list_changed received
 	progress    func(*mcp.ProgressNotificationParams)
 }
@@ -144,7 +145,7 @@ func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPa
 		al.Close()
 		st.Close()
 	})
-	r.cs, r.plant, r.srv = cs, n.Buses()["plant"].(*sim.Plant), srv
+	r.cs, r.plant, r.srv, r.n = cs, n.Buses()["plant"].(*sim.Plant), srv, n
 	return r
 }
 

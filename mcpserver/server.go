@@ -206,6 +206,13 @@ func (s *Server) ManifestReloaded() {
 	s.syncFamilies()
 	s.syncObservationResources()
 	s.PolicyReloaded() // roles may list other tools now
+	for _, rec := range s.ts.voidRedefined() {
+		if s.opts.Audit != nil {
+			if _, err := s.opts.Audit.Append(rec); err != nil {
+				s.log.Error("audit write failed", "event", rec.Event, "err", err)
+			}
+		}
+	}
 }
 
 // MCP returns the underlying SDK server.

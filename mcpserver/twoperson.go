@@ -63,6 +63,7 @@ type pendingApproval struct {
 
 	fp    string
 	grant string
+	def   string // the capability's definition when it was requested (node.Definition)
 }
 
 // approvalBook holds pending approvals in memory: a restart forgets them
@@ -125,7 +126,8 @@ func (ts *toolSet) requestApproval(r node.ApprovalRequest) (node.PendingApproval
 		}
 		p = &pendingApproval{ID: hex.EncodeToString(id[:]), State: "pending", Tool: r.Tool, Value: r.Value, Source: ts.n.DeviceID(),
 			Key: r.IdempotencyKey, Caller: r.Caller.ID, CallerRole: r.Caller.Role, Reason: r.Reason, SideEffects: r.SideEffects,
-			Approver: r.ApproverRole, RequestedAt: now.UTC(), ExpiresAt: now.Add(b.ttl).UTC().Truncate(time.Second), fp: fp}
+			Approver: r.ApproverRole, RequestedAt: now.UTC(), ExpiresAt: now.Add(b.ttl).UTC().Truncate(time.Second), fp: fp,
+			def: ts.n.Definition(r.Tool)}
 		p.What = fmt.Sprintf("%s value=%s", r.Tool, promcp.FormatValue(r.Value))
 		if c := ts.n.Manifest().Capability(strings.TrimPrefix(r.Tool, "do_")); c != nil {
 			p.Unit = c.Unit
@@ -159,8 +161,12 @@ func (ts *toolSet) approvedRetry(ctx context.Context, req *mcp.CallToolRequest, 
 		if entry == nil {
 			return nil, false
 		}
-		if entry.State == "denied" {
-			body, err := ts.n.DeclinedBy(dr, "deny", entry.DecidedBy, entry.Why)
+		if entry.State == "denied" || entry.State == "void" {
+			action := "deny"
+			if entry.State == "void" {
+				action = "void"
+			}
+			body, err := ts.n.DeclinedBy(dr, action, entry.DecidedBy, entry.Why)
 			if err != nil {
 				return toolError(err), true
 			}
@@ -186,8 +192,16 @@ func (ts *toolSet) approvedRetry(ctx context.Context, req *mcp.CallToolRequest, 
 	}
 	if explicit {
 		ts.book.mu.Lock()
-		delete(ts.book.byID, g.ID)
+		if p := ts.book.byID[g.ID]; p != nil {
+			entry = p
+			delete(ts.book.byID, g.ID)
+		}
 		ts.book.mu.Unlock()
+	}
+	if entry != nil {
+		// The approval holds for the capability as it was defined when
+		// the person approved it; the node refuses the call on another.
+		dr.Definition = entry.def
 	}
 	dr.Approved, dr.ApprovedBy = true, node.Caller{ID: g.Approver, Role: g.ApproverRole}
 	res, err = ts.runDo(ctx, req, dr, "")
@@ -195,6 +209,31 @@ func (ts *toolSet) approvedRetry(ctx context.Context, req *mcp.CallToolRequest, 
 		return toolError(err), true
 	}
 	return res, true
+}
+
+// voidRedefined voids the approvals, pending or given, of capabilities a
+// manifest reload redefined or removed: a person approved what the
+// capability was then. An approver can no longer approve them, and the
+// caller's repeated call is answered that the approval is void.
+func (ts *toolSet) voidRedefined() []*audit.Record {
+	b := ts.book
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var recs []*audit.Record
+	for _, p := range b.byID {
+		if (p.State != "pending" && p.State != "approved") || p.def == ts.n.Definition(p.Tool) {
+			continue
+		}
+		p.State, p.DecidedBy, p.DecidedAt = "void", "a manifest reload", time.Now().UTC()
+		p.Why = "it redefined or removed " + p.Tool + " after this approval was requested"
+		p.grant = ""
+		recs = append(recs, &audit.Record{Event: "approval_void", Tool: p.Tool, IdempotencyKey: p.Key, Caller: p.Caller, Requested: p.Value,
+			Reason: p.Why, Data: map[string]any{"approval_id": p.ID}})
+	}
+	return recs
 }
 
 //go:embed approvals.html

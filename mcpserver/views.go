@@ -89,20 +89,35 @@ type scope struct {
 
 func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
 	var sc scope
+	name := s.opts.View
 	if extra != nil && extra.Header != nil {
-		sc.view = s.n.Manifest().View(extra.Header.Get(viewHeader))
+		name = extra.Header.Get(viewHeader)
 		// A credential that fails here fails the call itself elsewhere;
 		// until then it is listed as what it authenticated to (nothing).
 		sc.caller, _ = s.authenticate(extra.Header)
 	} else {
-		sc.view = s.n.Manifest().View(s.opts.View)
 		sc.caller = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}
+	}
+	sc.view = s.n.Manifest().View(name)
+	if name != "" && sc.view == nil {
+		// A manifest reload removed the view after this request was
+		// routed to its endpoint: it sees nothing, never the whole site.
+		sc.view = removedView(name)
 	}
 	sc.families = s.opts.Families
 	if sc.view != nil && sc.view.Families != nil {
 		sc.families = *sc.view.Families
 	}
 	return sc
+}
+
+// removedKind is a capability kind no capability has.
+const removedKind = "(view removed by a manifest reload)"
+
+// removedView stands for a view the manifest in force no longer declares:
+// it matches nothing.
+func removedView(name string) *manifest.View {
+	return &manifest.View{Name: name, Kinds: []string{removedKind}}
 }
 
 // site maps every tool of the site to its owners with what a view matches
@@ -279,6 +294,9 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			ok, owners := s.visible(sc, p.Name, fams, s.site())
 			if fams[p.Name] != nil {
 				owners = nil // the family handler picks within the view
+			}
+			if !ok && slices.Equal(sc.view.Kinds, []string{removedKind}) {
+				return toolError(fmt.Errorf("the view %q of this endpoint was removed by a manifest reload; nothing was called: connect to an endpoint the manifest declares (/mcp, or /mcp/<view> for one of: %s)", sc.view.Name, strings.Join(s.n.Manifest().ViewNames(), ", "))), nil
 			}
 			if !ok {
 				return toolError(fmt.Errorf("%s is not in the view %q of this endpoint; call it through an endpoint whose view includes it, or use can_do to find what this view offers", p.Name, sc.view.Name)), nil

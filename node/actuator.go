@@ -46,6 +46,16 @@ type job struct {
 
 // execute runs an allowed job on cs's device.
 func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error) {
+	// After a reload, the first call of an added or redefined capability
+	// waits for the previous manifest's actuations on its bus — before it
+	// takes its own turn: two redefined capabilities that wait for each
+	// other's old turn while holding their own would deadlock.
+	if err := cs.awaitPredecessors(ctx); err != nil {
+		releaseSlot(j.slot)
+		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: "actuator_busy",
+			reason: "an actuation of the previous manifest on the same bus was still under way when the caller's deadline ended (" + err.Error() +
+				"). Nothing was actuated; retry with the same idempotency_key"})
+	}
 	// Another call may be in its device step: wait for the turn within the
 	// caller's deadline; nothing has been touched yet, so giving up is safe.
 	select {
@@ -65,12 +75,6 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: CodeManifestReloaded,
 			reason: "the manifest was reloaded while this call was being decided, and " + cs.tool + " was removed or redefined. Nothing was actuated; " +
 				"list the tools again and retry with the same idempotency_key if the capability still exists"})
-	}
-	if err := cs.awaitPredecessors(ctx); err != nil {
-		releaseSlot(j.slot)
-		return n.refuse(j.res, j.caller, refusal{perm: promcp.PermAllowed, code: "actuator_busy",
-			reason: "an actuation of the previous manifest on the same bus was still under way when the caller's deadline ended (" + err.Error() +
-				"). Nothing was actuated; retry with the same idempotency_key"})
 	}
 	if !n.startActuation() {
 		releaseSlot(j.slot)

@@ -30,6 +30,21 @@ type binding struct {
 	// stopPoll ends this binding's background polls (closed when the next
 	// binding is in force, or by Close).
 	stopPoll chan struct{}
+	// retired are the device-step turns of do_ capabilities that earlier
+	// bindings dropped and that may still be in a device step begun under
+	// them (linkPredecessors): a chain of reloads must not forget an
+	// actuation that outlived the binding in between.
+	retired []retiredTurn
+	// reopening are the buses this binding does not open because older
+	// instances must close first (Reload opens them in the next binding).
+	reopening []string
+}
+
+// retiredTurn is the actuator turn of a do_ capability no longer current.
+type retiredTurn struct {
+	bus  string  // its binding's bus name
+	ref  *busRef // the open bus it used
+	turn chan struct{}
 }
 
 // bound is the binding in force.
@@ -42,6 +57,7 @@ func (n *Node) bound() *binding { return n.cur.Load() }
 type busRef struct {
 	drivers.Bus
 	name string
+	typ  string // the driver (buses.<name>.type)
 	sum  string // the manifest entry's configuration (busSum)
 
 	mu      sync.Mutex
@@ -51,8 +67,8 @@ type busRef struct {
 	log     func(name string, err error)
 }
 
-func newBusRef(name, sum string, b drivers.Bus, log func(string, error)) *busRef {
-	return &busRef{Bus: b, name: name, sum: sum, closed: make(chan struct{}), log: log}
+func newBusRef(name, typ, sum string, b drivers.Bus, log func(string, error)) *busRef {
+	return &busRef{Bus: b, name: name, typ: typ, sum: sum, closed: make(chan struct{}), log: log}
 }
 
 // enter starts a device access; false means the bus is closed (a reload
@@ -165,6 +181,7 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 		}
 		if reopen[name] {
 			b.busErr[name] = fmt.Errorf("bus %q is being reopened with its new configuration after a manifest reload; retry in a moment", name)
+			b.reopening = append(b.reopening, name)
 			continue
 		}
 		bus, err := drivers.Open(ctx, m.Buses[name])
@@ -173,7 +190,7 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 			n.log.Error("bus unavailable", "bus", name, "err", err)
 			continue
 		}
-		ref := newBusRef(name, sum, bus, n.busCloseLog)
+		ref := newBusRef(name, m.Buses[name].Type, sum, bus, n.busCloseLog)
 		b.buses[name] = ref
 		opened = append(opened, ref)
 	}
@@ -241,24 +258,43 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 
 // linkPredecessors makes every new or changed do_ capability wait, before
 // its first device step, for the device steps under way on capabilities of
-// the previous binding that share its bus and did not carry over (removed,
+// earlier bindings that share its bus and did not carry over (removed,
 // changed or moved): an actuation that began before a reload finishes
-// before one of the new manifest touches the same bus.
+// before one of the new manifest touches the same bus — also when more
+// reloads followed meanwhile (a capability removed by one and added back
+// by the next waits for the actuation the first one left under way).
 func (b *binding) linkPredecessors(prev *binding) {
+	// prev is in force: its own capabilities may start a device step until
+	// b is, so the ones b drops are retired unconditionally. Those retired
+	// before prev are not current and never will be again: once no device
+	// step holds their turn, none can start, and they are forgotten.
+	for _, r := range prev.retired {
+		select {
+		case r.turn <- struct{}{}:
+			<-r.turn
+		default:
+			b.retired = append(b.retired, r)
+		}
+	}
+	for _, old := range prev.caps {
+		if old.cap.Kind == manifest.KindDo && b.byTool[old.tool] != old && old.bus != nil {
+			b.retired = append(b.retired, retiredTurn{bus: old.cap.Binding.Bus, ref: old.bus, turn: old.act.turn})
+		}
+	}
 	for _, cs := range b.caps {
 		if cs.cap.Kind != manifest.KindDo || prev.byTool[cs.tool] == cs {
 			continue
 		}
 		var preds []chan struct{}
-		for _, old := range prev.caps {
-			if old.cap.Kind != manifest.KindDo || b.byTool[old.tool] == old || old.act.turn == cs.act.turn || old.bus == nil {
+		for _, r := range b.retired {
+			if r.turn == cs.act.turn {
 				continue
 			}
-			if old.cap.Binding.Bus != cs.cap.Binding.Bus && (cs.bus == nil || old.bus != cs.bus) {
+			if r.bus != cs.cap.Binding.Bus && (cs.bus == nil || r.ref != cs.bus) {
 				continue
 			}
-			if !slices.Contains(preds, old.act.turn) {
-				preds = append(preds, old.act.turn)
+			if !slices.Contains(preds, r.turn) {
+				preds = append(preds, r.turn)
 			}
 		}
 		cs.preds = preds
@@ -267,7 +303,10 @@ func (b *binding) linkPredecessors(prev *binding) {
 
 // awaitPredecessors waits until no device step of a predecessor (see
 // linkPredecessors) is under way. Once that held, no predecessor can start
-// one (they are no longer current), so later calls skip the wait.
+// one (they are no longer current), so later calls skip the wait. A
+// redefined capability's turn is its successor's too: the caller must not
+// hold its own turn while it waits (execute), or two redefined
+// capabilities waiting for each other would deadlock.
 func (cs *capState) awaitPredecessors(ctx context.Context) error {
 	if len(cs.preds) == 0 || cs.predsDone.Load() {
 		return nil

@@ -32,6 +32,11 @@ type DoRequest struct {
 	// approve (a two-person rule) and returns what to tell the caller: the
 	// MCP layer keeps the pending approval. Nothing is held meanwhile.
 	RequestApproval func(ApprovalRequest) (PendingApproval, error)
+	// Definition, when set, is the capability's definition (Definition)
+	// that an approval of this call was given for: the call runs only on
+	// that definition, and is refused with CodeManifestReloaded after a
+	// reload redefined the capability.
+	Definition string
 }
 
 // ApprovalRequest is a call held for another person's approval.
@@ -115,6 +120,11 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 	}
 
 	res := n.newResult(cs, req.IdempotencyKey, value)
+	if req.Definition != "" && req.Definition != cs.sum {
+		return n.refuse(res, req.Caller, refusal{perm: promcp.PermRequiresHumanApproval, code: CodeManifestReloaded,
+			reason: "the approval of this call was given for a definition of " + cs.tool + " that a manifest reload has replaced since. " +
+				"Nothing was actuated; call again to ask for an approval of the capability as it is defined now"})
+	}
 	if r := n.precheck(cs, value); r != nil {
 		return n.refuse(res, req.Caller, *r)
 	}
@@ -315,6 +325,8 @@ func pastTense(action string) string {
 		return "cancelled"
 	case "deny":
 		return "denied"
+	case "void":
+		return "made void"
 	}
 	return action
 }

@@ -67,6 +67,10 @@ type AuditLog interface {
 type Node struct {
 	cur      atomic.Pointer[binding] // the manifest in force, bound (binding.go)
 	reloadMu sync.Mutex              // one Reload at a time
+	// retiring are the buses reloads retired (removed or changed) that
+	// have not closed yet (under reloadMu): a bus of their driver is
+	// opened only once they closed.
+	retiring map[*busRef]bool
 	store    *store.Store
 	audit    AuditLog
 	guard    Guard

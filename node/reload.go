@@ -47,6 +47,14 @@ func (r ReloadResult) Empty() bool {
 // The ledger, rate windows and history are keyed by capability name, so
 // they carry over.
 func (n *Node) Reload(ctx context.Context, m *manifest.Manifest) (ReloadResult, error) {
+	return n.ReloadWith(ctx, m, nil)
+}
+
+// ReloadWith is Reload that runs inForce (when not nil) once m is bound,
+// just before it is put in force, and only then: the caller's rules for m
+// (its policy) go in force with it, never for a manifest that could not
+// be bound.
+func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce func()) (ReloadResult, error) {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	n.lifeMu.Lock()
@@ -59,10 +67,36 @@ func (n *Node) Reload(ctx context.Context, m *manifest.Manifest) (ReloadResult, 
 	if m.Device.ID != prev.m.Device.ID {
 		return ReloadResult{}, fmt.Errorf("device.id: %q → %q cannot change while physd runs (the ledger, audit and mesh identity belong to it); fix: restart physd", prev.m.Device.ID, m.Device.ID)
 	}
+	// A bus whose configuration changed is reopened after its old
+	// instance closed. So is a bus this reload opens while a bus of the
+	// same driver is being retired (by this reload or an earlier one whose
+	// wait ran out): the same line or device may hide under another name
+	// or other settings, and it never has two masters in this process.
 	reopen := map[string]bool{}
+	var waits []<-chan struct{}
+	retiringByType := map[string][]*busRef{}
 	for name, old := range prev.buses {
-		if nb := m.Buses[name]; nb != nil && busSum(nb) != old.sum {
+		if nb := m.Buses[name]; nb == nil || busSum(nb) != old.sum {
+			retiringByType[old.typ] = append(retiringByType[old.typ], old)
+		}
+	}
+	for r := range n.retiring {
+		select {
+		case <-r.closed:
+			delete(n.retiring, r)
+		default:
+			retiringByType[r.typ] = append(retiringByType[r.typ], r)
+		}
+	}
+	for name, nb := range m.Buses {
+		if old := prev.buses[name]; old != nil && old.sum == busSum(nb) {
+			continue // kept, open
+		}
+		if rs := retiringByType[nb.Type]; len(rs) > 0 {
 			reopen[name] = true
+			for _, r := range rs {
+				waits = append(waits, r.closed)
+			}
 		}
 	}
 	next, opened, err := n.bind(ctx, m, prev, reopen)
@@ -73,12 +107,22 @@ func (n *Node) Reload(ctx context.Context, m *manifest.Manifest) (ReloadResult, 
 	for _, r := range opened {
 		res.Opened = append(res.Opened, r.name)
 	}
+	if inForce != nil {
+		inForce()
+	}
 	n.swap(prev, next)
 	// Buses the new binding does not share close when their accesses end.
-	var waits []<-chan struct{}
 	for name, r := range prev.buses {
 		if next.buses[name] != r {
 			done := r.retire()
+			select {
+			case <-done:
+			default:
+				if n.retiring == nil {
+					n.retiring = map[*busRef]bool{}
+				}
+				n.retiring[r] = true
+			}
 			if reopen[name] {
 				waits = append(waits, done)
 			} else {
@@ -96,15 +140,27 @@ func (n *Node) Reload(ctx context.Context, m *manifest.Manifest) (ReloadResult, 
 			return res, fmt.Errorf("the manifest is in force, but a changed bus still had a device access under way when the reload's time ran out (%w); its capabilities answer that it is being reopened until the next reload (send SIGHUP again)", ctx.Err())
 		}
 	}
+	for r := range n.retiring {
+		select {
+		case <-r.closed:
+			delete(n.retiring, r)
+		default:
+		}
+	}
 	final, _, err := n.bind(ctx, m, next, nil)
 	if err != nil {
 		return res, fmt.Errorf("the manifest is in force, but binding the reopened buses failed (their capabilities answer error): %w", err)
 	}
 	n.swap(next, final)
 	for name := range reopen {
-		res.Reopened = append(res.Reopened, name)
+		if prev.buses[name] != nil {
+			res.Reopened = append(res.Reopened, name)
+		} else {
+			res.Opened = append(res.Opened, name)
+		}
 	}
 	slices.Sort(res.Reopened)
+	slices.Sort(res.Opened)
 	return res, nil
 }
 
@@ -136,4 +192,24 @@ func diffBindings(prev, next *binding) ReloadResult {
 		}
 	}
 	return r
+}
+
+// Reopening lists the buses of the manifest in force that a reload
+// deferred until older instances closed and has not opened yet (its wait
+// ran out of time): a Reload, of the same manifest too, opens them once
+// those instances closed.
+func (n *Node) Reopening() []string {
+	out := slices.Clone(n.bound().reopening)
+	slices.Sort(out)
+	return out
+}
+
+// Definition identifies the definition of tool in force (its manifest
+// entry, binding included): it changes when a reload redefines the
+// capability. "" for an unknown tool.
+func (n *Node) Definition(tool string) string {
+	if cs, ok := n.bound().byTool[tool]; ok {
+		return cs.sum
+	}
+	return ""
 }

@@ -49,19 +49,24 @@ func init() {
 	lines.reset()
 	drivers.Register("line", func(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
 		var cfg struct {
-			DelayMS int `yaml:"delay_ms"`
+			DelayMS int    `yaml:"delay_ms"`
+			Port    string `yaml:"port"` // the line's device; default: the bus name
 		}
 		if errs := b.DecodeConfig(&cfg); len(errs) > 0 {
 			return nil, errs
 		}
+		name := b.Name
+		if cfg.Port != "" {
+			name = cfg.Port
+		}
 		lines.mu.Lock()
 		defer lines.mu.Unlock()
-		if lines.open[b.Name] > 0 {
-			lines.violation("bus %s opened while another instance was open", b.Name)
+		if lines.open[name] > 0 {
+			lines.violation("bus %s opened while another instance was open", name)
 		}
-		lines.open[b.Name]++
-		lines.opened[b.Name]++
-		return &lineBus{name: b.Name, delay: time.Duration(cfg.DelayMS) * time.Millisecond}, nil
+		lines.open[name]++
+		lines.opened[name]++
+		return &lineBus{name: name, delay: time.Duration(cfg.DelayMS) * time.Millisecond}, nil
 	})
 }
 
@@ -119,6 +124,14 @@ func (p linePoint) Write(_ context.Context, v any) error {
 }
 
 func lineManifest(delayMS int, caps ...string) *manifest.Manifest {
+	m, err := manifest.Parse("line.yml", []byte(manifestSource(delayMS, caps...)))
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func manifestSource(delayMS int, caps ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `physmcp_version: "0.1"
 device: {id: line_node, type: test, location: {zone: z}}
@@ -144,11 +157,7 @@ capabilities:
     semantic_tags: [setpoint]
 `, f[0], f[0], f[1], max)
 	}
-	m, err := manifest.Parse("line.yml", []byte(b.String()))
-	if err != nil {
-		panic(err)
-	}
-	return m
+	return b.String()
 }
 
 type lineFixture struct {
@@ -461,4 +470,263 @@ func TestReloadUnderLoad(t *testing.T) {
 	if counts["success"] == 0 || counts["unknown"] == 0 {
 		t.Errorf("the load did not exercise both versions: %v", counts)
 	}
+}
+
+// TestReloadChainKeepsWaitingForTheOldActuation: an actuation of the first
+// manifest is still in its write when two reloads follow (its capability
+// removed, then a capability on the same point added): the added one waits
+// for it too, though the manifest in between had nothing on that point.
+func TestReloadChainKeepsWaitingForTheOldActuation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1", "pump:p2"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // in its write
+		for _, m := range []*manifest.Manifest{lineManifest(2000, "pump:p2"), lineManifest(2000, "pump:p2", "valve:p1")} {
+			if _, err := f.n.Reload(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Fatalf("do_valve of the third manifest: %+v %v", r, err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the first manifest's actuation: %+v", o)
+		}
+		if took := time.Since(start); took < 3900*time.Millisecond {
+			t.Errorf("do_valve took %v: it did not wait for the first manifest's actuation of p1", took)
+		}
+	})
+}
+
+// TestReloadSwappingTwoPointsDoesNotDeadlock: a reload that swaps the
+// points of two do_ capabilities on one bus (each changed, each keeping its
+// actuator) while one of them actuates: the first calls of the new
+// definitions each wait for the other's old actuation, and must not wait
+// for each other's new one (a call waiting for a predecessor while it
+// holds its own actuator's turn deadlocks with the other).
+func TestReloadSwappingTwoPointsDoesNotDeadlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1", "pump:p2"), nil)
+		do := func(tool string, v float64, key string) chan promcp.DoResult {
+			out := make(chan promcp.DoResult, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				raw, _ := json.Marshal(v)
+				body, err := f.n.Do(ctx, node.DoRequest{Tool: tool, Value: raw, IdempotencyKey: key, Caller: node.Caller{ID: "t"}})
+				var r promcp.DoResult
+				if err == nil {
+					err = json.Unmarshal(body, &r)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+				out <- r
+			}()
+			return out
+		}
+		old := do("do_pump", 5, "old-pump")
+		time.Sleep(100 * time.Millisecond) // writing p2
+		if _, err := f.n.Reload(context.Background(), lineManifest(2000, "valve:p2", "pump:p1")); err != nil {
+			t.Fatal(err)
+		}
+		pump := do("do_pump", 6, "new-pump") // waits for its actuator (the old pump's)
+		synctest.Wait()
+		valve := do("do_valve", 7, "new-valve") // writes p2 now: waits for the old pump
+		for name, ch := range map[string]chan promcp.DoResult{"old pump": old, "new pump": pump, "new valve": valve} {
+			if r := <-ch; r.Status != promcp.StatusSuccess {
+				t.Errorf("%s: %s %s: %s", name, r.Status, r.Code, r.Reason)
+			}
+		}
+	})
+}
+
+// lineManifestOn is lineManifest with its bus called bus.
+func lineManifestOn(bus string, delayMS int, caps ...string) *manifest.Manifest {
+	src := strings.ReplaceAll(manifestSource(delayMS, caps...), "rs485", bus)
+	m, err := manifest.Parse("line.yml", []byte(src))
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// TestReloadNeverOpensABusTwice: a bus removed by one reload while an
+// actuation uses it, and declared again by the next, is opened again only
+// once the removed instance closed — never two masters on one line.
+func TestReloadNeverOpensABusTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // writing p1
+		if _, err := f.n.Reload(context.Background(), lineManifestOn("rs232", 2000, "pump:p2")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.n.Reload(context.Background(), lineManifest(2000, "valve:p1")); err != nil {
+			t.Fatal(err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the first manifest's actuation: %+v", o)
+		}
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve on the bus declared again: %+v %v", r, err)
+		}
+	})
+}
+
+// TestReloadAfterATimedOutReopen: a reload whose wait for a changed bus
+// ran out of time leaves the bus being reopened; the next reload (of the
+// same manifest, as "send SIGHUP again" advises) reopens it — after the
+// old instance closed, never beside it.
+func TestReloadAfterATimedOutReopen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(2000, "valve:p1"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // writing p1
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := f.n.Reload(ctx, lineManifest(500, "valve:p1"))
+		cancel()
+		if err == nil {
+			t.Fatal("the reload did not run out of time")
+		}
+		if got := fmt.Sprint(f.n.Reopening()); got != "[rs485]" {
+			t.Errorf("Reopening after the timed-out reload: %s", got)
+		}
+		if _, err := f.n.Reload(context.Background(), lineManifest(500, "valve:p1")); err != nil {
+			t.Fatal(err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the old actuation: %+v", o)
+		}
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve after the second reload: %+v %v", r, err)
+		}
+		if got := f.n.Reopening(); len(got) != 0 {
+			t.Errorf("Reopening after the second reload: %v", got)
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.open["rs485"] != 1 {
+			t.Errorf("%d instances of rs485 open", lines.open["rs485"])
+		}
+	})
+}
+
+// TestReloadRefusesAnApprovalForTheOldDefinition: a call that carries the
+// definition its approval was given for runs on that definition only.
+func TestReloadRefusesAnApprovalForTheOldDefinition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(0, "valve:p1"), nil)
+		def := f.n.Definition("do_valve")
+		if _, err := f.n.Reload(context.Background(), lineManifest(0, "valve:p1:80")); err != nil {
+			t.Fatal(err)
+		}
+		if f.n.Definition("do_valve") == def || def == "" {
+			t.Fatal("the definition did not change")
+		}
+		body, err := f.n.Do(context.Background(), node.DoRequest{Tool: "do_valve", Value: json.RawMessage("40"), IdempotencyKey: "approved",
+			Caller: node.Caller{ID: "t"}, Approved: true, Definition: def})
+		var r promcp.DoResult
+		if err == nil {
+			err = json.Unmarshal(body, &r)
+		}
+		if err != nil || r.Status != promcp.StatusFailed || r.Code != node.CodeManifestReloaded {
+			t.Errorf("an approval for the old definition: %+v %v", r, err)
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.writes["p1"] != 0 {
+			t.Errorf("%d writes", lines.writes["p1"])
+		}
+	})
+}
+
+// TestReloadReplaysAKeyAcrossReloads: a key used before a reload, replayed
+// after it with its capability kept, redefined, removed and added again,
+// gets the recorded answer byte for byte (or, removed, an unknown tool)
+// and never actuates a second time.
+func TestReloadReplaysAKeyAcrossReloads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(0, "valve:p1"), nil)
+		do := func() ([]byte, error) {
+			return f.n.Do(context.Background(), node.DoRequest{Tool: "do_valve", Value: json.RawMessage("40"), IdempotencyKey: "once", Caller: node.Caller{ID: "t"}})
+		}
+		first, err := do()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			name string
+			m    *manifest.Manifest
+		}{
+			{"kept", lineManifest(0, "valve:p1")},
+			{"redefined", lineManifest(0, "valve:p1:80")},
+			{"removed", lineManifest(0, "pump:p2")},
+			{"added again", lineManifest(0, "valve:p1")},
+		} {
+			if _, err := f.n.Reload(context.Background(), step.m); err != nil {
+				t.Fatal(err)
+			}
+			body, err := do()
+			switch {
+			case step.name == "removed":
+				if !isUnknown(err) {
+					t.Errorf("%s: %s %v", step.name, body, err)
+				}
+			case err != nil || string(body) != string(first):
+				t.Errorf("%s: replay %s %v, recorded %s", step.name, body, err, first)
+			}
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.writes["p1"] != 1 {
+			t.Errorf("%d writes of p1 for one key", lines.writes["p1"])
+		}
+	})
+}
+
+// TestReloadRenamingABus: a reload that renames a bus (same type and
+// settings: the same line) while an actuation uses it never has the line
+// open twice.
+func TestReloadRenamingABus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		on := func(bus string) *manifest.Manifest {
+			src := strings.Replace(manifestSource(2000, "valve:p1"), "rs485: {type: line, delay_ms: 2000}", bus+": {type: line, delay_ms: 2000, port: ttyS0}", 1)
+			src = strings.ReplaceAll(src, "bus: rs485", "bus: "+bus)
+			m, err := manifest.Parse("line.yml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		f := openLine(t, on("rs485"), nil)
+		first := make(chan promcp.DoResult, 1)
+		go func() {
+			r, _ := doLine(f.n, "do_valve", 10, "old")
+			first <- r
+		}()
+		time.Sleep(100 * time.Millisecond) // writing p1
+		if _, err := f.n.Reload(context.Background(), on("line1")); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := doLine(f.n, "do_valve", 20, "new"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve on the renamed bus: %+v %v", r, err)
+		}
+		if o := <-first; o.Status != promcp.StatusSuccess {
+			t.Errorf("the actuation under way: %+v", o)
+		}
+	})
 }

@@ -435,11 +435,12 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	if f.simControl {
 		for name, b := range n.Buses() {
 			if _, ok := b.(interface{ ControlHandler() http.Handler }); ok {
-				// Looked up per request: a manifest reload may reopen the bus.
+				// The plant in force: a reload that changes the bus's
+				// settings reopens it as another plant.
 				simControls[name] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					c, ok := n.Buses()[name].(interface{ ControlHandler() http.Handler })
 					if !ok {
-						http.Error(w, "bus "+name+" is no longer a simulator bus (manifest reloaded)", http.StatusNotFound)
+						http.Error(w, "bus "+name+" is not a simulator in the manifest in force (or is being reopened)", http.StatusServiceUnavailable)
 						return
 					}
 					c.ControlHandler().ServeHTTP(w, r)
@@ -508,7 +509,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
 		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site, md), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
-	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: fileSum(f.manifest),
+	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: c.sum,
 		hooks: reloadHooks(alarmEngine, hist, pub)}
 	go rl.run(ctx, f.watchManifest)
 

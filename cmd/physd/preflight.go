@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,9 @@ type checked struct {
 	policy   *policy.Policy // nil without --policy
 	gate     *gate.Gate
 	stateDir string
+	// sum is the manifest file's content that was checked (what a
+	// --watch-manifest compares the file with).
+	sum [32]byte
 }
 
 // preflight checks the files `physd run` was given exactly as `physd
@@ -34,7 +38,12 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 		fmt.Fprintln(stderr, "physd run: --manifest is required; fix: physd run --manifest /etc/physd/physmcp.manifest.yml")
 		return nil, 2
 	}
-	m, err := loadManifest(f.manifest)
+	data, err := os.ReadFile(f.manifest)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, 1
+	}
+	m, err := parseManifest(f.manifest, data)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 1
@@ -43,7 +52,7 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 		fmt.Fprintln(stderr, err)
 		return nil, 1
 	}
-	c := &checked{manifest: m}
+	c := &checked{manifest: m, sum: sha256.Sum256(data)}
 	if f.policy != "" {
 		if c.policy, c.gate, err = loadPolicy(f.policy, m); err != nil {
 			fmt.Fprintln(stderr, err)
@@ -60,7 +69,17 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 // loadManifest parses the manifest and checks every binding offline, the
 // one check both validate and run apply.
 func loadManifest(path string) (*manifest.Manifest, error) {
-	m, err := manifest.Load(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseManifest(path, data)
+}
+
+// parseManifest is loadManifest of the file's content data, read once:
+// what is checked is what is used.
+func parseManifest(path string, data []byte) (*manifest.Manifest, error) {
+	m, err := manifest.Parse(path, data)
 	if err != nil {
 		return nil, err
 	}

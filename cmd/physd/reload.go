@@ -51,9 +51,11 @@ type reloader struct {
 	// discovery, metrics); each must be quick.
 	hooks []func(*manifest.Manifest)
 
-	mu       sync.Mutex // one reload at a time
-	sum      [32]byte   // the manifest file's content in force
-	rejected [32]byte   // the content of the last rejected reload
+	mu  sync.Mutex // one reload at a time
+	sum [32]byte   // the manifest file's content in force
+	// rejected is the content of the last manifest a reload rejected: the
+	// watch does not try it again (a SIGHUP does).
+	rejected [32]byte
 }
 
 // run reloads on SIGHUP, and every watch interval when the manifest file's
@@ -63,52 +65,60 @@ func (r *reloader) run(ctx context.Context, watch time.Duration) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	var tick <-chan time.Time
-	var seen [32]byte // the changed content seen at the previous tick
 	if watch > 0 {
 		t := time.NewTicker(watch)
 		defer t.Stop()
 		tick = t.C
 	}
+	// seen is the content the previous check read. A file watch by
+	// content is robust to editors that replace the file, to bind mounts
+	// and to symlink swaps (ConfigMaps), at the cost of one small read a
+	// tick; a content is applied only once checks read it unchanged for a
+	// whole interval, so a file being written in place (truncated, then
+	// written in parts whose first part may itself be a valid manifest
+	// with fewer capabilities) is not applied half-written.
+	var seen [32]byte
+	var seenAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.reload(ctx, "SIGHUP")
+			data, err := os.ReadFile(r.f.manifest)
+			r.reload(ctx, "SIGHUP", data, err)
 		case <-tick:
-			// A file watch by content: robust to editors that replace the
-			// file, to bind mounts and to symlink swaps (ConfigMaps); the
-			// cost is one small read a tick. A change is applied once the
-			// content held for a whole tick: a file caught half-written
-			// (truncated, then written) is not applied, even if the half
-			// happens to validate.
-			// A content already rejected is not tried (and audited) again
-			// until it changes; SIGHUP always tries.
-			sum := fileSum(r.f.manifest)
-			inForce, rejected := r.current()
-			if sum == inForce || sum == rejected || sum != seen {
-				seen = sum
-				continue
+			data, err := os.ReadFile(r.f.manifest)
+			sum := sha256.Sum256(data)
+			if err != nil || sum != seen {
+				seen, seenAt = sum, time.Now()
+				continue // unreadable, or changed since the last check
 			}
-			r.reload(ctx, "manifest file changed")
+			if time.Since(seenAt) < watch {
+				continue // not settled for a whole interval yet
+			}
+			r.mu.Lock()
+			known := sum == r.sum || sum == r.rejected
+			r.mu.Unlock()
+			if !known {
+				r.reload(ctx, "manifest file changed", data, nil)
+			}
 		}
 	}
 }
 
-// current returns the manifest content in force and the last rejected.
-func (r *reloader) current() (inForce, rejected [32]byte) {
+// reload validates data, the manifest file's content (readErr: it could
+// not be read), with the policy file, and puts them in force. It returns
+// the error that rejected them (nil when applied).
+func (r *reloader) reload(ctx context.Context, trigger string, data []byte, readErr error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sum, r.rejected
-}
-
-// reload validates the files and puts them in force. It returns the error
-// that rejected them (nil when applied).
-func (r *reloader) reload(ctx context.Context, trigger string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sum := fileSum(r.f.manifest)
-	res, polChanged, err := r.apply(ctx, sum)
+	sum := sha256.Sum256(data)
+	var res *node.ReloadResult
+	var polChanged bool
+	err := readErr
+	if err == nil {
+		res, polChanged, err = r.apply(ctx, sum, data)
+	}
 	if err != nil {
 		r.rejected = sum
 		r.log.Error("reload rejected; the running manifest and policy stay in force", "trigger", trigger, "manifest", r.f.manifest, "policy", r.f.policy, "err", err.Error())
@@ -118,6 +128,7 @@ func (r *reloader) reload(ctx context.Context, trigger string) error {
 		}
 		return err
 	}
+	r.rejected = [32]byte{}
 	if res != nil {
 		r.sum = sum
 		r.log.Info("manifest reloaded", "trigger", trigger, "added", res.Added, "removed", res.Removed, "changed", res.Changed,
@@ -137,11 +148,14 @@ func (r *reloader) reload(ctx context.Context, trigger string) error {
 
 // apply does the work of reload. res is nil when the manifest is the one
 // in force (a policy-only reload).
-func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadResult, polChanged bool, err error) {
+func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *node.ReloadResult, polChanged bool, err error) {
 	old := r.n.Manifest()
 	m := old
-	if sum != r.sum {
-		if m, err = loadManifest(r.f.manifest); err != nil {
+	// A bus whose reopening ran out of time is reopened by the next
+	// reload, of the same file too (what the error advised).
+	if sum != r.sum || len(r.n.Reopening()) > 0 {
+		// The bytes read once: what is validated is what is applied.
+		if m, err = parseManifest(r.f.manifest, data); err != nil {
 			return nil, false, err
 		}
 		if err := restartOnly(old, m); err != nil {
@@ -163,19 +177,18 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadRes
 	} else if pol, err = policy.ManifestOnly(m); err != nil {
 		return nil, false, fmt.Errorf("the manifest's limits: %w", err)
 	}
-	// The new rules first: a call decided between the two steps is judged
-	// by the new policy on the old binding, and a call whose capability
-	// the reload redefines never actuates (node.CodeManifestReloaded).
-	oldPol, oldGate := r.guard.Policy(), r.guard.Gate()
-	r.guard.Reload(pol, g)
-	polChanged = true
-	if m != old {
+	if m == old {
+		r.guard.Reload(pol, g)
+	} else {
+		// The new rules go in force just before the new binding (a call
+		// decided between the two is judged by the new policy on the old
+		// binding, and one whose capability the reload redefines never
+		// actuates: node.CodeManifestReloaded), and only when the manifest
+		// could be bound: a rejected manifest leaves the policy that was.
 		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 		defer cancel()
-		rr, err := r.n.Reload(rctx, m)
+		rr, err := r.n.ReloadWith(rctx, m, func() { r.guard.Reload(pol, g) })
 		if err != nil && r.n.Manifest() == old {
-			// Not applied: the rules in force before go back.
-			r.guard.Reload(oldPol, oldGate)
 			return nil, false, err
 		}
 		if err != nil {
@@ -192,7 +205,7 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte) (res *node.ReloadRes
 		}
 	}
 	r.srv.ManifestReloaded()
-	return res, polChanged, nil
+	return res, true, nil
 }
 
 // restartOnly refuses a manifest whose device id, network or audit
@@ -218,9 +231,4 @@ func sameJSON(a, b any) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
-}
-
-func fileSum(path string) [32]byte {
-	b, _ := os.ReadFile(path)
-	return sha256.Sum256(b)
 }
