@@ -21,6 +21,17 @@ type Spanner interface {
 // on one bus whose points write overlapping addresses (points that do not
 // implement Spanner are not compared).
 func SharedActuators(bus string, caps []*manifest.Capability, points []Point) error {
+	spanners := make([]Spanner, len(points))
+	for i, p := range points {
+		spanners[i], _ = p.(Spanner)
+	}
+	return SharedSpans(bus, caps, spanners)
+}
+
+// SharedSpans is SharedActuators for write spans known without an open
+// bus (validate checks hardware bindings offline); a nil Spanner is not
+// compared.
+func SharedSpans(bus string, caps []*manifest.Capability, spanners []Spanner) error {
 	type span struct {
 		c            *manifest.Capability
 		space        string
@@ -32,7 +43,7 @@ func SharedActuators(bus string, caps []*manifest.Capability, points []Point) er
 		if c.Kind != manifest.KindDo {
 			continue
 		}
-		if sp, ok := points[i].(Spanner); ok {
+		if sp := spanners[i]; sp != nil {
 			space, start, count, where := sp.WriteSpan()
 			spans = append(spans, span{c, space, start, max(count, 1), where})
 		}

@@ -881,11 +881,6 @@ func TestReloadReopensTheSimulator(t *testing.T) {
 // reopened: it must be rejected the same way, and the running manifest
 // keep working.
 func TestReloadRejectsASharedRegisterOnAReopenedBus(t *testing.T) {
-	t.Skip("FAULT: node.Reload binds a reopened bus's capabilities only after the swap (bind(ctx, m, next, nil) once the old " +
-		"instance closed), and physd validate/checkBindings does not run drivers.SharedActuators for hardware buses: a manifest " +
-		"with two do_ on one register plus a changed bus setting is put in force (audited manifest_reload, its policy too), and " +
-		"every capability of that bus answers \"being reopened\" until the next good reload. Fix: check write spans offline at " +
-		"validation (modbus parseBinding needs no open bus), or roll back to the previous manifest when the final bind fails")
 	bank := modbustest.NewBank(100)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {

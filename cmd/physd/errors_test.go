@@ -56,6 +56,9 @@ func TestGoldenErrors(t *testing.T) {
 		// profile points, addresses and gains. One bus per file: validate
 		// reports each bus's capabilities in order.
 		{"validate_pwm", []string{"validate", testdata("errors", "manifest_pwm.yml")}},
+		// Two do_ capabilities on one Modbus register, found offline
+		// (validate and a manifest reload never open the bus for it).
+		{"validate_modbus_shared", []string{"validate", testdata("errors", "manifest_modbus_shared.yml")}},
 		{"validate_spi", []string{"validate", testdata("errors", "manifest_spi.yml")}},
 		{"validate_onewire", []string{"validate", testdata("errors", "manifest_onewire.yml")}},
 		{"validate_i2c_profile", []string{"validate", testdata("errors", "manifest_i2c_profile.yml")}},

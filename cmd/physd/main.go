@@ -181,7 +181,25 @@ func checkBindings(m *manifest.Manifest) error {
 				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: %s", b.TypePos, name, b.Type, manifest.OneOf(b.Type, drivers.Types())))
 				continue
 			}
-			if check := bindingChecks[b.Type]; check != nil {
+			if span := spanChecks[b.Type]; span != nil {
+				// The write spans too: two do_ capabilities on one register
+				// are refused here, before any bus opens.
+				var caps []*manifest.Capability
+				var spans []drivers.Spanner
+				for _, c := range m.Capabilities {
+					if c.Binding.Bus == name {
+						sp, err := span(c)
+						if err != nil {
+							errs = append(errs, err)
+							continue
+						}
+						caps, spans = append(caps, c), append(spans, sp)
+					}
+				}
+				if err := drivers.SharedSpans(name, caps, spans); err != nil {
+					errs = append(errs, err)
+				}
+			} else if check := bindingChecks[b.Type]; check != nil {
 				for _, c := range m.Capabilities {
 					if c.Binding.Bus == name {
 						if err := check(c); err != nil {
@@ -215,6 +233,13 @@ func checkBindings(m *manifest.Manifest) error {
 		bus.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// spanChecks validate a hardware binding without opening the hardware and
+// say where its writes land.
+var spanChecks = map[string]func(*manifest.Capability) (drivers.Spanner, error){
+	"modbus_tcp": func(c *manifest.Capability) (drivers.Spanner, error) { return modbus.BindingSpan("modbus_tcp", c) },
+	"modbus_rtu": func(c *manifest.Capability) (drivers.Spanner, error) { return modbus.BindingSpan("modbus_rtu", c) },
 }
 
 // bindingChecks validate a hardware binding without opening the hardware.

@@ -8,6 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
 )
 
@@ -363,4 +364,15 @@ func enumMaps(p *problems, c *manifest.Capability, m map[string]int64, cv *conv)
 func CheckBinding(busType string, c *manifest.Capability) error {
 	_, err := parseBinding(c, busType)
 	return err
+}
+
+// BindingSpan checks a binding like CheckBinding and returns where its
+// writes land, without an open bus: validate (and a manifest reload)
+// refuses two do_ capabilities on one register before anything opens.
+func BindingSpan(busType string, c *manifest.Capability) (drivers.Spanner, error) {
+	s, err := parseBinding(c, busType)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -134,7 +134,11 @@ func (p *point) Health() error { return p.b.w.unitHealth(p.s.unit) }
 
 // WriteSpan is the unit's table and the registers (or bits) this point
 // writes.
-func (p *point) WriteSpan() (string, uint64, uint64, string) {
-	space := fmt.Sprintf("unit %d %s", p.s.unit, p.s.table)
-	return space, uint64(p.s.addr), uint64(p.s.qty()), fmt.Sprintf("%s %d (%d long)", space, p.s.addr, p.s.qty())
+func (p *point) WriteSpan() (string, uint64, uint64, string) { return p.s.WriteSpan() }
+
+// WriteSpan is the unit's table and the registers (or bits) a binding
+// writes (drivers.Spanner).
+func (s *pointSpec) WriteSpan() (string, uint64, uint64, string) {
+	space := fmt.Sprintf("unit %d %s", s.unit, s.table)
+	return space, uint64(s.addr), uint64(s.qty()), fmt.Sprintf("%s %d (%d long)", space, s.addr, s.qty())
 }
