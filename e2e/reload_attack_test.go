@@ -111,7 +111,10 @@ func TestWatchManifestNeverAppliesAHalfWrittenFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(full), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, d := startStdio(t, "2025-11-25", daemonOpts{manifest: path, extra: []string{"--watch-manifest", "250ms"}})
+	// The writes below leave a file half-written for 60 ms; the watch
+	// interval is far longer, so only a writer stalled for a whole second
+	// (not this test, even on a loaded CI machine) could be caught.
+	_, d := startStdio(t, "2025-11-25", daemonOpts{manifest: path, extra: []string{"--watch-manifest", "1s"}})
 	for i := range 20 {
 		if i%2 == 0 {
 			// An editor's in-place save: truncate, then write.
@@ -127,7 +130,7 @@ func TestWatchManifestNeverAppliesAHalfWrittenFile(t *testing.T) {
 		}
 		time.Sleep(157 * time.Millisecond) // not a multiple of the watch: the checks fall anywhere in the cycle
 	}
-	time.Sleep(600 * time.Millisecond) // two more checks of the final file
+	time.Sleep(2500 * time.Millisecond) // two more checks of the final file
 	if rs := auditEvents(t, d.state, "manifest_reload"); len(rs) > 0 {
 		t.Errorf("a half-written file was applied %d times; first: %v", len(rs), rs[0]["data"])
 	}
@@ -139,9 +142,9 @@ func TestWatchManifestNeverAppliesAHalfWrittenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAudit(t, d.state, "manifest_reload_rejected", 1)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(4 * time.Second)
 	if rs := auditEvents(t, d.state, "manifest_reload_rejected"); len(rs) != 1 {
-		t.Errorf("a broken file left in place for six checks was rejected %d times", len(rs))
+		t.Errorf("a broken file left in place for four checks was rejected %d times", len(rs))
 	}
 }
 
