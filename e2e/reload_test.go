@@ -221,8 +221,11 @@ func TestWatchManifest(t *testing.T) {
 	if !slices.Contains(listed(t, cs), "read_fan_speed_zone_b") {
 		t.Errorf("the saved capability is not listed: %v", listed(t, cs))
 	}
-	// A broken save is rejected once, not at every check.
-	if err := os.WriteFile(path, []byte(strings.Replace(next, "kind: read", "kind: reed", 1)), 0o644); err != nil {
+	// A broken save (atomic too) is rejected once, not at every check.
+	if err := os.WriteFile(tmp, []byte(strings.Replace(next, "kind: read", "kind: reed", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 	waitAudit(t, d.state, "manifest_reload_rejected", 1)
