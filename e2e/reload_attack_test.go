@@ -112,7 +112,12 @@ func TestWatchManifestNeverAppliesAHalfWrittenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, d := startStdio(t, "2025-11-25", daemonOpts{manifest: path, extra: []string{"--watch-manifest", "250ms"}})
+	// On a loaded machine a 60 ms state can last a whole watch interval;
+	// such a state may be applied (it is what the file held), so each one
+	// excuses up to two audit lines (it, and the full file again).
+	long := 0
 	for i := range 20 {
+		start := time.Now()
 		if i%2 == 0 {
 			// An editor's in-place save: truncate, then write.
 			if err := os.Truncate(path, 0); err != nil {
@@ -125,23 +130,32 @@ func TestWatchManifestNeverAppliesAHalfWrittenFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(full), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		if time.Since(start) >= 200*time.Millisecond {
+			long++
+		}
 		time.Sleep(157 * time.Millisecond) // not a multiple of the watch: the checks fall anywhere in the cycle
 	}
 	time.Sleep(600 * time.Millisecond) // two more checks of the final file
-	if rs := auditEvents(t, d.state, "manifest_reload"); len(rs) > 0 {
-		t.Errorf("a half-written file was applied %d times; first: %v", len(rs), rs[0]["data"])
+	applied, rejected := auditEvents(t, d.state, "manifest_reload"), auditEvents(t, d.state, "manifest_reload_rejected")
+	if len(applied)+len(rejected) > 2*long {
+		if len(applied) > 0 {
+			t.Errorf("a half-written file was applied %d times; first: %v", len(applied), applied[0]["data"])
+		}
+		if len(rejected) > 0 {
+			t.Errorf("a file being written was rejected %d times; first: %v", len(rejected), rejected[0]["reason"])
+		}
 	}
-	if rs := auditEvents(t, d.state, "manifest_reload_rejected"); len(rs) > 0 {
-		t.Errorf("a file being written was rejected %d times; first: %v", len(rs), rs[0]["reason"])
+	if long > 0 {
+		t.Logf("%d of 20 intermediate states lasted 200 ms or more (a loaded machine)", long)
 	}
 	// A broken file left in place is rejected once, not at every check.
 	if err := os.WriteFile(path, []byte(strings.Replace(full, "data_type: int\n", "data_type: integer\n", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitAudit(t, d.state, "manifest_reload_rejected", 1)
+	waitAudit(t, d.state, "manifest_reload_rejected", len(rejected)+1)
 	time.Sleep(1500 * time.Millisecond)
-	if rs := auditEvents(t, d.state, "manifest_reload_rejected"); len(rs) != 1 {
-		t.Errorf("a broken file left in place for six checks was rejected %d times", len(rs))
+	if rs := auditEvents(t, d.state, "manifest_reload_rejected"); len(rs) != len(rejected)+1 {
+		t.Errorf("a broken file left in place for six checks was rejected %d times", len(rs)-len(rejected))
 	}
 }
 
