@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/physd/physd/manifest"
@@ -149,7 +150,12 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 	}
 	final, _, err := n.bind(ctx, m, next, nil)
 	if err != nil {
-		return res, fmt.Errorf("the manifest is in force, but binding the reopened buses failed (their capabilities answer error): %w", err)
+		// Only the open bus could judge these bindings: the manifest does
+		// not bind, so the previous one goes back in force.
+		if rerr := n.rollback(ctx, prev, next); rerr != nil {
+			return res, fmt.Errorf("the manifest is in force, but binding the reopened buses failed (their capabilities answer error): %w; putting the previous manifest back failed too: %v", err, rerr)
+		}
+		return ReloadResult{}, fmt.Errorf("rejected when its reopened buses were bound, and the previous manifest is back in force: %w", err)
 	}
 	n.swap(next, final)
 	for name := range reopen {
@@ -162,6 +168,40 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 	slices.Sort(res.Reopened)
 	slices.Sort(res.Opened)
 	return res, nil
+}
+
+// rollback puts prev's manifest back in force after next (in force now)
+// could not be completed: the buses prev had and next does not share are
+// reopened with prev's settings once their old instances closed (never
+// two masters), and the buses next opened are retired.
+func (n *Node) rollback(ctx context.Context, prev, next *binding) error {
+	for name, r := range prev.buses {
+		if next.buses[name] != r {
+			select {
+			case <-r.closed:
+			case <-ctx.Done():
+				return fmt.Errorf("bus %s still had a device access under way: %w", name, ctx.Err())
+			}
+		}
+	}
+	back, _, err := n.bind(ctx, prev.m, next, nil)
+	if err != nil {
+		return err
+	}
+	n.swap(next, back)
+	for _, r := range next.buses {
+		if !slices.Contains(slices.Collect(maps.Values(back.buses)), r) {
+			select {
+			case <-r.retire():
+			default:
+				if n.retiring == nil {
+					n.retiring = map[*busRef]bool{}
+				}
+				n.retiring[r] = true
+			}
+		}
+	}
+	return nil
 }
 
 // swap puts next in force and moves the background polls to it.

@@ -77,6 +77,12 @@ type lineBus struct {
 }
 
 func (b *lineBus) Point(c *manifest.Capability) (drivers.Point, error) {
+	if c.Binding.Address == "unbindable" {
+		// A binding only the open bus can judge (a GPIO pin two
+		// capabilities claim with other electrical settings, a part that
+		// must answer its ID).
+		return nil, fmt.Errorf("capability %s: the line refuses this point", c.Name)
+	}
 	return linePoint{bus: b, point: c.Binding.Address}, nil
 }
 func (b *lineBus) Health() error { return nil }
@@ -727,6 +733,36 @@ func TestReloadRenamingABus(t *testing.T) {
 		}
 		if o := <-first; o.Status != promcp.StatusSuccess {
 			t.Errorf("the actuation under way: %+v", o)
+		}
+	})
+}
+
+// TestReloadRejectsWhatAReopenedBusCannotBind: a reload that changes a
+// bus's settings and adds a capability that bus cannot bind (only the
+// open bus can tell) is rejected like any manifest that does not bind:
+// the running manifest goes back in force (the bus reopened with its
+// settings) and its capabilities keep working (it stayed in force with
+// the bus dead).
+func TestReloadRejectsWhatAReopenedBusCannotBind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLine(t, lineManifest(0, "valve:p1"), nil)
+		_, err := f.n.Reload(context.Background(), lineManifest(5, "valve:p1", "pump:unbindable"))
+		if err == nil {
+			t.Fatal("a manifest whose reopened bus cannot bind a capability was accepted")
+		}
+		if got := f.n.Manifest().Capabilities; len(got) != 1 {
+			t.Errorf("the manifest in force after the rejection has %d capabilities", len(got))
+		}
+		if r, err := doLine(f.n, "do_valve", 20, "after"); err != nil || r.Status != promcp.StatusSuccess {
+			t.Errorf("do_valve after the rejected reload: %+v %v", r, err)
+		}
+		if _, err := doLine(f.n, "do_pump", 20, "pump"); !isUnknown(err) {
+			t.Errorf("the rejected manifest's capability answers: %v", err)
+		}
+		lines.mu.Lock()
+		defer lines.mu.Unlock()
+		if lines.open["rs485"] != 1 || lines.opened["rs485"] != 3 {
+			t.Errorf("rs485: %d open, %d opened (want: start, the new settings tried, the old settings back)", lines.open["rs485"], lines.opened["rs485"])
 		}
 	})
 }

@@ -187,8 +187,12 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *n
 		// could be bound: a rejected manifest leaves the policy that was.
 		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 		defer cancel()
+		prevPol, prevGate := r.guard.Policy(), r.guard.Gate()
 		rr, err := r.n.ReloadWith(rctx, m, func() { r.guard.Reload(pol, g) })
 		if err != nil && r.n.Manifest() == old {
+			// Not applied, or put back (a reopened bus could not bind
+			// it): the rules in force before go back with it.
+			r.guard.Reload(prevPol, prevGate)
 			return nil, false, err
 		}
 		if err != nil {
