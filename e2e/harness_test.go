@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -177,10 +178,11 @@ func startHTTP(t *testing.T, o daemonOpts) *daemon {
 }
 
 func (d *daemon) stop(t *testing.T) {
-	if d.cmd.ProcessState != nil {
-		return
+	// Whether the process was already waited for is asked of Process (the
+	// goroutine that waits owns ProcessState: reading it here races).
+	if err := d.cmd.Process.Signal(os.Interrupt); errors.Is(err, os.ErrProcessDone) || d.done == nil {
+		return // a stdio daemon is waited for by its MCP transport
 	}
-	_ = d.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-d.done:
 	case <-time.After(15 * time.Second):
