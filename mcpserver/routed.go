@@ -195,8 +195,17 @@ func (rt *routing) handle(kind, tool string) mcp.ToolHandler {
 
 // route sends a call to its owner and returns the owner's answer as is.
 func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, tool, owner string) (*mcp.CallToolResult, error) {
-	if !slices.Contains(rt.ownersOf(tool), owner) {
-		return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%q does not offer %s; owners: %v", owner, tool, rt.ownersOf(tool))}), nil
+	if owners := rt.ownersOf(tool); !slices.Contains(owners, owner) {
+		var msg string
+		switch {
+		case len(owners) == 0:
+			msg = fmt.Sprintf("no gateway of the site offers %s now (its owner removed it in a manifest reload, or left the site); nothing was done: list the tools again", tool)
+		case owner == "":
+			msg = fmt.Sprintf("required: %s is on another gateway; fix: name its owner, one of %s", tool, strings.Join(owners, ", "))
+		default:
+			msg = fmt.Sprintf("%q does not offer %s; fix: one of %s", owner, tool, strings.Join(owners, ", "))
+		}
+		return toolError(&node.InputError{Field: "source", Msg: msg}), nil
 	}
 	var args struct {
 		Source         string          `json:"source"`

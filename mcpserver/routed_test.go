@@ -103,3 +103,15 @@ func TestRoutedOutcomeUnknownAndDeadOwner(t *testing.T) {
 		t.Errorf("dead owner: isError %v, %q", res.IsError, text)
 	}
 }
+
+// A routed tool called without source names the owners to pick from.
+func TestRoutedCallWithoutSource(t *testing.T) {
+	cs := routedSession(t, &siteRouter{})
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "read_temperature_zone_09", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "name its owner, one of gw_09") {
+		t.Errorf("no source: isError %v, %q", res.IsError, text)
+	}
+}
