@@ -114,10 +114,9 @@ func (r *reloader) reload(ctx context.Context, trigger string, data []byte, read
 	defer r.mu.Unlock()
 	sum := sha256.Sum256(data)
 	var res *node.ReloadResult
-	var polChanged bool
 	err := readErr
 	if err == nil {
-		res, polChanged, err = r.apply(ctx, sum, data)
+		res, err = r.apply(ctx, sum, data)
 	}
 	if err != nil {
 		r.rejected = sum
@@ -139,7 +138,7 @@ func (r *reloader) reload(ctx context.Context, trigger string, data []byte, read
 			r.log.Error("manifest reload not audited", "err", aerr.Error())
 		}
 	}
-	if polChanged && r.withPolicy {
+	if r.withPolicy { // the policy file is re-read by every applied reload
 		r.log.Info("policy reloaded", "policy", r.f.policy, "tools", len(r.guard.Policy().Tools))
 		_, _ = r.al.Append(&audit.Record{Event: "policy_reload", Data: map[string]any{"policy": r.f.policy, "trigger": trigger}})
 	}
@@ -148,7 +147,7 @@ func (r *reloader) reload(ctx context.Context, trigger string, data []byte, read
 
 // apply does the work of reload. res is nil when the manifest is the one
 // in force (a policy-only reload).
-func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *node.ReloadResult, polChanged bool, err error) {
+func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *node.ReloadResult, err error) {
 	old := r.n.Manifest()
 	m := old
 	// A bus whose reopening ran out of time is reopened by the next
@@ -156,26 +155,26 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *n
 	if sum != r.sum || len(r.n.Reopening()) > 0 {
 		// The bytes read once: what is validated is what is applied.
 		if m, err = parseManifest(r.f.manifest, data); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		if err := restartOnly(old, m); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		if r.f.view != "" && m.View(r.f.view) == nil {
-			return nil, false, fmt.Errorf("--view %q: the new manifest no longer declares this view; fix: keep the view, or restart physd with another --view", r.f.view)
+			return nil, fmt.Errorf("--view %q: the new manifest no longer declares this view; fix: keep the view, or restart physd with another --view", r.f.view)
 		}
 	}
 	var pol *policy.Policy
 	var g *gate.Gate
 	if r.withPolicy {
 		if pol, g, err = loadPolicy(r.f.policy, m); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		for _, w := range policyWarnings(pol, g) {
 			r.log.Warn("policy", "warning", w)
 		}
 	} else if pol, err = policy.ManifestOnly(m); err != nil {
-		return nil, false, fmt.Errorf("the manifest's limits: %w", err)
+		return nil, fmt.Errorf("the manifest's limits: %w", err)
 	}
 	if m == old {
 		r.guard.Reload(pol, g)
@@ -193,7 +192,7 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *n
 			// Not applied, or put back (a reopened bus could not bind
 			// it): the rules in force before go back with it.
 			r.guard.Reload(prevPol, prevGate)
-			return nil, false, err
+			return nil, err
 		}
 		if err != nil {
 			r.log.Error("manifest reload: applied with an error", "err", err.Error())
@@ -209,7 +208,7 @@ func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *n
 		}
 	}
 	r.srv.ManifestReloaded()
-	return res, true, nil
+	return res, nil
 }
 
 // restartOnly refuses a manifest whose device id, network or audit
