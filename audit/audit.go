@@ -26,19 +26,22 @@ type Record struct {
 	// Prev chains the trail: the lower-case hex SHA-256 of the previous
 	// line's exact bytes (without its newline), across rotated files and
 	// restarts; GenesisPrev on the very first line. Append sets it.
-	Prev           string         `json:"prev,omitempty"`
-	Time           time.Time      `json:"time"`
-	Event          string         `json:"event"` // do, do_refused, do_replay, recovery
-	Tool           string         `json:"tool,omitempty"`
-	IdempotencyKey string         `json:"idempotency_key,omitempty"`
-	Caller         string         `json:"caller,omitempty"`
-	Status         string         `json:"status,omitempty"`
-	Permission     string         `json:"permission,omitempty"`
-	Requested      any            `json:"requested_value,omitempty"`
-	Applied        any            `json:"applied_value,omitempty"`
-	Previous       any            `json:"previous_value,omitempty"`
-	Reason         string         `json:"reason,omitempty"`
-	Data           map[string]any `json:"data,omitempty"`
+	Prev           string    `json:"prev,omitempty"`
+	Time           time.Time `json:"time"`
+	Event          string    `json:"event"` // do, do_refused, do_replay, recovery
+	Tool           string    `json:"tool,omitempty"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	Caller         string    `json:"caller,omitempty"`
+	// Credentials are every credential the caller proved (who the caller
+	// is; Caller is how it is shown).
+	Credentials []string       `json:"credentials,omitempty"`
+	Status      string         `json:"status,omitempty"`
+	Permission  string         `json:"permission,omitempty"`
+	Requested   any            `json:"requested_value,omitempty"`
+	Applied     any            `json:"applied_value,omitempty"`
+	Previous    any            `json:"previous_value,omitempty"`
+	Reason      string         `json:"reason,omitempty"`
+	Data        map[string]any `json:"data,omitempty"`
 	// Answer is the exact do_ answer sent to the caller (it carries this
 	// record's seq). The fsynced line makes the answer durable: crash
 	// recovery replays it byte for byte (node's recovery).

@@ -418,7 +418,7 @@ gate:
 
 func TestPolicyDoc(t *testing.T) {
 	g := mustGate(t, Config{L0: actuatorTable()})
-	d := g.PolicyDoc()
+	d := g.PolicyDoc(ApprovalTerms{TTL: 10 * time.Minute, Skew: 30 * time.Second})
 	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)

@@ -5,21 +5,17 @@ import "time"
 // PolicyURI is the MCP resource that carries PolicyDoc.
 const PolicyURI = "phocinae://policy/gate-approval"
 
-// PolicyDoc returns the content of the phocinae://policy/gate-approval
-// resource (research B7) for this gate's configuration, with the default
-// approval lifetime; PolicyDocFor reports the lifetime of the daemon's
-// Approvals instead. Serve it as application/json.
-func (g *Gate) PolicyDoc() map[string]any { return g.policyDoc(DefaultApprovalTTL) }
-
-// PolicyDocFor is PolicyDoc with expires_in_s taken from a.
-func (g *Gate) PolicyDocFor(a *Approvals) map[string]any {
-	if a == nil {
-		return g.PolicyDoc()
-	}
-	return g.policyDoc(a.TTL())
+// ApprovalTerms are the approval authority's lifetimes (package approval
+// owns approvals; the gate's policy document describes them).
+type ApprovalTerms struct {
+	TTL, Skew time.Duration
 }
 
-func (g *Gate) policyDoc(ttl time.Duration) map[string]any {
+// PolicyDoc returns the content of the phocinae://policy/gate-approval
+// resource (research B7) for this gate's configuration and the approval
+// authority's terms. Serve it as application/json.
+func (g *Gate) PolicyDoc(terms ApprovalTerms) map[string]any {
+	ttl := terms.TTL
 	deny := make([]map[string]any, 0, len(g.cfg.L0.Deny))
 	for _, r := range g.cfg.L0.Deny {
 		deny = append(deny, ruleDoc(r))
@@ -81,14 +77,14 @@ func (g *Gate) policyDoc(ttl time.Duration) map[string]any {
 				"decline_cancel":  "decline, cancel, or confirm false → deny",
 			},
 			"request_state": map[string]any{
-				"format":       "base64url(payload).base64url(HMAC-SHA256(key, \"physd-gate/v1.\" + base64url(payload)))",
+				"format":       "base64url(payload).base64url(HMAC-SHA256(key, \"physd-round/v2.\" + base64url(payload)))",
 				"mac":          "HMAC-SHA256, compared in constant time",
 				"single_use":   true,
 				"expires_in_s": int(ttl.Seconds()),
-				"clock_skew_s": int(ApprovalSkew.Seconds()),
+				"clock_skew_s": int(terms.Skew.Seconds()),
 				"echo":         "the client must echo requestState verbatim with the same tool and arguments",
 			},
-			"binding":                    "sha256(tool \\x00 canonical-args) + tool + caller; changed arguments are a different call",
+			"binding":                    "sha256(tool \\x00 canonical-args) + tool + the caller's credentials + the digest of the capability's definition (manifest entry, binding, policy rules); changed arguments are a different call, a changed definition voids the state",
 			"reverify_l0_before_execute": true,
 			"l1_not_rerun_after_confirm": true,
 			"on_state_failure":           "tampered, expired, mismatched or replayed state → deny; start a new call to get a new ask",

@@ -2,13 +2,12 @@ package mcpserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/physd/physd/gate"
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
 )
@@ -35,8 +34,7 @@ func canElicit(req *mcp.CallToolRequest) bool {
 // approvalRound returns an input-required result that asks the client's
 // human to confirm exactly this call.
 func (ts *toolSet) approvalRound(ar *node.ApprovalRequired, caller node.Caller, note string) (*mcp.CallToolResult, error) {
-	fp := roundFingerprint(ar.Tool, ar.Value, ts.n.Definition(ar.Tool))
-	token, exp, err := ts.approvals.Issue(fp, ar.Tool, caller.ID, gate.Layer(layerOf(ar)))
+	token, exp, err := ts.approvals().IssueRound(approval.Call{Tool: ar.Tool, Value: ar.Value, Caller: caller.Party(), Definition: ts.n.ApprovalDigest(ar.Tool)}, layerOf(ar))
 	if err != nil {
 		return nil, err
 	}
@@ -105,16 +103,20 @@ func approvalAnswer(req *mcp.CallToolRequest) (action string, ok bool) {
 // handleApprovalRetry handles round 2 of an approval: a verified, confirmed
 // approval runs the call as approved; a decline or cancel refuses it; any
 // state that does not verify (tampered, expired, replayed, for another
-// call) starts a fresh round and never executes.
+// call, or for a definition no longer in force) starts a fresh round and
+// never executes.
 func (ts *toolSet) handleApprovalRetry(ctx context.Context, req *mcp.CallToolRequest, dr node.DoRequest) (*mcp.CallToolResult, error) {
 	action, answered := approvalAnswer(req)
 	value, err := ts.n.DecodeValueFor(dr.Tool, dr.Value)
 	if err != nil {
 		return toolError(err), nil
 	}
-	def := ts.n.Definition(dr.Tool)
-	verr := ts.approvals.Verify(req.Params.RequestState, roundFingerprint(dr.Tool, value, def), dr.Tool, dr.Caller.ID)
+	def := ts.n.ApprovalDigest(dr.Tool)
+	_, verr := ts.approvals().RedeemRound(req.Params.RequestState, approval.Call{Tool: dr.Tool, Value: value, Caller: dr.Caller.Party(), Definition: def})
 	if verr != nil || !answered {
+		// A round confirmed for a definition no longer in force is spent
+		// (ErrVoid) and, like any state that does not verify, starts a
+		// fresh round that shows the definition in force.
 		// Start over: run the pipeline again, which asks again.
 		note := "The previous approval could not be used (" + approvalProblem(verr, answered) + "); please confirm again."
 		return ts.runDo(ctx, req, dr, note)
@@ -126,31 +128,14 @@ func (ts *toolSet) handleApprovalRetry(ctx context.Context, req *mcp.CallToolReq
 		}
 		return jsonResult(body), nil
 	}
-	dr.Approved, dr.ApprovedBy, dr.Definition = true, dr.Caller, def
+	dr.Approved, dr.ApprovedFor = true, def
 	return ts.runDo(ctx, req, dr, "")
-}
-
-// roundFingerprint binds an approval round to the call and to the
-// capability's definition the human was shown (node.Definition): a
-// confirmation that comes back after a manifest reload redefined the
-// capability does not verify, and a fresh round shows the new definition.
-func roundFingerprint(tool string, value any, definition string) string {
-	_, fp := gate.Canonical(tool, map[string]any{"value": value, "definition": definition})
-	return fp
 }
 
 func approvalProblem(err error, answered bool) string {
 	switch {
-	case errors.Is(err, gate.ErrApprovalTampered):
-		return "the request state was altered"
-	case errors.Is(err, gate.ErrApprovalExpired):
-		return "it expired"
-	case errors.Is(err, gate.ErrApprovalReplayed):
-		return "it was already used"
-	case errors.Is(err, gate.ErrApprovalMismatch):
-		return "it was issued for a different call or caller, or for a definition of the capability that a manifest reload has replaced since"
 	case err != nil:
-		return err.Error()
+		return node.ApprovalProblem(err)
 	case !answered:
 		return "no answer to the approval request was sent"
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
@@ -100,15 +101,15 @@ func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPa
 		t.Fatal(err)
 	}
 	guard := safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-	ap, err := gate.NewApprovals(nil, 10*time.Minute, nonces{st})
+	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: guard.SamePerson})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: guard})
+	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: guard, Approvals: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Safety, opts.Approvals, opts.Audit = guard, ap, al
+	opts.Safety, opts.Audit = guard, al
 	srv := mcpserver.New(n, opts)
 	ct, stt := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(context.Background(), stt, nil)

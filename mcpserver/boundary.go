@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -286,17 +288,25 @@ func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
 	p, err := id.AuthenticateCert(chain)
 	switch {
 	case err != nil && c.ID != anonymous:
-		return c, 0, nil // an unmapped certificate only opened the TLS session; the token decides
+		// An unmapped certificate only opened the TLS session; the token
+		// decides the role, and the certificate is still one of the
+		// credentials this person proved.
+		sum := sha256.Sum256(chain[0].Raw)
+		c.Credentials = append(slices.Clone(c.Credentials), policy.CertFingerprintCredential(hex.EncodeToString(sum[:])))
+		return c, 0, nil
 	case err != nil:
 		return c, http.StatusUnauthorized, err
 	case c.ID != anonymous && c.Role != p.Role:
 		return c, http.StatusForbidden, errors.New("the client certificate (" + p.ID + ", role " + p.Role + ") and the bearer token (" +
 			c.ID + ", role " + c.Role + ") disagree; send one credential, or make them name the same role")
 	case c.ID != anonymous:
+		// One caller, two credentials: the person is both (the two-person
+		// rule compares every credential presented).
 		c.ID += " via " + p.ID
+		c.Credentials = append(slices.Clone(c.Credentials), p.Credentials...)
 		return c, 0, nil
 	}
-	return node.Caller{ID: p.ID, Role: p.Role, Transport: c.Transport}, 0, nil
+	return node.Caller{ID: p.ID, Role: p.Role, Transport: c.Transport, Credentials: p.Credentials}, 0, nil
 }
 
 // authenticateBearer maps the Authorization header to a caller: the
@@ -304,7 +314,7 @@ func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
 // (hashed token or JWT) carries its role; no credential is anonymous
 // (role none).
 func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
-	c := node.Caller{ID: anonymous, Role: "none", Transport: "http"}
+	c := node.Caller{ID: anonymous, Role: "none", Transport: "http", Credentials: []string{anonymous}}
 	auths := h.Values("Authorization")
 	switch {
 	case len(auths) == 0:
@@ -317,14 +327,14 @@ func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
 		return c, errors.New("the Authorization header must be \"Bearer <token>\"")
 	}
 	if s.opts.AuthToken != "" && hmac.Equal(sha(bearer), sha(s.opts.AuthToken)) {
-		return node.Caller{ID: "transport-token", Role: "viewer", Transport: "http"}, nil
+		return node.Caller{ID: "transport-token", Role: "viewer", Transport: "http", Credentials: []string{"transport-token"}}, nil
 	}
 	if s.opts.Safety != nil && s.opts.Safety.Policy().Identity.Configured() {
 		p, err := s.opts.Safety.Policy().Identity.Authenticate(bearer)
 		if err != nil {
 			return c, err
 		}
-		return node.Caller{ID: p.ID, Role: p.Role, Transport: "http"}, nil
+		return node.Caller{ID: p.ID, Role: p.Role, Transport: "http", Credentials: p.Credentials}, nil
 	}
 	return c, errors.New("the bearer token is not accepted here")
 }

@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
@@ -87,7 +87,7 @@ func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConf
 			t.Fatal(err)
 		}
 		opts.Safety = safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-		if opts.Approvals, err = gate.NewApprovals(nil, 10*time.Minute, nonces{st}); err != nil {
+		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Safety.SamePerson}); err != nil {
 			t.Fatal(err)
 		}
 		cfg.Guard = opts.Safety

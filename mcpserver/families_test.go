@@ -177,7 +177,7 @@ func (s familySite) RemoteTools() []mcpserver.RemoteTool { return s.tools }
 func (familySite) Read(context.Context, string, string, int64) ([]byte, error) {
 	return nil, context.DeadlineExceeded
 }
-func (familySite) Do(context.Context, string, string, json.RawMessage, string, node.Caller) ([]byte, error) {
+func (familySite) Do(context.Context, string, string, json.RawMessage, string, string, node.Caller) ([]byte, error) {
 	return nil, context.DeadlineExceeded
 }
 func (familySite) OnChange(func()) {}
@@ -219,7 +219,7 @@ type captureRouter struct {
 	got chan node.Caller
 }
 
-func (c captureRouter) Do(_ context.Context, _, _ string, _ json.RawMessage, _ string, caller node.Caller) ([]byte, error) {
+func (c captureRouter) Do(_ context.Context, _, _ string, _ json.RawMessage, _, _ string, caller node.Caller) ([]byte, error) {
 	c.got <- caller
 	return []byte(`{"status":"failed"}`), nil
 }

@@ -8,7 +8,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/gate"
 	"github.com/physd/physd/node"
 )
 
@@ -54,7 +56,11 @@ func (s *Server) addPolicyResources() {
 		Description: "The gate's decision chain (L0 table, L1, fail-closed), thresholds, and what a client must do when the gate asks for a human's confirmation.",
 		MIMEType:    "application/json",
 	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return jsonResource(GateApprovalURI, s.opts.Safety.Gate().PolicyDocFor(s.opts.Approvals))
+		terms := gate.ApprovalTerms{TTL: approval.DefaultTTL, Skew: approval.Skew}
+		if a := s.n.Approvals(); a != nil {
+			terms.TTL = a.TTL()
+		}
+		return jsonResource(GateApprovalURI, s.opts.Safety.Gate().PolicyDoc(terms))
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
@@ -46,7 +47,9 @@ type RemoteTool struct {
 type Router interface {
 	RemoteTools() []RemoteTool // the tools of live members other than this node
 	Read(ctx context.Context, owner, tool string, maxAgeMS int64) ([]byte, error)
-	Do(ctx context.Context, owner, tool string, value json.RawMessage, key string, caller node.Caller) ([]byte, error)
+	// grant is a two-person grant the caller sent (requestState): the
+	// owner, which issued it, redeems it.
+	Do(ctx context.Context, owner, tool string, value json.RawMessage, key, grant string, caller node.Caller) ([]byte, error)
 	OnChange(func())
 }
 
@@ -233,7 +236,11 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 		if args.IdempotencyKey != nil {
 			key = *args.IdempotencyKey
 		}
-		body, err = rt.router.Do(ctx, owner, tool, args.Value, key, caller)
+		grant := ""
+		if approval.IsGrant(req.Params.RequestState) {
+			grant = req.Params.RequestState
+		}
+		body, err = rt.router.Do(ctx, owner, tool, args.Value, key, grant, caller)
 		if errors.Is(err, ErrOutcomeUnknown) {
 			return outcomeUnknown(owner, tool, key, args.Value, err), nil
 		}

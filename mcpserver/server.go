@@ -18,7 +18,6 @@ import (
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
-	"github.com/physd/physd/gate"
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/metrics"
@@ -52,8 +51,8 @@ type Options struct {
 	SimControls map[string]http.Handler
 	// Safety is the policy and gate in force (nil: no policy). With it come
 	// approval rounds, bearer identities and the emergency override route.
-	Safety    *safety.Guard
-	Approvals *gate.Approvals
+	// Approvals come from the node (node.Config.Approvals).
+	Safety *safety.Guard
 	// Audit records emergency overrides.
 	Audit *audit.Log
 	// Metrics, when set, is served at /metrics and fed by every tool call.
@@ -147,10 +146,6 @@ func New(n *node.Node, opts Options) *Server {
 		srv.refusals = newRefusalCounter(opts.Metrics.Registry)
 	}
 	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
-	if opts.Safety != nil && opts.Approvals != nil {
-		ts.approvals = opts.Approvals
-		ts.book = newApprovalBook(opts.Approvals.TTL())
-	}
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
 		if opts.Alarms != nil {
@@ -328,7 +323,7 @@ func (s *Server) Handler() http.Handler {
 		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Safety.Policy().Emergency.OverrideRole }},
 			http.HandlerFunc(s.serveOverride))
 	}
-	if s.ts.book != nil {
+	if s.n.Approvals() != nil && s.opts.Safety != nil {
 		// Listing shows what will happen (to those who may approve: it
 		// names callers and keys); deciding always needs an identity
 		// (operator at least; the request's approver_role is checked by

@@ -21,7 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/physd/physd/gate"
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
@@ -50,8 +50,6 @@ var (
 type toolSet struct {
 	n         *node.Node
 	stdioRole string
-	approvals *gate.Approvals  // nil: no approval rounds (no policy)
-	book      *approvalBook    // two-person approvals; nil without approvals
 	metrics   *metrics.Metrics // nil: not measured
 	routing   *routing         // nil: no mesh
 	sourceArg bool             // local tools take an optional source (mesh)
@@ -337,7 +335,7 @@ func (ts *toolSet) caller(req *mcp.CallToolRequest) (node.Caller, error) {
 		}
 		return c, err
 	}
-	return node.Caller{ID: "stdio", Role: ts.stdioRole, Transport: "stdio"}, nil
+	return node.Caller{ID: "stdio", Role: ts.stdioRole, Transport: "stdio", Credentials: []string{"stdio"}}, nil
 }
 
 func toolError(err error) *mcp.CallToolResult {
@@ -418,19 +416,13 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 			return toolError(err), nil
 		}
 		dr := node.DoRequest{Tool: tool, Value: in.Value, IdempotencyKey: key, Caller: caller}
-		if ts.book != nil {
-			if res, handled := ts.approvedRetry(ctx, req, dr); handled {
-				return res, nil
-			}
-			dr.RequestApproval = ts.requestApproval
-		}
-		if strings.HasPrefix(req.Params.RequestState, gate.GrantPrefix) {
-			// A grant already used for this call: the ledger's answer, or
-			// a new approval request (approvedRetry verified the rest).
-			return ts.runDo(ctx, req, dr, "")
-		}
-		if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
-			if ts.approvals == nil {
+		switch state := req.Params.RequestState; {
+		case approval.IsGrant(state):
+			// Another person's grant: the node redeems it against this
+			// call and the definition in force.
+			dr.Grant = state
+		case state != "" || len(req.Params.InputResponses) > 0:
+			if ts.approvals() == nil {
 				return toolError(errors.New("requestState: this server started no approval round")), nil
 			}
 			return ts.handleApprovalRetry(ctx, req, dr)
@@ -438,6 +430,9 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 		return ts.runDo(ctx, req, dr, "")
 	}
 }
+
+// approvals is the node's approval authority (nil: no policy, no rounds).
+func (ts *toolSet) approvals() *approval.Authority { return ts.n.Approvals() }
 
 // checkSource refuses a source that is not this node once routing had its
 // chance (routedLocal sends a mesh owner's calls there): a call meant for
@@ -472,7 +467,7 @@ func (ts *toolSet) runDo(ctx context.Context, req *mcp.CallToolRequest, dr node.
 	if errors.As(err, &ar) {
 		// Another person must approve (two-person rule): never ask the
 		// caller's own client.
-		if ts.approvals != nil && canElicit(req) && (ar.Approver == nil || ar.Approver.CallerMay) {
+		if ts.approvals() != nil && canElicit(req) && (ar.Approver == nil || ar.Approver.CallerMay) {
 			return ts.approvalRound(ar, dr.Caller, note)
 		}
 		return jsonResult(ar.Body), nil

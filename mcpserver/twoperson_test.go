@@ -144,7 +144,7 @@ func TestTwoPersonApproval(t *testing.T) {
 		code  int
 		msg   string
 	}{
-		{supAToken, 403, "cannot approve its own request"},
+		{supAToken, 403, "cannot approve their own request"},
 		{operatorToken, 403, "needs the supervisor role"},
 		{viewerToken, 403, ""},
 		{"", 401, ""},

@@ -47,6 +47,8 @@ type doRequest struct {
 	IdempotencyKey string          `json:"idempotency_key"`
 	Caller         node.Caller     `json:"caller"`
 	Credential     string          `json:"credential,omitempty"`
+	// Grant is a two-person grant the caller sent; the owner redeems it.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Authenticator maps a credential forwarded with a routed call to a caller
@@ -102,7 +104,11 @@ func Handler(n *node.Node, authn Authenticator) mesh.Handler {
 			if err := json.Unmarshal(payload, &r); err != nil {
 				return nil, err
 			}
-			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: ownerCaller(authn, from, r.Credential)})
+			// A two-person request is registered here, at the owner, and
+			// its grant (sent with the repeated call, or the decision held
+			// for this caller's call) is redeemed here: the owner's node
+			// checks it against its definition in force.
+			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: ownerCaller(authn, from, r.Credential), Grant: r.Grant})
 			var ar *node.ApprovalRequired
 			if errors.As(err, &ar) {
 				// Approval rounds need the caller's own connection: a routed
@@ -313,10 +319,10 @@ func (r *Router) Read(ctx context.Context, owner, tool string, maxAgeMS int64) (
 // The call is two-phase (mesh.CallOptions.Commit): an error before the
 // go-ahead left means nothing was done; after it, a missing answer is
 // mcpserver.ErrOutcomeUnknown.
-func (r *Router) Do(ctx context.Context, owner, tool string, value json.RawMessage, key string, caller node.Caller) ([]byte, error) {
+func (r *Router) Do(ctx context.Context, owner, tool string, value json.RawMessage, key, grant string, caller node.Caller) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(r.DoTimeout, 15*time.Second))
 	defer cancel()
-	payload, _ := json.Marshal(doRequest{Tool: tool, Value: value, IdempotencyKey: key, Caller: caller, Credential: caller.Credential})
+	payload, _ := json.Marshal(doRequest{Tool: tool, Value: value, IdempotencyKey: key, Caller: caller, Credential: caller.Credential, Grant: grant})
 	b, err := r.Mesh.Call(ctx, owner, KindDo, payload, mesh.CallOptions{Commit: true})
 	if errors.Is(err, mesh.ErrOutcomeUnknown) {
 		return nil, fmt.Errorf("%w: %v", mcpserver.ErrOutcomeUnknown, err)

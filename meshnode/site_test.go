@@ -150,7 +150,7 @@ func TestRoutedSilentAndDeadOwner(t *testing.T) {
 		if b, err := r.Read(ctx, "gw_02", "read_temperature_zone_02", -1); err != nil || !strings.Contains(string(b), "celsius") {
 			t.Fatalf("routed read: %s %v", b, err)
 		}
-		body, err := r.Do(ctx, "gw_02", "do_fan_zone_02", json.RawMessage("35"), "k1", node.Caller{})
+		body, err := r.Do(ctx, "gw_02", "do_fan_zone_02", json.RawMessage("35"), "k1", "", node.Caller{})
 		var res promcp.DoResult
 		if err != nil || json.Unmarshal(body, &res) != nil || res.Status != promcp.StatusSuccess {
 			t.Fatalf("routed do: %s %v", body, err)
@@ -162,7 +162,7 @@ func TestRoutedSilentAndDeadOwner(t *testing.T) {
 			if kind == "read" {
 				_, err = r.Read(ctx, "gw_03", "read_temperature_zone_03", -1)
 			} else {
-				_, err = r.Do(ctx, "gw_03", "do_fan_zone_03", json.RawMessage("35"), "k2", node.Caller{})
+				_, err = r.Do(ctx, "gw_03", "do_fan_zone_03", json.RawMessage("35"), "k2", "", node.Caller{})
 			}
 			took := time.Since(start)
 			if !errors.Is(err, mesh.ErrNoAck) || !strings.Contains(err.Error(), "gw_03") || took > 500*time.Millisecond ||
@@ -183,7 +183,7 @@ func TestRoutedSilentAndDeadOwner(t *testing.T) {
 		for _, tool := range r.RemoteTools() {
 			listed = listed || (tool.Owner == "gw_04" && tool.Tool == "do_fan_zone_04")
 		}
-		_, err = r.Do(ctx, "gw_04", "do_fan_zone_04", json.RawMessage("35"), "k3", node.Caller{})
+		_, err = r.Do(ctx, "gw_04", "do_fan_zone_04", json.RawMessage("35"), "k3", "", node.Caller{})
 		req := promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"fan"}, Location: "zone_04", Action: "set", Value: 40.0}}
 		rep, _ := nodes[0].CanDo(ctx, req, node.Caller{})
 		if !listed || err == nil || !strings.Contains(err.Error(), "gw_04 is dead") || len(rep.Blocked) != 1 || !strings.Contains(rep.Blocked[0].Reason, "gw_04 is dead") {

@@ -24,33 +24,20 @@ type DoRequest struct {
 	Value          json.RawMessage // decoded per the capability's data_type
 	IdempotencyKey string
 	Caller         Caller
-	// Approved: a human confirmed this call (see Action.Approved), and
-	// ApprovedBy is who.
-	Approved   bool
-	ApprovedBy Caller
-	// RequestApproval, when set, registers a call that another person must
-	// approve (a two-person rule) and returns what to tell the caller: the
-	// MCP layer keeps the pending approval. Nothing is held meanwhile.
-	RequestApproval func(ApprovalRequest) (PendingApproval, error)
-	// Definition, when set, is the capability's definition (Definition)
-	// that an approval of this call was given for: the call runs only on
-	// that definition, and is refused with CodeManifestReloaded after a
-	// reload redefined the capability.
-	Definition string
+	// Grant is a two-person grant the caller sent (MCP requestState, or a
+	// routed call's): redeemed against this call and the definition in
+	// force. Without one, a decision the approval authority holds for this
+	// person's call is used.
+	Grant string
+	// Approved: the caller's own human confirmed this call in an approval
+	// round (the MCP layer redeemed the round's state), and ApprovedFor is
+	// the definition digest the round showed: the call runs only while
+	// that definition is in force.
+	Approved    bool
+	ApprovedFor string
 }
 
-// ApprovalRequest is a call held for another person's approval.
-type ApprovalRequest struct {
-	Tool           string
-	Value          any
-	IdempotencyKey string
-	Caller         Caller
-	Reason         string
-	SideEffects    []string
-	ApproverRole   string
-}
-
-// PendingApproval is a registered approval request.
+// PendingApproval is a registered two-person request.
 type PendingApproval struct {
 	ID      string
 	Reason  string // for the caller: who approves, where, and what to do then
@@ -120,16 +107,16 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 	}
 
 	res := n.newResult(cs, req.IdempotencyKey, value)
-	if req.Definition != "" && req.Definition != cs.sum {
-		return n.refuse(res, req.Caller, refusal{perm: promcp.PermRequiresHumanApproval, code: CodeManifestReloaded,
-			reason: "the approval of this call was given for a definition of " + cs.tool + " that a manifest reload has replaced since. " +
-				"Nothing was actuated; call again to ask for an approval of the capability as it is defined now"})
+	ap, refused, err := n.redeemApproval(req, cs, value, res)
+	if refused != nil || err != nil {
+		return refused, err
 	}
 	if r := n.precheck(cs, value); r != nil {
 		return n.refuse(res, req.Caller, *r)
 	}
 	v := n.guard.Evaluate(ctx, Action{Capability: cs.cap, Tool: cs.tool, Value: value,
-		IdempotencyKey: req.IdempotencyKey, Caller: req.Caller, Now: res.Timestamp, Approved: req.Approved, ApprovedBy: req.ApprovedBy}, false)
+		IdempotencyKey: req.IdempotencyKey, Caller: req.Caller, Now: res.Timestamp, Approved: ap.approved, ApprovedBy: ap.by,
+		ApprovedFor: ap.digest, CapabilitySum: cs.sum}, false)
 	res.Policy, res.Gate, res.Permission = v.Policy, v.Gate, v.Permission
 	switch v.Permission {
 	case promcp.PermAllowed:
@@ -145,8 +132,8 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 		return nil, fmt.Errorf("guard produced an invalid value %v for %s", v.Value, cs.tool)
 	}
 	res.Reason, res.Details = v.Reason, v.Details
-	if req.Approved && req.ApprovedBy.ID != "" && req.ApprovedBy.ID != req.Caller.ID {
-		res.Details = joinDetails(res.Details, "approved_by="+req.ApprovedBy.ID+"; approver_role="+req.ApprovedBy.Role)
+	if ap.grant {
+		res.Details = joinDetails(res.Details, "approved_by="+ap.by.ID+"; approver_role="+ap.by.Role)
 	}
 	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot, maxChange: v.MaxChange})
 }
@@ -261,9 +248,8 @@ func (n *Node) approvalRequired(res promcp.DoResult, req DoRequest, cs *capState
 	if a := v.Approver; a != nil && !a.CallerMay {
 		r.code = "approval_required"
 		r.reason = v.Reason + ". Nothing was actuated: a person with the " + a.Role + " role other than the caller must approve this exact call"
-		if req.RequestApproval != nil {
-			p, err := req.RequestApproval(ApprovalRequest{Tool: cs.tool, Value: res.RequestedValue, IdempotencyKey: req.IdempotencyKey,
-				Caller: req.Caller, Reason: v.Reason, SideEffects: cs.cap.SideEffects, ApproverRole: a.Role})
+		if n.approval != nil {
+			p, err := n.registerApproval(req, cs, res.RequestedValue, v.Reason, a.Role)
 			if err != nil {
 				r.reason += "; the request could not be registered: " + err.Error()
 			} else {
@@ -306,14 +292,20 @@ func (n *Node) DeclinedBy(req DoRequest, action, by, why string) ([]byte, error)
 	} else if e != nil {
 		return replay(e, cs.tool, argsHash(cs.tool, value))
 	}
-	res := n.newResult(cs, req.IdempotencyKey, value)
+	return n.declined(n.newResult(cs, req.IdempotencyKey, value), req.Caller, action, by, why)
+}
+
+// declined answers a call whose approval was declined, denied or made
+// void: failed, requires_human_approval, code approval_<action>, audited,
+// nothing actuated, the key not recorded.
+func (n *Node) declined(res promcp.DoResult, caller Caller, action, by, why string) ([]byte, error) {
 	res.Policy = promcp.PolicyNote{Configured: n.PolicyConfigured(), Decision: "approval_" + action}
 	reason := "the approval request was " + pastTense(action) + " by " + by
 	if why != "" {
 		reason += " (" + why + ")"
 	}
 	reason += "; nothing was actuated"
-	return n.refuseAs("do_declined", res, req.Caller, refusal{perm: promcp.PermRequiresHumanApproval, code: "approval_" + action,
+	return n.refuseAs("do_declined", res, caller, refusal{perm: promcp.PermRequiresHumanApproval, code: "approval_" + action,
 		reason: reason, details: "approval=" + action})
 }
 
@@ -346,7 +338,7 @@ func doRecord(event string, res promcp.DoResult, caller Caller, answer []byte) *
 		d["via"] = caller.Via
 	}
 	return &audit.Record{
-		Event: event, Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID,
+		Event: event, Tool: res.Capability, IdempotencyKey: res.IdempotencyKey, Caller: caller.ID, Credentials: caller.Credentials,
 		Status: string(res.Status), Permission: string(res.Permission),
 		Requested: res.RequestedValue, Applied: res.AppliedValue, Previous: res.PreviousValue, Reason: res.Reason,
 		Data: d, Answer: answer,

@@ -17,6 +17,11 @@ type Caller struct {
 	// Via names the gateway a routed call came through (the owner's
 	// audit records it beside the caller the owner authenticated).
 	Via string `json:"via,omitempty"`
+	// Credentials are every credential the caller proved ("token:<id>",
+	// "jwt:<issuer>/<subject>", "cert:<name>", "certfp:<sha256>", "stdio",
+	// ...): who a person is, for the two-person rule, is decided on these,
+	// never on ID.
+	Credentials []string `json:"credentials,omitempty"`
 	// Credential is the bearer token or JWT the caller presented, kept only
 	// to forward to the owner of a routed call, which authenticates it
 	// itself; never serialized, logged or audited.
@@ -36,9 +41,23 @@ type Action struct {
 	// requires_human_approval into allowed, never a refusal.
 	Approved bool
 	// ApprovedBy is who approved (the caller itself after an elicitation
-	// round; another identity through the approvals route). The guard
+	// round; another person through the approvals route). The guard
 	// checks it against the approval rule's approver role and self rule.
 	ApprovedBy Caller
+	// ApprovedFor is the definition digest the approval was given for, and
+	// CapabilitySum the capability's definition in force (its manifest
+	// entry and binding): the guard re-derives the digest with the policy
+	// it decides under, so a reload between the redemption and the
+	// decision cannot carry an approval over to other rules.
+	ApprovedFor   string
+	CapabilitySum string
+}
+
+// RulesDigester is implemented by guards whose rules for a tool can
+// change (a policy reload): RulesDigest identifies the rules that apply to
+// tool now. An approval binds to it (approval.Digest).
+type RulesDigester interface {
+	RulesDigest(tool string) string
 }
 
 // ApproverRule is who may approve a call the guard holds for approval.

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
@@ -36,6 +37,11 @@ type Config struct {
 	OnDeviceError func(bus string, err error)
 	// Ledger bounds the idempotency ledger (DefaultLedger when zero).
 	Ledger LedgerConfig
+	// Approvals is the approval authority: two-person requests are
+	// registered in it and every approval (a grant, a decision, a round)
+	// is redeemed through it on the do_ path. Nil: no approval can be
+	// given, and a call that needs one is refused.
+	Approvals *approval.Authority
 }
 
 // LedgerConfig bounds the idempotency ledger. A key younger than
@@ -75,6 +81,7 @@ type Node struct {
 	audit    AuditLog
 	guard    Guard
 	log      *slog.Logger
+	approval *approval.Authority
 
 	ledger LedgerConfig
 
@@ -115,6 +122,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		store:       cfg.Store,
 		audit:       cfg.Audit,
 		guard:       cfg.Guard,
+		approval:    cfg.Approvals,
 		log:         cfg.Logger,
 		ledger:      withLedgerDefaults(cfg.Ledger),
 		inflight:    map[string]chan struct{}{},

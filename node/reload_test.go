@@ -632,24 +632,25 @@ func TestReloadAfterATimedOutReopen(t *testing.T) {
 }
 
 // TestReloadRefusesAnApprovalForTheOldDefinition: a call that carries the
-// definition its approval was given for runs on that definition only.
+// definition its approval was given for runs on that definition only: on
+// another it is approval_void and writes nothing.
 func TestReloadRefusesAnApprovalForTheOldDefinition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := openLine(t, lineManifest(0, "valve:p1"), nil)
-		def := f.n.Definition("do_valve")
+		def := f.n.ApprovalDigest("do_valve")
 		if _, err := f.n.Reload(context.Background(), lineManifest(0, "valve:p1:80")); err != nil {
 			t.Fatal(err)
 		}
-		if f.n.Definition("do_valve") == def || def == "" {
+		if f.n.ApprovalDigest("do_valve") == def || def == "" {
 			t.Fatal("the definition did not change")
 		}
 		body, err := f.n.Do(context.Background(), node.DoRequest{Tool: "do_valve", Value: json.RawMessage("40"), IdempotencyKey: "approved",
-			Caller: node.Caller{ID: "t"}, Approved: true, Definition: def})
+			Caller: node.Caller{ID: "t"}, Approved: true, ApprovedFor: def})
 		var r promcp.DoResult
 		if err == nil {
 			err = json.Unmarshal(body, &r)
 		}
-		if err != nil || r.Status != promcp.StatusFailed || r.Code != node.CodeManifestReloaded {
+		if err != nil || r.Status != promcp.StatusFailed || r.Code != "approval_void" {
 			t.Errorf("an approval for the old definition: %+v %v", r, err)
 		}
 		lines.mu.Lock()

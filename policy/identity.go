@@ -4,18 +4,96 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// Principal is an authenticated HTTP caller.
+// Principal is an authenticated HTTP caller: the name the audit shows,
+// its role, and the credential it proved (Credentials: one for a token or
+// a JWT, two for a certificate: its mapped name and its fingerprint).
 type Principal struct {
-	ID   string
-	Role string
+	ID          string
+	Role        string
+	Credentials []string
+}
+
+// Credential names. A person is compared by these, never by Principal.ID:
+// two callers are one person when they share any credential, or when
+// identity.people lists their credentials under one name (SamePerson).
+
+// TokenCredential names a policy token by its id.
+func TokenCredential(id string) string { return "token:" + id }
+
+// JWTCredential names a JWT subject of an issuer.
+func JWTCredential(issuer, subject string) string { return "jwt:" + issuer + "/" + subject }
+
+// CertCredential names a client certificate by the name an mtls rule
+// matched (its CN or SAN).
+func CertCredential(name string) string { return "cert:" + name }
+
+// CertFingerprintCredential names a client certificate by the lower-case
+// hex SHA-256 of its DER.
+func CertFingerprintCredential(hexSum string) string { return "certfp:" + hexSum }
+
+// Person is an identity.people entry: the credentials that are one
+// person's.
+type Person struct {
+	Name        string
+	Credentials []string
+}
+
+// PersonCredential names a person of identity.people.
+func PersonCredential(name string) string { return "person:" + name }
+
+// PeopleOf returns the people of identity.people that own any of creds.
+func (id *Identity) PeopleOf(creds []string) []string {
+	var out []string
+	for _, p := range id.People {
+		for _, c := range p.Credentials {
+			if slices.Contains(creds, c) {
+				out = append(out, p.Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// SamePerson reports whether two credential sets are one person under this
+// policy: they share a credential, or identity.people lists a credential
+// of each under the same person.
+func (id *Identity) SamePerson(a, b []string) bool {
+	for _, c := range a {
+		if slices.Contains(b, c) {
+			return true
+		}
+	}
+	pa := id.PeopleOf(a)
+	for _, p := range id.PeopleOf(b) {
+		if slices.Contains(pa, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// certNamed reports whether an mtls rule maps the certificate name (a CN
+// or SAN value).
+func (id *Identity) certNamed(name string) bool {
+	for _, p := range id.MTLS {
+		for _, r := range p.Clients {
+			if r.CN == name || r.SAN == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ErrUnknownToken is returned for a bearer credential no identity accepts.
@@ -37,7 +115,7 @@ func (id *Identity) Authenticate(bearer string) (Principal, error) {
 	sum := sha256.Sum256([]byte(bearer))
 	for _, t := range id.Tokens {
 		if subtle.ConstantTimeCompare(sum[:], t.SHA256[:]) == 1 {
-			return Principal{ID: "token:" + t.ID, Role: t.Role}, nil
+			return Principal{ID: "token:" + t.ID, Role: t.Role, Credentials: []string{TokenCredential(t.ID)}}, nil
 		}
 	}
 	if len(id.JWT) == 0 || strings.Count(bearer, ".") != 2 {
@@ -119,7 +197,7 @@ func (p *JWTProvider) verify(raw string) (Principal, error) {
 		return Principal{}, fmt.Errorf("JWT rejected by issuer %s: claim %q = %q is not a role (%v): %w", p.Issuer, p.RoleClaim, role, Roles, errRoleClaim)
 	}
 	sub, _ := claims["sub"].(string)
-	return Principal{ID: "jwt:" + p.Issuer + "/" + sub, Role: role}, nil
+	return Principal{ID: "jwt:" + p.Issuer + "/" + sub, Role: role, Credentials: []string{JWTCredential(p.Issuer, sub)}}, nil
 }
 
 // MTLSProvider maps client certificates, already verified by the TLS
@@ -155,7 +233,9 @@ func (id *Identity) AuthenticateCert(chain []*x509.Certificate) (Principal, erro
 		}
 		for _, r := range p.Clients {
 			if name, ok := r.match(leaf); ok {
-				return Principal{ID: "cert:" + name, Role: r.Role}, nil
+				sum := sha256.Sum256(leaf.Raw)
+				return Principal{ID: "cert:" + name, Role: r.Role,
+					Credentials: []string{CertCredential(name), CertFingerprintCredential(hex.EncodeToString(sum[:]))}}, nil
 			}
 		}
 	}
@@ -225,6 +305,8 @@ func DescribeCert(c *x509.Certificate) string {
 // recorded (a reload that demotes or removes an approver ends its grants).
 func (id *Identity) CurrentRole(principal string) (role string, known bool) {
 	switch {
+	case strings.HasPrefix(principal, "certfp:"):
+		return "", false
 	case strings.HasPrefix(principal, "token:"):
 		name := strings.TrimPrefix(principal, "token:")
 		for _, t := range id.Tokens {
@@ -245,4 +327,23 @@ func (id *Identity) CurrentRole(principal string) (role string, known bool) {
 		return role, true
 	}
 	return "", false
+}
+
+// CurrentRoleOf is the role this policy gives a person who presented
+// creds, now: the least of what each credential it can re-derive gives
+// (a token or certificate name it no longer has gives none). known is
+// false when none can be re-derived (a JWT only: its role is in its
+// claims).
+func (id *Identity) CurrentRoleOf(creds []string) (role string, known bool) {
+	for _, c := range creds {
+		r, k := id.CurrentRole(c)
+		if !k {
+			continue
+		}
+		if !known || RoleLevel(r) < RoleLevel(role) {
+			role = r
+		}
+		known = true
+	}
+	return role, known
 }

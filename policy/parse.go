@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -55,6 +56,19 @@ type rawWindow struct {
 type rawIdentity struct {
 	Tokens    []yaml.Node `yaml:"tokens"`
 	Providers []yaml.Node `yaml:"providers"`
+	People    []yaml.Node `yaml:"people"`
+}
+
+type rawPerson struct {
+	Name   string      `yaml:"name"`
+	Tokens []string    `yaml:"tokens"`
+	Certs  []string    `yaml:"certs"`
+	JWT    []rawJWTSub `yaml:"jwt"`
+}
+
+type rawJWTSub struct {
+	Issuer  string `yaml:"issuer"`
+	Subject string `yaml:"subject"`
 }
 
 type rawToken struct {
@@ -438,6 +452,88 @@ func (p *parser) identity(id *rawIdentity, pol *Policy) {
 			p.add(&n, field, "set exactly one of hs256_secret_env, hs256_secret_file, rs256_public_key_file", "%d key sources given", keys)
 		}
 		pol.Identity.JWT = append(pol.Identity.JWT, j)
+	}
+	p.people(id.People, pol)
+}
+
+// people reads identity.people: the credentials that are one person's, so
+// that the two-person rule never lets that person approve their own call
+// with another of them. Every credential must be one this policy knows,
+// and belongs to at most one person.
+func (p *parser) people(nodes []yaml.Node, pol *Policy) {
+	owner := map[string]string{}
+	names := map[string]bool{}
+	for i, n := range nodes {
+		field := fmt.Sprintf("identity.people[%d]", i)
+		var r rawPerson
+		if !p.decode(&n, field, &r) {
+			continue
+		}
+		// item is the node of the j-th entry of key (for its position).
+		item := func(key string, j int) *yaml.Node {
+			if v := valueOf(&n, key); v != nil && j < len(v.Content) {
+				return v.Content[j]
+			}
+			return &n
+		}
+		if r.Name == "" {
+			p.add(&n, field+".name", "name the person, e.g. name: alice", "required")
+			continue
+		}
+		if names[r.Name] {
+			p.add(valueOf(&n, "name"), field+".name", "list each person once, with all their credentials", "duplicate person %q", r.Name)
+		}
+		names[r.Name] = true
+		person := Person{Name: r.Name}
+		claim := func(cred, f string, at *yaml.Node) {
+			if o, taken := owner[cred]; taken && o != r.Name {
+				p.add(at, f, "a credential is one person's: remove it from one of them", "%s is already listed under %q", cred, o)
+				return
+			}
+			owner[cred] = r.Name
+			person.Credentials = append(person.Credentials, cred)
+		}
+		for j, t := range r.Tokens {
+			f := fmt.Sprintf("%s.tokens[%d]", field, j)
+			at := item("tokens", j)
+			if !slices.ContainsFunc(pol.Identity.Tokens, func(k Token) bool { return k.ID == t }) {
+				p.add(at, f, "name the id of an identity.tokens entry", "no identity.tokens entry has id %q", t)
+				continue
+			}
+			claim(TokenCredential(t), f, at)
+		}
+		for j, c := range r.Certs {
+			f := fmt.Sprintf("%s.certs[%d]", field, j)
+			at := item("certs", j)
+			switch fp, isFP := strings.CutPrefix(c, "sha256:"); {
+			case isFP && hexRE.MatchString(strings.ToLower(fp)):
+				claim(CertFingerprintCredential(strings.ToLower(fp)), f, at)
+			case isFP:
+				p.add(at, f, "write the leaf certificate's SHA-256 as sha256:<64 hex>: openssl x509 -noout -fingerprint -sha256 -in cert.pem", "%q is not a SHA-256 fingerprint", c)
+			case c == "":
+				p.add(at, f, "name a certificate: the cn or san of an mtls rule, or sha256:<fingerprint>", "empty")
+			default:
+				if !pol.Identity.certNamed(c) {
+					p.add(at, f, "name the cn or san of a clients entry of an mtls provider, or give the certificate as sha256:<fingerprint>", "no mtls rule maps %q", c)
+					continue
+				}
+				claim(CertCredential(c), f, at)
+			}
+		}
+		for j, s := range r.JWT {
+			f := fmt.Sprintf("%s.jwt[%d]", field, j)
+			at := item("jwt", j)
+			if s.Issuer == "" || s.Subject == "" {
+				p.add(at, f, "give both: {issuer: https://idp.example, subject: alice}", "issuer and subject are required")
+				continue
+			}
+			if !slices.ContainsFunc(pol.Identity.JWT, func(j JWTProvider) bool { return j.Issuer == s.Issuer }) {
+				p.add(valueOf(at, "issuer"), f+".issuer", "name the issuer of an identity.providers entry of type jwt", "no jwt provider has issuer %q", s.Issuer)
+				continue
+			}
+			claim(JWTCredential(s.Issuer, s.Subject), f, at)
+		}
+		pol.Identity.People = append(pol.Identity.People, person)
 	}
 }
 

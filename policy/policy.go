@@ -12,6 +12,7 @@ package policy
 import (
 	"crypto/rsa"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -75,6 +76,8 @@ type Identity struct {
 	Tokens []Token
 	JWT    []JWTProvider
 	MTLS   []MTLSProvider
+	// People joins credentials that are one person's (identity.people).
+	People []Person
 }
 
 // Token is a static bearer token, stored only as its SHA-256.
@@ -157,55 +160,74 @@ func (a *Approval) Approver(callerRole string) (role string, callerMay bool) {
 	return a.ApproverRole, a.SelfApproval && RoleLevel(callerRole) >= RoleLevel(a.ApproverRole)
 }
 
+// toolDoc is what physmcp://policy shows of one tool: what is enforced.
+type toolDoc struct {
+	MinRole     string      `json:"min_role"`
+	AllowDuring []string    `json:"allow_during,omitempty"`
+	DenyDuring  []string    `json:"deny_during,omitempty"`
+	Range       *RangeGuard `json:"range_guard,omitempty"`
+	Physical    any         `json:"physical_range,omitempty"`
+	Rates       []rateDoc   `json:"rates,omitempty"`
+	CooldownMS  int64       `json:"cooldown_ms,omitempty"`
+	Quorum      int         `json:"quorum_size,omitempty"`
+	Approval    any         `json:"approval,omitempty"`
+	MaxChange   *MaxChange  `json:"max_change,omitempty"`
+}
+
+type rateDoc struct {
+	Limit  string `json:"limit"`
+	Source string `json:"source"`
+}
+
+func (tp *ToolPolicy) doc() toolDoc {
+	t := toolDoc{MinRole: tp.MinRole, Range: tp.Range, CooldownMS: tp.Cooldown.Milliseconds(), Quorum: tp.Quorum, MaxChange: tp.MaxChange}
+	if tp.Cap != nil && tp.Cap.Range != nil {
+		t.Physical = tp.Cap.Range
+	}
+	for _, w := range tp.AllowDuring {
+		t.AllowDuring = append(t.AllowDuring, w.String())
+	}
+	for _, w := range tp.DenyDuring {
+		t.DenyDuring = append(t.DenyDuring, w.String())
+	}
+	for _, r := range tp.Rates {
+		t.Rates = append(t.Rates, rateDoc{r.Text, r.Source})
+	}
+	if a := tp.Approval; a != nil {
+		m := map[string]any{"when": a.When}
+		if a.Window != nil {
+			m["window"] = a.Window.String()
+		}
+		if a.When == "above" {
+			m["above"] = a.Above
+		}
+		if a.ApproverRole != "" {
+			m["approver_role"] = a.ApproverRole
+		}
+		m["self_approval"] = a.SelfApproval
+		t.Approval = m
+	}
+	return t
+}
+
+// ToolRulesJSON renders the rules that apply to tool (as physmcp://policy
+// shows them, windows spelled out), deterministically: an approval binds
+// to it, so any change of a rule of the tool changes it. A tool without
+// rules renders as null.
+func (p *Policy) ToolRulesJSON(tool string) ([]byte, error) {
+	tp := p.Tools[tool]
+	if tp == nil {
+		return []byte("null"), nil
+	}
+	return json.Marshal(tp.doc())
+}
+
 // MarshalJSON renders the effective policy for the physmcp://policy
 // resource: what is enforced per tool, with windows spelled out.
 func (p *Policy) MarshalJSON() ([]byte, error) {
-	type rate struct {
-		Limit  string `json:"limit"`
-		Source string `json:"source"`
-	}
-	type tool struct {
-		MinRole     string      `json:"min_role"`
-		AllowDuring []string    `json:"allow_during,omitempty"`
-		DenyDuring  []string    `json:"deny_during,omitempty"`
-		Range       *RangeGuard `json:"range_guard,omitempty"`
-		Physical    any         `json:"physical_range,omitempty"`
-		Rates       []rate      `json:"rates,omitempty"`
-		CooldownMS  int64       `json:"cooldown_ms,omitempty"`
-		Quorum      int         `json:"quorum_size,omitempty"`
-		Approval    any         `json:"approval,omitempty"`
-		MaxChange   *MaxChange  `json:"max_change,omitempty"`
-	}
-	tools := map[string]tool{}
+	tools := map[string]toolDoc{}
 	for name, tp := range p.Tools {
-		t := tool{MinRole: tp.MinRole, Range: tp.Range, CooldownMS: tp.Cooldown.Milliseconds(), Quorum: tp.Quorum, MaxChange: tp.MaxChange}
-		if tp.Cap.Range != nil {
-			t.Physical = tp.Cap.Range
-		}
-		for _, w := range tp.AllowDuring {
-			t.AllowDuring = append(t.AllowDuring, w.String())
-		}
-		for _, w := range tp.DenyDuring {
-			t.DenyDuring = append(t.DenyDuring, w.String())
-		}
-		for _, r := range tp.Rates {
-			t.Rates = append(t.Rates, rate{r.Text, r.Source})
-		}
-		if a := tp.Approval; a != nil {
-			m := map[string]any{"when": a.When}
-			if a.Window != nil {
-				m["window"] = a.Window.String()
-			}
-			if a.When == "above" {
-				m["above"] = a.Above
-			}
-			if a.ApproverRole != "" {
-				m["approver_role"] = a.ApproverRole
-			}
-			m["self_approval"] = a.SelfApproval
-			t.Approval = m
-		}
-		tools[name] = t
+		tools[name] = tp.doc()
 	}
 	ids := []map[string]string{}
 	for _, t := range p.Identity.Tokens {
@@ -224,6 +246,9 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 			}
 			ids = append(ids, id)
 		}
+	}
+	for _, person := range p.Identity.People {
+		ids = append(ids, map[string]string{"type": "person", "name": person.Name, "credentials": strings.Join(person.Credentials, " ")})
 	}
 	return json.Marshal(map[string]any{
 		"physmcp_policy_version": Version,

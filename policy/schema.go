@@ -59,6 +59,16 @@ func Schema(gate *jsonschema.Schema) *jsonschema.Schema {
 	provider.Required = []string{"type", "issuer", "audience"}
 	provider.Properties["type"] = &jsonschema.Schema{Type: "string", Enum: []any{"jwt"}, Description: "jwt (terminate mTLS in a proxy that forwards a token)."}
 	id.Properties["providers"].Items = provider
+	person := manifest.DecodeSchema(reflect.TypeFor[rawPerson]())
+	person.Required = []string{"name"}
+	person.Description = "One person's credentials: the two-person rule never lets them approve their own request with another of them."
+	person.Properties["tokens"].Description = "ids of identity.tokens entries that are this person's."
+	person.Properties["certs"].Description = "Client certificates: the cn or san an mtls rule maps, or sha256:<64 hex> (the leaf's fingerprint)."
+	sub := manifest.DecodeSchema(reflect.TypeFor[rawJWTSub]())
+	sub.Required = []string{"issuer", "subject"}
+	person.Properties["jwt"].Items = sub
+	person.Properties["jwt"].Description = "JWT subjects of a jwt provider's issuer."
+	id.Properties["people"].Items = person
 
 	e := p["emergency"]
 	e.Properties["override_permission"] = roleEnum(Roles[1:], "Role that may lift time windows for a while.")

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
@@ -173,7 +174,8 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		v.Permission = promcp.PermAllowed
 		return v
 	}
-	approved := a.Approved && approvalSatisfies(out.Approval, a, &rs.pol.Identity)
+	approved := a.Approved && a.ApprovedFor == approval.Digest(g.device, a.CapabilitySum, rs.rulesDigest(a.Tool)) &&
+		approvalSatisfies(out.Approval, a, &rs.pol.Identity)
 
 	// The gate judges the value as the caller requested it: a clamp applies
 	// only after the gate allowed, so an L0 rule for a dangerous value sees
@@ -187,7 +189,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 		// A human confirmed: re-check L0 (a rule that became deny wins),
 		// do not ask L1 again.
 		gr = rs.gate.Confirmed(req)
-		if by := a.ApprovedBy; by.ID != "" && by.ID != a.Caller.ID && gr.Decision == gate.Allow {
+		if by := a.ApprovedBy; by.ID != "" && !samePerson(by, a.Caller, &rs.pol.Identity) && gr.Decision == gate.Allow {
 			gr.Reason = "approved by " + by.ID + " (" + by.Role + ", not the caller; grant verified, L0 re-checked)"
 		}
 	default:
@@ -229,7 +231,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 }
 
 // approvalSatisfies reports whether who approved meets the approval rule
-// that asked: the approver's role, and another identity than the caller
+// that asked: the approver's role, and another person than the caller
 // unless the rule lets the caller approve itself. A rule without an
 // approver role (and a gate ask) takes the caller's own confirmation.
 func approvalSatisfies(rule *policy.Approval, a node.Action, id *policy.Identity) bool {
@@ -238,19 +240,46 @@ func approvalSatisfies(rule *policy.Approval, a node.Action, id *policy.Identity
 	}
 	by := a.ApprovedBy
 	role := by.Role
-	if id != nil {
-		// The approver's role under the policy in force, not the one the
-		// grant recorded: a reload that demoted or removed the approver
-		// ends what it approved.
-		if now, known := id.CurrentRole(by.ID); known {
-			role = now
-		}
+	// The approver's role under the policy in force, not the one the
+	// grant recorded: a reload that demoted or removed the approver (any
+	// of the credentials it approved with) ends what it approved.
+	if now, known := id.CurrentRoleOf(credentials(by)); known {
+		role = now
 	}
 	if by.ID == "" || policy.RoleLevel(role) < policy.RoleLevel(rule.ApproverRole) {
 		return false
 	}
-	return by.ID != a.Caller.ID || rule.SelfApproval
+	return rule.SelfApproval || !samePerson(by, a.Caller, id)
 }
+
+// samePerson compares two callers as people: a shared credential, or one
+// person of identity.people. Never their formatted names.
+func samePerson(x, y node.Caller, id *policy.Identity) bool {
+	return id.SamePerson(credentials(x), credentials(y))
+}
+
+func credentials(c node.Caller) []string {
+	if len(c.Credentials) == 0 {
+		return []string{c.ID}
+	}
+	return c.Credentials
+}
+
+// RulesDigest implements node.RulesDigester: the policy rules that apply
+// to tool now, as physmcp://policy shows them.
+func (g *Guard) RulesDigest(tool string) string { return g.rules.Load().rulesDigest(tool) }
+
+func (rs *rules) rulesDigest(tool string) string {
+	b, err := rs.pol.ToolRulesJSON(tool)
+	if err != nil {
+		return "unrenderable:" + err.Error() // never equal to a rendered one
+	}
+	return string(b)
+}
+
+// SamePerson reports, under the policy in force, whether two credential
+// sets are one person (the approval authority's people rule).
+func (g *Guard) SamePerson(a, b []string) bool { return g.Policy().Identity.SamePerson(a, b) }
 
 // policyNote is the policy's decision on a call it let through, with the
 // notes of every guard that spoke (clamp, warning, override).

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
 	_ "github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
@@ -264,17 +265,26 @@ gate:
 		{"an operator", node.Caller{ID: "token:op", Role: "operator"}, promcp.PermRequiresHumanApproval},
 		{"another supervisor", node.Caller{ID: "token:b", Role: "supervisor"}, promcp.PermAllowed},
 		{"an admin", node.Caller{ID: "token:root", Role: "admin"}, promcp.PermAllowed},
+		// One person with two credentials is still the caller.
+		{"the caller with another credential too", node.Caller{ID: "token:b via cert:x", Role: "supervisor", Credentials: []string{"token:b", "token:a"}}, promcp.PermRequiresHumanApproval},
 		// The grant's recorded role is not what counts: the policy in force is.
 		{"a token the policy no longer has", node.Caller{ID: "token:gone", Role: "admin"}, promcp.PermRequiresHumanApproval},
 		{"an operator the grant called admin", node.Caller{ID: "token:op", Role: "admin"}, promcp.PermRequiresHumanApproval},
 	} {
 		v := g.Evaluate(context.Background(), node.Action{Tool: "do_vent", Value: int64(10), Caller: caller, Now: time.Now(),
-			Approved: c.by.ID != "", ApprovedBy: c.by}, true)
+			Approved: c.by.ID != "", ApprovedBy: c.by, CapabilitySum: "cap", ApprovedFor: approval.Digest("dev", "cap", g.RulesDigest("do_vent"))}, true)
 		if v.Permission != c.want {
 			t.Errorf("%s: %s (%s)", c.name, v.Permission, v.Reason)
 		}
 		if c.want != promcp.PermAllowed && (v.Approver == nil || v.Approver.Role != "supervisor" || v.Approver.CallerMay) {
 			t.Errorf("%s: approver rule %+v", c.name, v.Approver)
 		}
+	}
+	// Another person's approval, given for other rules (a policy reload
+	// between its redemption and this decision), approves nothing.
+	v := g.Evaluate(context.Background(), node.Action{Tool: "do_vent", Value: int64(10), Caller: caller, Now: time.Now(),
+		Approved: true, ApprovedBy: node.Caller{ID: "token:b", Role: "supervisor"}, CapabilitySum: "cap", ApprovedFor: approval.Digest("dev", "cap", "other rules")}, true)
+	if v.Permission != promcp.PermRequiresHumanApproval {
+		t.Errorf("an approval for other rules: %s", v.Permission)
 	}
 }

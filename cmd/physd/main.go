@@ -32,13 +32,13 @@ import (
 	"time"
 	_ "time/tzdata" // time windows name IANA zones; gateways often lack tzdata
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/drivers/gpio"   // host GPIO through periph.io
 	"github.com/physd/physd/drivers/i2c"    // I²C through periph.io
 	"github.com/physd/physd/drivers/modbus" // Modbus TCP and RTU buses
 	_ "github.com/physd/physd/drivers/sim"  // the built-in simulator
-	"github.com/physd/physd/gate"
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
@@ -394,7 +394,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	var (
 		guard     *safety.Guard // the policy (nil without --policy)
 		inForce   *safety.Guard // the policy, or the manifest-only guard: reloads replace its rules
-		approvals *gate.Approvals
+		approvals *approval.Authority
 		nodeGuard node.Guard
 		site      *mesh.Mesh // set once the node exists; nil without a mesh
 		remote    *meshnode.Remote
@@ -435,7 +435,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	mx := metrics.New()
-	ncfg := node.Config{Manifest: m, Store: st, Audit: al, Logger: log, Guard: nodeGuard,
+	ncfg := node.Config{Manifest: m, Store: st, Audit: al, Logger: log, Guard: nodeGuard, Approvals: approvals,
 		OnDeviceError: func(bus string, _ error) { mx.DriverErrors.WithLabelValues(bus).Inc() }}
 	if remote != nil {
 		ncfg.Remote = remote
@@ -532,7 +532,7 @@ func serve(f runFlags, c *checked, log *slog.Logger) error {
 	srv := mcpserver.New(n, mcpserver.Options{AuthToken: token, StdioRole: f.stdioRole, View: f.view,
 		Families: f.families == "on" || f.families == "auto" && m.Network.Mesh.Enabled, Logger: log, SimControls: simControls,
 		TLS: sec.TLS, AllowedHosts: sec.AllowedHosts, RequireCredentials: sec.RequireCredentials,
-		Safety: guard, Approvals: approvals, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site, md), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
+		Safety: guard, Audit: al, Metrics: mx, PolicyPath: f.policy, Mesh: meshStatus(site, md), MeshReady: meshReady(site), Router: meshRouter(site), History: hist, Alarms: alarmEngine})
 	mcpSrv.Store(srv)
 	rl := &reloader{f: f, n: n, guard: inForce, withPolicy: guard != nil, al: al, log: log, srv: srv, site: site, sum: c.sum,
 		hooks: reloadHooks(alarmEngine, hist, pub)}

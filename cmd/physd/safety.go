@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physd/physd/approval"
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/policy"
@@ -67,14 +68,16 @@ func (n nonceStore) Consume(nonce string, exp time.Time) (bool, error) {
 	return n.st.ConsumeNonce(nonce, exp)
 }
 
-func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID string, quorum policy.QuorumFunc) (*safety.Guard, *gate.Approvals, error) {
+func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID string, quorum policy.QuorumFunc) (*safety.Guard, *approval.Authority, error) {
 	key, err := approvalKey()
 	if err != nil {
 		return nil, nil, err
 	}
-	ap, err := gate.NewApprovals(key, 10*time.Minute, nonceStore{st})
+	guard := safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID, Quorum: quorum})
+	// People are compared under the policy in force (its identity.people).
+	ap, err := approval.New(approval.Config{Key: key, TTL: approval.DefaultTTL, Nonces: nonceStore{st}, Same: guard.SamePerson})
 	if err != nil {
 		return nil, nil, err
 	}
-	return safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID, Quorum: quorum}), ap, nil
+	return guard, ap, nil
 }
