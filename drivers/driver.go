@@ -119,35 +119,77 @@ type Verification struct {
 	At       time.Time
 }
 
+// Driver is what a bus type registers: how to open a bus, and how to
+// check a capability's binding without opening any hardware (validate,
+// reload). The registry is the one list of drivers: the daemon, validate
+// and the manifest schema all read it.
+type Driver struct {
+	Open Factory
+	// Check validates a binding offline (nil: the bus is opened to check
+	// it, as the simulator is).
+	Check func(*manifest.Capability) error
+	// Span, when set, also says where a binding's writes land, so that
+	// two do_ capabilities on one address are refused offline (Spanner).
+	Span func(*manifest.Capability) (Spanner, error)
+}
+
 var (
-	mu        sync.RWMutex
-	factories = map[string]Factory{}
+	mu      sync.RWMutex
+	drivers = map[string]Driver{}
 )
 
 // Register makes a bus type available; drivers call it from init.
-func Register(busType string, f Factory) {
+func Register(busType string, f Factory) { RegisterDriver(busType, Driver{Open: f}) }
+
+// RegisterDriver is Register with the driver's offline checks.
+func RegisterDriver(busType string, d Driver) {
 	mu.Lock()
 	defer mu.Unlock()
-	if _, dup := factories[busType]; dup {
+	if _, dup := drivers[busType]; dup {
 		panic("drivers: Register called twice for " + busType)
 	}
-	factories[busType] = f
+	if d.Open == nil {
+		panic("drivers: no Open for " + busType)
+	}
+	drivers[busType] = d
 }
 
 // Lookup returns the factory for a bus type.
 func Lookup(busType string) (Factory, bool) {
+	d, ok := LookupDriver(busType)
+	return d.Open, ok
+}
+
+// LookupDriver returns a bus type's driver.
+func LookupDriver(busType string) (Driver, bool) {
 	mu.RLock()
 	defer mu.RUnlock()
-	f, ok := factories[busType]
-	return f, ok
+	d, ok := drivers[busType]
+	return d, ok
+}
+
+// Counters is implemented by buses that count their traffic (the Modbus
+// engines); /metrics exports them per bus.
+type Counters interface {
+	Counters() BusCounters
+}
+
+// BusCounters is a bus engine's traffic so far.
+type BusCounters struct {
+	QueueDepth int   // requests waiting for the bus worker
+	Requests   int64 // requests sent (a coalesced read counts once)
+	Coalesced  int64 // point reads that shared another read's request
+	Failures   int64 // requests that failed other than by a device exception
+	Timeouts   int64 // requests without a timely reply
+	Exceptions int64 // device exception replies
 }
 
 // Types lists the registered bus types, sorted.
 func Types() []string {
 	mu.RLock()
 	defer mu.RUnlock()
-	out := make([]string, 0, len(factories))
-	for t := range factories {
+	out := make([]string, 0, len(drivers))
+	for t := range drivers {
 		out = append(out, t)
 	}
 	sort.Strings(out)

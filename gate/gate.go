@@ -18,7 +18,11 @@ type Request struct {
 	Tool     string         // the MCP tool name, e.g. do_set_valve
 	Args     map[string]any // decoded JSON arguments, e.g. {"value": 42.0}
 	DeviceID string         // the owner device; sent to L1 as cwd "device:<id>"
-	Caller   string         // who asked (for approvals and audit)
+	Caller   string         // who asked (for audit)
+	// Key is the call's idempotency key: it is not an argument (no
+	// fingerprint or L1 command includes it), but the shell blacklist
+	// applies to it as to every string the caller sent.
+	Key string
 }
 
 // Thresholds are the L1 mapping thresholds.
@@ -224,7 +228,7 @@ func (g *Gate) Decide(ctx context.Context, r Request) (res Result) {
 		ctx = context.Background()
 	}
 	res = g.base(r)
-	o := g.evalL0(r.Tool, r.Args)
+	o := g.evalL0(r.Tool, r.Args, r.Key)
 	if o.decision != "" {
 		res.Decision, res.Layer, res.Reason, res.Rule = o.decision, LayerL0, o.reason, o.rule
 		return res
@@ -249,7 +253,7 @@ func (g *Gate) DecideL0(r Request) (res Result) {
 		}
 	}()
 	res = g.base(r)
-	o := g.evalL0(r.Tool, r.Args)
+	o := g.evalL0(r.Tool, r.Args, r.Key)
 	res.Reason, res.Rule = o.reason, o.rule
 	if o.decision != "" {
 		res.Decision, res.Layer = o.decision, LayerL0
@@ -277,7 +281,7 @@ func (g *Gate) DryRun(ctx context.Context, r Request) (res Result) {
 		ctx = context.Background()
 	}
 	res = g.base(r)
-	o := g.evalL0(r.Tool, r.Args)
+	o := g.evalL0(r.Tool, r.Args, r.Key)
 	if o.decision != "" {
 		res.Decision, res.Layer, res.Reason, res.Rule = o.decision, LayerL0, o.reason, o.rule
 		return res

@@ -230,7 +230,7 @@ type l0 struct {
 	allowRule string
 }
 
-func (g *Gate) evalL0(tool string, args map[string]any) l0 {
+func (g *Gate) evalL0(tool string, args map[string]any, key string) l0 {
 	if tool == "" {
 		return l0{decision: Deny, rule: "empty_command", reason: "L0 deny empty_command: empty tool name"}
 	}
@@ -278,10 +278,15 @@ func (g *Gate) evalL0(tool string, args map[string]any) l0 {
 			return l0{decision: Deny, rule: r.Name, reason: "L0 deny " + r.Name + ": " + noteOr(r.Note, "denied by the actuator table")}
 		}
 	}
-	// 2. shell blacklist on the tool name, argument names and string values.
+	// 2. shell blacklist on the tool name, the idempotency key, argument
+	// names and string values. Operators in the key alone do not make the
+	// call grey: the key is never part of the command.
 	ops := hasShellOperator(tool)
 	if sr, ok := MatchShell(tool); ok {
 		return shellDeny(sr, "the tool name")
+	}
+	if sr, ok := MatchShell(key); ok && key != "" {
+		return shellDeny(sr, "the idempotency_key")
 	}
 	for _, k := range keys {
 		if sr, ok := MatchShell(k); ok {

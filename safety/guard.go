@@ -180,7 +180,7 @@ func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.V
 	// The gate judges the value as the caller requested it: a clamp applies
 	// only after the gate allowed, so an L0 rule for a dangerous value sees
 	// the dangerous value.
-	req := gate.Request{Tool: a.Tool, Args: map[string]any{"value": a.Value}, DeviceID: g.device, Caller: a.Caller.ID}
+	req := gate.Request{Tool: a.Tool, Args: map[string]any{"value": a.Value}, DeviceID: g.device, Caller: a.Caller.ID, Key: a.IdempotencyKey}
 	var gr gate.Result
 	switch {
 	case dryRun:

@@ -19,13 +19,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/physd/physd/drivers"
-	_ "github.com/physd/physd/drivers/gpio"    // registers gpio
-	_ "github.com/physd/physd/drivers/i2c"     // registers i2c
-	_ "github.com/physd/physd/drivers/modbus"  // registers modbus_tcp, modbus_rtu
-	_ "github.com/physd/physd/drivers/onewire" // registers onewire
-	_ "github.com/physd/physd/drivers/pwm"     // registers pwm
-	_ "github.com/physd/physd/drivers/sim"     // registers sim
-	_ "github.com/physd/physd/drivers/spi"     // registers spi
+	_ "github.com/physd/physd/drivers/all" // every driver registers its bus types
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/policy"

@@ -174,20 +174,20 @@ func TestSchemasRefuseWhatParsersRefuse(t *testing.T) {
 	}
 }
 
-// TestEveryDriverIsInTheSchema: every bus type a package under drivers/
-// registers is one the schema names (the schema knows only the drivers
-// this package imports).
+// TestEveryDriverIsInTheSchema: every package under drivers/ that
+// registers a bus type is linked by drivers/all (the one list of drivers,
+// which this package and physd import), so the schema names its types.
 func TestEveryDriverIsInTheSchema(t *testing.T) {
 	files, err := filepath.Glob("../drivers/*/*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`drivers\.Register\(("[a-z0-9_]+"|Type[A-Za-z]+)`)
-	known := map[string]bool{}
-	for _, typ := range drivers.Types() {
-		known[typ] = true
+	all, err := os.ReadFile("../drivers/all/all.go")
+	if err != nil {
+		t.Fatal(err)
 	}
-	n := 0
+	re := regexp.MustCompile(`drivers\.Register(Driver)?\(`)
+	registering := map[string]bool{}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -196,18 +196,16 @@ func TestEveryDriverIsInTheSchema(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
-			n++
-			typ := strings.Trim(m[1], `"`)
-			if !strings.HasPrefix(m[1], `"`) { // modbus registers its constants
-				typ = map[string]string{"TypeTCP": "modbus_tcp", "TypeRTU": "modbus_rtu"}[m[1]]
-			}
-			if !known[typ] {
-				t.Errorf("%s registers bus type %s, which the schema does not name: import the driver in schemas.go and run go generate ./schemas", f, m[1])
-			}
+		if re.Match(src) {
+			registering[filepath.Base(filepath.Dir(f))] = true
 		}
 	}
-	if n < 8 {
-		t.Fatalf("found %d drivers.Register calls under drivers/; the pattern no longer matches them", n)
+	for pkg := range registering {
+		if !strings.Contains(string(all), `"github.com/physd/physd/drivers/`+pkg+`"`) {
+			t.Errorf("drivers/%s registers a bus type but drivers/all does not import it: add it there and run go generate ./schemas", pkg)
+		}
+	}
+	if len(registering) < 7 || len(drivers.Types()) < 8 {
+		t.Fatalf("found %d registering packages and %d bus types; the pattern no longer matches them", len(registering), len(drivers.Types()))
 	}
 }

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"github.com/physd/physd/drivers/modbus"
+	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 )
 
-// registerBusMetrics exports physd_bus_up for every bus and the Modbus
-// engines' counters and queue depth. The series are listed at scrape time
+// registerBusMetrics exports physd_bus_up for every bus, and the counters
+// and queue depth of every bus engine that counts (drivers.Counters: the
+// Modbus engines). The series are listed at scrape time
 // from the buses in force (node.Buses), so a bus a manifest reload adds
 // gets its series, a removed one loses them, and a reopened one (a new
 // engine, counters from zero) is read, not the closed engine.
@@ -21,28 +22,19 @@ func registerBusMetrics(mx *metrics.Metrics, n *node.Node) {
 			emit(up, name)
 		}
 	})
-	modbusStat := func(name, help string, v func(modbus.Stats) float64) {
+	stat := func(name, help string, v func(drivers.BusCounters) float64) {
 		mx.GaugeSet(name, help, []string{"bus"}, func(emit func(float64, ...string)) {
-			for bus, mb := range modbusBuses(n) {
-				emit(v(mb.Stats()), bus)
+			for bus, b := range n.Buses() {
+				if c, ok := b.(drivers.Counters); ok {
+					emit(v(c.Counters()), bus)
+				}
 			}
 		})
 	}
-	modbusStat("physd_bus_queue_depth", "Requests waiting in the bus worker's queue.", func(s modbus.Stats) float64 { return float64(s.QueueDepth) })
-	modbusStat("physd_bus_requests", "Modbus requests sent (a coalesced read counts once).", func(s modbus.Stats) float64 { return float64(s.Requests) })
-	modbusStat("physd_bus_coalesced_reads", "Point reads that shared another read's request.", func(s modbus.Stats) float64 { return float64(s.Coalesced) })
-	modbusStat("physd_bus_failures", "Requests that failed other than by a Modbus exception.", func(s modbus.Stats) float64 { return float64(s.Failures) })
-	modbusStat("physd_bus_timeouts", "Requests without a timely reply.", func(s modbus.Stats) float64 { return float64(s.Timeouts) })
-	modbusStat("physd_bus_exceptions", "Modbus exception replies.", func(s modbus.Stats) float64 { return float64(s.Exceptions) })
-}
-
-// modbusBuses are the Modbus engines in force, by bus name.
-func modbusBuses(n *node.Node) map[string]*modbus.Bus {
-	out := map[string]*modbus.Bus{}
-	for name, b := range n.Buses() {
-		if mb, ok := b.(*modbus.Bus); ok {
-			out[name] = mb
-		}
-	}
-	return out
+	stat("physd_bus_queue_depth", "Requests waiting in the bus worker's queue.", func(s drivers.BusCounters) float64 { return float64(s.QueueDepth) })
+	stat("physd_bus_requests", "Modbus requests sent (a coalesced read counts once).", func(s drivers.BusCounters) float64 { return float64(s.Requests) })
+	stat("physd_bus_coalesced_reads", "Point reads that shared another read's request.", func(s drivers.BusCounters) float64 { return float64(s.Coalesced) })
+	stat("physd_bus_failures", "Requests that failed other than by a Modbus exception.", func(s drivers.BusCounters) float64 { return float64(s.Failures) })
+	stat("physd_bus_timeouts", "Requests without a timely reply.", func(s drivers.BusCounters) float64 { return float64(s.Timeouts) })
+	stat("physd_bus_exceptions", "Modbus exception replies.", func(s drivers.BusCounters) float64 { return float64(s.Exceptions) })
 }

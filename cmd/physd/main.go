@@ -35,10 +35,7 @@ import (
 	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
-	"github.com/physd/physd/drivers/gpio"   // host GPIO through periph.io
-	"github.com/physd/physd/drivers/i2c"    // I²C through periph.io
-	"github.com/physd/physd/drivers/modbus" // Modbus TCP and RTU buses
-	_ "github.com/physd/physd/drivers/sim"  // the built-in simulator
+	_ "github.com/physd/physd/drivers/all" // every bus driver (the one list)
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
@@ -50,14 +47,6 @@ import (
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
-)
-
-// 1-Wire temperature sensors and PWM outputs through the kernel's sysfs;
-// SPI ADCs through periph.io.
-import (
-	"github.com/physd/physd/drivers/onewire"
-	"github.com/physd/physd/drivers/pwm"
-	"github.com/physd/physd/drivers/spi"
 )
 
 // version is set with -ldflags "-X main.version=…" by release builds.
@@ -177,11 +166,12 @@ func checkBindings(m *manifest.Manifest) error {
 	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
 		b := m.Buses[name]
 		if b.Type != "sim" {
-			if _, ok := drivers.Lookup(b.Type); !ok {
+			d, ok := drivers.LookupDriver(b.Type)
+			if !ok {
 				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: %s", b.TypePos, name, b.Type, manifest.OneOf(b.Type, drivers.Types())))
 				continue
 			}
-			if span := spanChecks[b.Type]; span != nil {
+			if span := d.Span; span != nil {
 				// The write spans too: two do_ capabilities on one register
 				// are refused here, before any bus opens.
 				var caps []*manifest.Capability
@@ -199,7 +189,7 @@ func checkBindings(m *manifest.Manifest) error {
 				if err := drivers.SharedSpans(name, caps, spans); err != nil {
 					errs = append(errs, err)
 				}
-			} else if check := bindingChecks[b.Type]; check != nil {
+			} else if check := d.Check; check != nil {
 				for _, c := range m.Capabilities {
 					if c.Binding.Bus == name {
 						if err := check(c); err != nil {
@@ -233,24 +223,6 @@ func checkBindings(m *manifest.Manifest) error {
 		bus.Close()
 	}
 	return errors.Join(errs...)
-}
-
-// spanChecks validate a hardware binding without opening the hardware and
-// say where its writes land.
-var spanChecks = map[string]func(*manifest.Capability) (drivers.Spanner, error){
-	"modbus_tcp": func(c *manifest.Capability) (drivers.Spanner, error) { return modbus.BindingSpan("modbus_tcp", c) },
-	"modbus_rtu": func(c *manifest.Capability) (drivers.Spanner, error) { return modbus.BindingSpan("modbus_rtu", c) },
-}
-
-// bindingChecks validate a hardware binding without opening the hardware.
-var bindingChecks = map[string]func(*manifest.Capability) error{
-	"i2c":        i2c.CheckBinding,
-	"gpio":       gpio.CheckBinding,
-	"onewire":    onewire.CheckBinding,
-	"spi":        spi.CheckBinding,
-	"pwm":        pwm.CheckBinding,
-	"modbus_tcp": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_tcp", c) },
-	"modbus_rtu": func(c *manifest.Capability) error { return modbus.CheckBinding("modbus_rtu", c) },
 }
 
 type runFlags struct {

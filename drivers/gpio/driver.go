@@ -12,7 +12,7 @@ import (
 	"periph.io/x/conn/v3/gpio/gpioreg"
 )
 
-func init() { drivers.Register("gpio", Open) }
+func init() { drivers.RegisterDriver("gpio", drivers.Driver{Open: Open, Check: CheckBinding}) }
 
 // busConfig is the bus entry's own keys: none yet, decoded strictly so a
 // stray key is reported rather than ignored.

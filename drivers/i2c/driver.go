@@ -16,7 +16,7 @@ import (
 	"periph.io/x/conn/v3/i2c/i2creg"
 )
 
-func init() { drivers.Register("i2c", Open) }
+func init() { drivers.RegisterDriver("i2c", drivers.Driver{Open: Open, Check: CheckBinding}) }
 
 // busConfig is the bus entry's own keys.
 type busConfig struct {

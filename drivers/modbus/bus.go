@@ -11,8 +11,11 @@ import (
 )
 
 func init() {
-	drivers.Register(TypeTCP, OpenTCP)
-	drivers.Register(TypeRTU, OpenRTU)
+	for t, open := range map[string]drivers.Factory{TypeTCP: OpenTCP, TypeRTU: OpenRTU} {
+		drivers.RegisterDriver(t, drivers.Driver{Open: open,
+			Check: func(c *manifest.Capability) error { return CheckBinding(t, c) },
+			Span:  func(c *manifest.Capability) (drivers.Spanner, error) { return BindingSpan(t, c) }})
+	}
 }
 
 // Bus is an open Modbus endpoint: one worker goroutine and its link.
@@ -156,6 +159,13 @@ type Stats struct {
 	Discarded  int64 `json:"discarded"`  // RTU: bytes thrown away by flushes
 	Probes     int64 `json:"probes"`     // RTU: re-synchronisation probes (function 8) sent
 	QueueDepth int   `json:"queue_depth"`
+}
+
+// Counters implements drivers.Counters (/metrics).
+func (b *Bus) Counters() drivers.BusCounters {
+	s := b.Stats()
+	return drivers.BusCounters{QueueDepth: s.QueueDepth, Requests: s.Requests, Coalesced: s.Coalesced, Failures: s.Failures,
+		Timeouts: s.Timeouts, Exceptions: s.Exceptions}
 }
 
 // Stats returns the counters.

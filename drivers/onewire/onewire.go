@@ -33,7 +33,7 @@ import (
 	"github.com/physd/physd/manifest"
 )
 
-func init() { drivers.Register("onewire", Open) }
+func init() { drivers.RegisterDriver("onewire", drivers.Driver{Open: Open, Check: CheckBinding}) }
 
 // DefaultPath is where the kernel lists 1-Wire devices.
 const DefaultPath = "/sys/bus/w1/devices"

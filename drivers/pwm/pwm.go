@@ -42,7 +42,7 @@ import (
 	"github.com/physd/physd/manifest"
 )
 
-func init() { drivers.Register("pwm", Open) }
+func init() { drivers.RegisterDriver("pwm", drivers.Driver{Open: Open, Check: CheckBinding}) }
 
 type busConfig struct {
 	Chip *int    `yaml:"chip"`

@@ -33,7 +33,7 @@ import (
 	"periph.io/x/conn/v3/spi/spireg"
 )
 
-func init() { drivers.Register("spi", Open) }
+func init() { drivers.RegisterDriver("spi", drivers.Driver{Open: Open, Check: CheckBinding}) }
 
 type busConfig struct {
 	Port *string `yaml:"port"`
