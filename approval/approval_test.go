@@ -19,7 +19,7 @@ var testKey = bytes.Repeat([]byte{7}, 32)
 
 func authority(t *testing.T, same approval.SameFunc) *approval.Authority {
 	t.Helper()
-	a, err := approval.New(approval.Config{Key: testKey, Nonces: approval.NewMemoryNonces(), Same: same})
+	a, err := approval.New(approval.Config{Key: testKey, Nonces: approval.NewMemoryNonces(), Same: same, Installation: "gw-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestGrantTampered(t *testing.T) {
 	json.Unmarshal(raw, &g)
 	g["def"] = "def2"
 	edited, _ := json.Marshal(g)
-	other, err := approval.New(approval.Config{Key: bytes.Repeat([]byte{8}, 32), Nonces: approval.NewMemoryNonces()})
+	other, err := approval.New(approval.Config{Key: bytes.Repeat([]byte{8}, 32), Nonces: approval.NewMemoryNonces(), Installation: "gw-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,10 +339,11 @@ func TestConcurrentRedeem(t *testing.T) {
 
 func TestNewValidation(t *testing.T) {
 	for name, c := range map[string]approval.Config{
-		"short key": {Key: []byte("short"), Nonces: approval.NewMemoryNonces()},
-		"no nonces": {Key: testKey},
-		"tiny ttl":  {Key: testKey, TTL: time.Millisecond, Nonces: approval.NewMemoryNonces()},
-		"huge ttl":  {Key: testKey, TTL: 48 * time.Hour, Nonces: approval.NewMemoryNonces()},
+		"short key":       {Key: []byte("short"), Nonces: approval.NewMemoryNonces(), Installation: "i"},
+		"no installation": {Key: testKey, Nonces: approval.NewMemoryNonces()},
+		"no nonces":       {Key: testKey},
+		"tiny ttl":        {Key: testKey, TTL: time.Millisecond, Nonces: approval.NewMemoryNonces()},
+		"huge ttl":        {Key: testKey, TTL: 48 * time.Hour, Nonces: approval.NewMemoryNonces()},
 	} {
 		if _, err := approval.New(c); err == nil {
 			t.Errorf("%s accepted", name)
@@ -355,12 +356,34 @@ type failingNonces struct{}
 func (failingNonces) Consume(string, time.Time) (bool, error) { return false, errors.New("disk full") }
 
 func TestNonceStoreErrorRefuses(t *testing.T) {
-	a, err := approval.New(approval.Config{Key: testKey, Nonces: failingNonces{}})
+	a, err := approval.New(approval.Config{Key: testKey, Nonces: failingNonces{}, Installation: "gw-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tok, _ := grantFor(t, a, call(alice, 30, "def1"), bob)
 	if _, err := a.Redeem(tok, call(alice, 30, "def1")); err == nil {
 		t.Fatal("a grant redeemed without recording its nonce")
+	}
+}
+
+// TestAnotherInstallation: a gateway with the same key (and so the same
+// MAC) never redeems another installation's grant or round.
+func TestAnotherInstallation(t *testing.T) {
+	a := authority(t, nil)
+	b, err := approval.New(approval.Config{Key: testKey, Nonces: approval.NewMemoryNonces(), Installation: "gw-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := call(alice, 30, "def1")
+	tok, _ := grantFor(t, a, c, bob)
+	if _, err := b.Redeem(tok, c); !errors.Is(err, approval.ErrElsewhere) {
+		t.Errorf("grant at another installation: %v", err)
+	}
+	round, _, _ := a.IssueRound(c, "policy")
+	if _, err := b.RedeemRound(round, c); !errors.Is(err, approval.ErrElsewhere) {
+		t.Errorf("round at another installation: %v", err)
+	}
+	if _, err := a.Redeem(tok, c); err != nil {
+		t.Errorf("at its own installation: %v", err)
 	}
 }

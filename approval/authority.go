@@ -102,8 +102,11 @@ var (
 	ErrTampered = errors.New("approval: the token is malformed or its MAC does not verify")
 	ErrExpired  = errors.New("approval: the token has expired (or is not yet valid)")
 	ErrMismatch = errors.New("approval: the token was issued for a different call (tool, value, idempotency_key or caller)")
-	ErrReplayed = errors.New("approval: the token was already used")
-	ErrSelf     = errors.New("approval: the approver is the caller; this rule needs another person")
+	// ErrElsewhere: the token was issued by another gateway (or this one
+	// before its state directory was replaced).
+	ErrElsewhere = errors.New("approval: the token was issued by another gateway installation")
+	ErrReplayed  = errors.New("approval: the token was already used")
+	ErrSelf      = errors.New("approval: the approver is the caller; this rule needs another person")
 	// ErrVoid: the capability's definition (binding, range, unit, the
 	// policy rules that apply) is not the one the approval was given for.
 	// The approval is spent.
@@ -140,6 +143,11 @@ type Config struct {
 	// Same says whether two credential sets are one person under the
 	// policy in force (its identity.people); nil: ShareCredential.
 	Same SameFunc
+	// Installation identifies this gateway's state (store.InstallationID):
+	// every round and grant names it, and only this installation redeems
+	// them, so gateways sharing a key and a manifest never accept each
+	// other's approvals (their nonces are not shared). "" is refused.
+	Installation string
 }
 
 // Authority issues, books and redeems approvals.
@@ -148,6 +156,7 @@ type Authority struct {
 	ttl    time.Duration
 	nonces NonceStore
 	same   SameFunc
+	inst   string
 
 	mu   sync.Mutex
 	byID map[string]*Request
@@ -181,7 +190,10 @@ func New(c Config) (*Authority, error) {
 	if same == nil {
 		same = ShareCredential
 	}
-	return &Authority{key: key, ttl: ttl, nonces: c.Nonces, same: same, byID: map[string]*Request{}}, nil
+	if c.Installation == "" {
+		return nil, errors.New("approval: an installation id is required (store.InstallationID)")
+	}
+	return &Authority{key: key, ttl: ttl, nonces: c.Nonces, same: same, inst: c.Installation, byID: map[string]*Request{}}, nil
 }
 
 // TTL returns the lifetime of asks and grants.

@@ -21,13 +21,14 @@ const (
 
 // Grant is the signed content of a grant.
 type Grant struct {
-	V           int    `json:"v"`
-	ID          string `json:"id"` // the request it answers
-	Fingerprint string `json:"fp"`
-	Tool        string `json:"tool"`
-	Key         string `json:"key"`
-	Caller      Party  `json:"caller"`
-	Approver    Party  `json:"approver"`
+	V            int    `json:"v"`
+	Installation string `json:"inst"` // the gateway state that issued it
+	ID           string `json:"id"`   // the request it answers
+	Fingerprint  string `json:"fp"`
+	Tool         string `json:"tool"`
+	Key          string `json:"key"`
+	Caller       Party  `json:"caller"`
+	Approver     Party  `json:"approver"`
 	// Definition is the digest of the definition the approver was shown.
 	Definition string `json:"def"`
 	IssuedAt   int64  `json:"iat"`
@@ -46,7 +47,7 @@ func (a *Authority) issueGrant(g Grant) (string, time.Time, error) {
 	}
 	now := time.Now()
 	exp := now.Add(a.ttl).Truncate(time.Second)
-	g.V, g.IssuedAt, g.ExpiresAt, g.Nonce = grantVersion, now.Unix(), exp.Unix(), n
+	g.V, g.Installation, g.IssuedAt, g.ExpiresAt, g.Nonce = grantVersion, a.inst, now.Unix(), exp.Unix(), n
 	tok, err := a.sign(grantMACCtx, g)
 	return GrantPrefix + tok, exp, err
 }
@@ -55,7 +56,7 @@ func (a *Authority) issueGrant(g Grant) (string, time.Time, error) {
 func IsGrant(token string) bool { return strings.HasPrefix(token, GrantPrefix) }
 
 // Redeem checks a grant for the call being made, in this order: MAC,
-// version, expiry; the binding to this exact call (tool, value, key) and
+// version, the installation that issued it, expiry; the binding to this exact call (tool, value, key) and
 // to the person who asked (the same person as the grant's caller); an
 // approver who is not that person (under the policy in force too); then it
 // spends the grant's nonce (a second use is ErrReplayed) and removes its
@@ -72,6 +73,9 @@ func (a *Authority) Redeem(token string, c Call) (Grant, error) {
 	}
 	if g.V != grantVersion || g.Nonce == "" {
 		return g, fmt.Errorf("%w: unsupported version %d", ErrTampered, g.V)
+	}
+	if g.Installation != a.inst {
+		return g, ErrElsewhere
 	}
 	if err := times(g.IssuedAt, g.ExpiresAt); err != nil {
 		return g, err

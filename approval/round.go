@@ -18,15 +18,16 @@ const (
 
 // Round is the signed content of a round's requestState.
 type Round struct {
-	V           int      `json:"v"`
-	Fingerprint string   `json:"fp"`
-	Tool        string   `json:"tool"`
-	Caller      []string `json:"caller"` // the caller's credentials
-	Layer       string   `json:"layer"`  // what asked: policy, L0, L1
-	Definition  string   `json:"def"`
-	IssuedAt    int64    `json:"iat"`
-	ExpiresAt   int64    `json:"exp"`
-	Nonce       string   `json:"nonce"`
+	V            int      `json:"v"`
+	Installation string   `json:"inst"`
+	Fingerprint  string   `json:"fp"`
+	Tool         string   `json:"tool"`
+	Caller       []string `json:"caller"` // the caller's credentials
+	Layer        string   `json:"layer"`  // what asked: policy, L0, L1
+	Definition   string   `json:"def"`
+	IssuedAt     int64    `json:"iat"`
+	ExpiresAt    int64    `json:"exp"`
+	Nonce        string   `json:"nonce"`
 }
 
 // IssueRound signs the requestState of a round asking the caller to
@@ -41,7 +42,7 @@ func (a *Authority) IssueRound(c Call, layer string) (token string, exp time.Tim
 	}
 	now := time.Now()
 	exp = now.Add(a.ttl).Truncate(time.Second)
-	token, err = a.sign(roundMACCtx, Round{V: roundVersion, Fingerprint: c.Fingerprint(), Tool: c.Tool, Caller: c.Caller.creds(), Layer: layer,
+	token, err = a.sign(roundMACCtx, Round{V: roundVersion, Installation: a.inst, Fingerprint: c.Fingerprint(), Tool: c.Tool, Caller: c.Caller.creds(), Layer: layer,
 		Definition: c.Definition, IssuedAt: now.Unix(), ExpiresAt: exp.Unix(), Nonce: n})
 	return token, exp, err
 }
@@ -58,6 +59,9 @@ func (a *Authority) RedeemRound(token string, c Call) (Round, error) {
 	}
 	if r.V != roundVersion || r.Nonce == "" {
 		return r, fmt.Errorf("%w: unsupported version %d", ErrTampered, r.V)
+	}
+	if r.Installation != a.inst {
+		return r, ErrElsewhere
 	}
 	if err := times(r.IssuedAt, r.ExpiresAt); err != nil {
 		return r, err

@@ -101,7 +101,7 @@ func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPa
 		t.Fatal(err)
 	}
 	guard := safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: guard.SamePerson})
+	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: guard.SamePerson, Installation: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

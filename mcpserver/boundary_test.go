@@ -87,7 +87,7 @@ func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConf
 			t.Fatal(err)
 		}
 		opts.Safety = safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Safety.SamePerson}); err != nil {
+		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Safety.SamePerson, Installation: "test"}); err != nil {
 			t.Fatal(err)
 		}
 		cfg.Guard = opts.Safety

@@ -21,9 +21,18 @@ import (
 // ApprovalError is an approval the call carried that cannot be used
 // (tampered, expired, issued for another call or caller, the caller's own):
 // nothing was actuated.
-type ApprovalError struct{ Err error }
+type ApprovalError struct {
+	Err error
+	// Held: the grant was the decision the authority held for this call
+	// (the caller sent none).
+	Held bool
+}
 
 func (e *ApprovalError) Error() string {
+	if e.Held {
+		return "the approval given for this call cannot be used (" + ApprovalProblem(e.Err) + "); nothing was actuated. " +
+			"Call again to ask for a new approval"
+	}
 	return "requestState: the approval grant cannot be used (" + ApprovalProblem(e.Err) + "); nothing was actuated. " +
 		"Call again without requestState to ask for a new approval"
 }
@@ -37,6 +46,8 @@ func ApprovalProblem(err error) string {
 		return "its approver is the caller: a second person must approve"
 	case errors.Is(err, approval.ErrMismatch):
 		return "it approves another call: tool, value, idempotency_key and the person who asked must be the approved ones"
+	case errors.Is(err, approval.ErrElsewhere):
+		return "it was issued by another gateway (or by this one before its state directory was replaced): an approval is redeemed where it was given"
 	case errors.Is(err, approval.ErrTampered):
 		return "it was altered or is not an approval of this gateway"
 	case errors.Is(err, approval.ErrExpired):
@@ -147,7 +158,7 @@ func (n *Node) redeemApproval(req DoRequest, cs *capState, value any, res promcp
 		return &audit.Record{Event: "approval_refused", Tool: cs.tool, IdempotencyKey: req.IdempotencyKey, Caller: req.Caller.ID,
 			Credentials: req.Caller.Credentials, Requested: value, Reason: ApprovalProblem(err)}, nil
 	})
-	return approvalUse{}, nil, &ApprovalError{Err: err}
+	return approvalUse{}, nil, &ApprovalError{Err: err, Held: req.Grant == ""}
 }
 
 // voidAnswer answers a call whose approval is void: failed, code

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -30,8 +31,26 @@ type Principal struct {
 // TokenCredential names a policy token by its id.
 func TokenCredential(id string) string { return "token:" + id }
 
-// JWTCredential names a JWT subject of an issuer.
-func JWTCredential(issuer, subject string) string { return "jwt:" + issuer + "/" + subject }
+// JWTCredential names a JWT subject of an issuer. Both are escaped, so no
+// issuer and subject of one person spell another's ("https://idp/a" + "b"
+// is not "https://idp" + "a/b").
+func JWTCredential(issuer, subject string) string {
+	return "jwt:" + url.QueryEscape(issuer) + "/" + url.QueryEscape(subject)
+}
+
+// jwtIssuerOf is the issuer of a JWTCredential.
+func jwtIssuerOf(credential string) (string, bool) {
+	rest, ok := strings.CutPrefix(credential, "jwt:")
+	if !ok {
+		return "", false
+	}
+	esc, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", false
+	}
+	iss, err := url.QueryUnescape(esc)
+	return iss, err == nil
+}
 
 // CertCredential names a client certificate by the name an mtls rule
 // matched (its CN or SAN).
@@ -104,7 +123,8 @@ var ErrUnknownToken = errors.New("the bearer token is not known to this policy")
 var ErrUnmappedCert = errors.New("the client certificate is not mapped to a role by this policy")
 
 // errRoleClaim marks a JWT whose signature and claims verified but whose
-// role claim names no role: as specific as an expired token.
+// role claim names no role, or whose subject is missing: as specific as an
+// expired token.
 var errRoleClaim = errors.New("role claim")
 
 // Authenticate maps a bearer credential to a principal: a static token by
@@ -196,7 +216,12 @@ func (p *JWTProvider) verify(raw string) (Principal, error) {
 	if RoleLevel(role) < 0 {
 		return Principal{}, fmt.Errorf("JWT rejected by issuer %s: claim %q = %q is not a role (%v): %w", p.Issuer, p.RoleClaim, role, Roles, errRoleClaim)
 	}
+	// The subject tells people apart (the two-person rule, the caller a
+	// grant is bound to): a token without one names nobody.
 	sub, _ := claims["sub"].(string)
+	if strings.TrimSpace(sub) == "" {
+		return Principal{}, fmt.Errorf("JWT rejected by issuer %s: no sub claim (a non-empty string): physd tells people apart by issuer and subject; issue the token with the user's subject: %w", p.Issuer, errRoleClaim)
+	}
 	return Principal{ID: "jwt:" + p.Issuer + "/" + sub, Role: role, Credentials: []string{JWTCredential(p.Issuer, sub)}}, nil
 }
 
@@ -233,9 +258,23 @@ func (id *Identity) AuthenticateCert(chain []*x509.Certificate) (Principal, erro
 		}
 		for _, r := range p.Clients {
 			if name, ok := r.match(leaf); ok {
+				// The role is the first matching rule's; the person is every
+				// name any rule maps this certificate by, and its fingerprint
+				// (identity.people may list it by any of them).
 				sum := sha256.Sum256(leaf.Raw)
-				return Principal{ID: "cert:" + name, Role: r.Role,
-					Credentials: []string{CertCredential(name), CertFingerprintCredential(hex.EncodeToString(sum[:]))}}, nil
+				pr := Principal{ID: "cert:" + name, Role: r.Role, Credentials: []string{CertCredential(name)}}
+				for _, q := range id.MTLS {
+					if q.CA != nil && !q.anchors(chain) {
+						continue
+					}
+					for _, r2 := range q.Clients {
+						if n2, ok := r2.match(leaf); ok && !slices.Contains(pr.Credentials, CertCredential(n2)) {
+							pr.Credentials = append(pr.Credentials, CertCredential(n2))
+						}
+					}
+				}
+				pr.Credentials = append(pr.Credentials, CertFingerprintCredential(hex.EncodeToString(sum[:])))
+				return pr, nil
 			}
 		}
 	}
@@ -307,6 +346,14 @@ func (id *Identity) CurrentRole(principal string) (role string, known bool) {
 	switch {
 	case strings.HasPrefix(principal, "certfp:"):
 		return "", false
+	case strings.HasPrefix(principal, "jwt:"):
+		// The role is in the token's claims; but an issuer this policy no
+		// longer trusts gives none.
+		iss, ok := jwtIssuerOf(principal)
+		if ok && slices.ContainsFunc(id.JWT, func(p JWTProvider) bool { return p.Issuer == iss }) {
+			return "", false
+		}
+		return "", true
 	case strings.HasPrefix(principal, "token:"):
 		name := strings.TrimPrefix(principal, "token:")
 		for _, t := range id.Tokens {

@@ -52,12 +52,14 @@ func TestJWTHS256(t *testing.T) {
 		t.Errorf("valid token: %+v %v", pr, err)
 	}
 	for name, tok := range map[string]string{
-		"wrong issuer":   sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://evil", "physd", "admin", time.Hour)),
-		"wrong audience": sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://idp.example", "other", "admin", time.Hour)),
-		"expired":        sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://idp.example", "physd", "admin", -time.Hour)),
-		"wrong key":      sign(t, jwt.SigningMethodHS256, []byte(strings.Repeat("x", 40)), claims("https://idp.example", "physd", "admin", time.Hour)),
-		"unknown role":   sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://idp.example", "physd", "root", time.Hour)),
-		"alg none":       sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims("https://idp.example", "physd", "admin", time.Hour)),
+		"wrong issuer":    sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://evil", "physd", "admin", time.Hour)),
+		"wrong audience":  sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://idp.example", "other", "admin", time.Hour)),
+		"expired":         sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://idp.example", "physd", "admin", -time.Hour)),
+		"wrong key":       sign(t, jwt.SigningMethodHS256, []byte(strings.Repeat("x", 40)), claims("https://idp.example", "physd", "admin", time.Hour)),
+		"unknown role":    sign(t, jwt.SigningMethodHS256, []byte(secret), claims("https://idp.example", "physd", "root", time.Hour)),
+		"alg none":        sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims("https://idp.example", "physd", "admin", time.Hour)),
+		"no subject":      sign(t, jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"iss": "https://idp.example", "aud": "physd", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}),
+		"numeric subject": sign(t, jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"iss": "https://idp.example", "aud": "physd", "sub": 4711, "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}),
 	} {
 		if pr, err := p.Identity.Authenticate(tok); err == nil {
 			t.Errorf("%s accepted as %+v", name, pr)

@@ -40,7 +40,7 @@ func TestPeopleJoinCredentials(t *testing.T) {
 		{"token:alice_op", "token:alice_sup"},
 		{"token:alice_op", "cert:alice-laptop"},
 		{"token:alice_sup", "certfp:" + fp},
-		{"jwt:https://idp.example/alice", "token:alice_op"},
+		{policy.JWTCredential("https://idp.example", "alice"), "token:alice_op"},
 		{"token:bob", "cert:bob-laptop"},
 		{"token:carol", "token:carol"}, // a shared credential, listed or not
 	}
@@ -52,7 +52,7 @@ func TestPeopleJoinCredentials(t *testing.T) {
 	apart := [][2]string{
 		{"token:alice_op", "token:bob"},
 		{"cert:alice-laptop", "cert:bob-laptop"},
-		{"jwt:https://idp.example/bob", "token:alice_sup"},
+		{policy.JWTCredential("https://idp.example", "bob"), "token:alice_sup"},
 		{"token:carol", "token:dave"},
 	}
 	for _, c := range apart {
@@ -127,7 +127,8 @@ func TestCertificateCredentials(t *testing.T) {
 		{[]string{"token:alice_sup", "cert:alice-laptop"}, "supervisor", true},
 		{[]string{"token:alice_sup", "token:alice_op"}, "operator", true},
 		{[]string{"token:alice_sup", "token:removed"}, "", true},
-		{[]string{"jwt:https://idp.example/alice"}, "", false},
+		{[]string{policy.JWTCredential("https://idp.example", "alice")}, "", false},
+		{[]string{policy.JWTCredential("https://gone.example", "alice")}, "", true},
 		{[]string{"certfp:" + hex.EncodeToString(sum[:]), "cert:bob-laptop"}, "supervisor", true},
 	} {
 		if role, known := p.Identity.CurrentRoleOf(c.creds); role != c.role || known != c.known {
@@ -135,4 +136,27 @@ func TestCertificateCredentials(t *testing.T) {
 		}
 	}
 	_ = policy.TokenCredential
+}
+
+// TestCredentialNamesAreUnambiguous: no issuer and subject spell another
+// pair's credential; a certificate two rules map carries both names.
+func TestCredentialNamesAreUnambiguous(t *testing.T) {
+	if policy.JWTCredential("https://idp.example/a", "bob") == policy.JWTCredential("https://idp.example", "a/bob") {
+		t.Error("issuer/subject collide")
+	}
+	ca, err := testpki.NewCA("site CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := parseIdentity(t, `  providers:
+    - type: mtls
+      clients: [{san: alice.example, role: supervisor}, {cn: alice-cert, role: operator}]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := p.Identity.AuthenticateCert(leaf(t, ca, testpki.Spec{CN: "alice-cert", DNS: []string{"alice.example"}}))
+	if err != nil || pr.Role != "supervisor" || len(pr.Credentials) != 3 || pr.Credentials[1] != "cert:alice-cert" {
+		t.Errorf("%+v %v", pr, err)
+	}
 }

@@ -6,7 +6,9 @@
 package store
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -118,6 +120,31 @@ func (s *Store) Get(bucket, key string) ([]byte, error) {
 		return nil
 	})
 	return out, err
+}
+
+// InstallationID is this state directory's random identity, created on
+// first use and kept: two gateways never share it, not even with the same
+// manifest and keys, and a wiped state directory gets a new one. Approvals
+// are bound to it (their nonces live here).
+func (s *Store) InstallationID() (string, error) {
+	var id string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte(bucketPrefixKV + "installation"))
+		if err != nil {
+			return err
+		}
+		if v := b.Get([]byte("id")); len(v) > 0 {
+			id = string(v)
+			return nil
+		}
+		var r [16]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return err
+		}
+		id = hex.EncodeToString(r[:])
+		return b.Put([]byte("id"), []byte(id))
+	})
+	return id, err
 }
 
 // ConsumeNonce records a single-use nonce valid until exp; it reports false

@@ -73,9 +73,13 @@ func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID strin
 	if err != nil {
 		return nil, nil, err
 	}
+	inst, err := st.InstallationID()
+	if err != nil {
+		return nil, nil, fmt.Errorf("state database: installation id: %w", err)
+	}
 	guard := safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID, Quorum: quorum})
 	// People are compared under the policy in force (its identity.people).
-	ap, err := approval.New(approval.Config{Key: key, TTL: approval.DefaultTTL, Nonces: nonceStore{st}, Same: guard.SamePerson})
+	ap, err := approval.New(approval.Config{Key: key, TTL: approval.DefaultTTL, Nonces: nonceStore{st}, Same: guard.SamePerson, Installation: inst})
 	if err != nil {
 		return nil, nil, err
 	}
