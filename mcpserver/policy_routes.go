@@ -41,10 +41,29 @@ func (s *Server) addPolicyResources() {
 		URI: PolicyURI, Name: "policy", Title: "Effective physmcp policy",
 		Description: "What guards every do_ tool: roles, time windows, range guards, rates, cooldowns, quorum and approval rules, manifest and policy merged (the stricter wins).",
 		MIMEType:    "application/json",
-	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		var doc any = map[string]any{"configured": false, "note": node.NoPolicyNote}
 		if s.opts.Safety != nil {
 			doc = s.opts.Safety.Policy()
+			if sc := s.scopeOf(req.Extra); sc.view != nil {
+				// Through a view, the rules of the view's tools only.
+				b, err := json.Marshal(doc)
+				if err != nil {
+					return nil, err
+				}
+				var m map[string]any
+				if err := json.Unmarshal(b, &m); err != nil {
+					return nil, err
+				}
+				tools, _ := m["tools"].(map[string]any)
+				for tool := range tools {
+					if c := s.capOfTool(tool); c == nil || !s.inView(req.Extra, c) {
+						delete(tools, tool)
+					}
+				}
+				m["view"] = sc.view.Name
+				doc = m
+			}
 		}
 		return jsonResource(PolicyURI, doc)
 	})

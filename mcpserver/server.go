@@ -218,6 +218,8 @@ func (s *Server) readManifest(_ context.Context, req *mcp.ReadResourceRequest) (
 		// Through a view, the manifest shows the view's capabilities only.
 		m := *s.n.Manifest()
 		m.Capabilities, m.Buses = nil, map[string]*manifest.Bus{}
+		// Other views' selectors name capabilities outside this one.
+		m.Views = []*manifest.View{sc.view}
 		for _, c := range s.n.Manifest().Capabilities {
 			if sc.view.Match(s.n.Manifest().Subject(c)) {
 				m.Capabilities = append(m.Capabilities, c)

@@ -278,6 +278,18 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				out.Resources = append(out.Resources, r)
 			}
 			return &out, nil
+		case "subscriptions/listen":
+			// The SDK subscribes each URI without the request's headers,
+			// so the view is checked here, where the request still has
+			// them: a subscription outside the view is refused with the
+			// error its resources/read gets, and nothing is subscribed.
+			if p, ok := req.GetParams().(*mcp.SubscriptionsListenParams); ok && p != nil && p.Notifications != nil {
+				for _, uri := range p.Notifications.ResourceSubscriptions {
+					if err := s.subscriptionInView(req.GetExtra(), uri); err != nil {
+						return nil, err
+					}
+				}
+			}
 		case "tools/call":
 			var cancel context.CancelFunc
 			ctx, cancel = s.withCaller(ctx, req.GetExtra())
@@ -505,6 +517,19 @@ func (s *Server) nameFamilies(sc scope, rep *promcp.CapabilityReport) {
 	})
 }
 
+// subscriptionInView refuses a subscription to an observation resource
+// outside the view of the endpoint the request came through.
+func (s *Server) subscriptionInView(extra *mcp.RequestExtra, uri string) error {
+	name, isObs := strings.CutPrefix(uri, ObsURIPrefix)
+	if !isObs {
+		return nil // the subscribe handler judges every other URI
+	}
+	if c := s.n.Manifest().Capability(name); c != nil && !s.inView(extra, c) {
+		return s.notInView(extra, uri)
+	}
+	return nil
+}
+
 // ViewsURI is the resource listing the manifest's views and where each is
 // served.
 const ViewsURI = "physmcp://views"
@@ -520,15 +545,22 @@ func (s *Server) addViewsResource() {
 		URI: ViewsURI, Name: "views", Title: "Views of this site",
 		Description: "The named cuts of the site's capabilities: each view's selectors, its HTTP endpoint (/mcp/<view>) and stdio flag (--view), and the capabilities of this gateway it selects.",
 		MIMEType:    "application/json",
-	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		// Through a view, only that view: the others would name
+		// capabilities outside it.
+		m := s.n.Manifest()
+		sc := s.scopeOf(req.Extra)
 		type entry struct {
 			*manifest.View
 			Endpoint  string   `json:"endpoint"`
 			Stdio     string   `json:"stdio"`
 			LocalCaps []string `json:"local_capabilities"`
 		}
-		var out []entry
+		out := []entry{}
 		for _, v := range m.Views {
+			if sc.view != nil && v.Name != sc.view.Name {
+				continue
+			}
 			e := entry{View: v, Endpoint: "/mcp/" + v.Name, Stdio: "--view " + v.Name, LocalCaps: []string{}}
 			for _, c := range m.Capabilities {
 				if v.Match(m.Subject(c)) {
