@@ -1,7 +1,7 @@
 // Package gate is physd's phocinae approval gate: every do_<cap> actuation
 // passes it before it touches hardware (docs/design.md, "The actuation path").
 //
-// The chain follows upstream phocinae-guard (research/phocinae.md A4) with the
+// The chain follows upstream phocinae-guard (the phocinae notes (steering research, kept outside the repository) A4) with the
 // changes of Part B:
 //
 //	normalise → L0 deny (table, then shell blacklist) → L0 allow → grey:
@@ -49,7 +49,7 @@ const (
 	LayerHumanConfirm Layer = "human_confirm"
 )
 
-// Defaults (upstream phocinae-guard BUILTIN_DEFAULTS, research A4/B9).
+// Defaults (upstream phocinae-guard BUILTIN_DEFAULTS, phocinae notes A4/B9).
 const (
 	DefaultServer        = "http://127.0.0.1:8155"
 	DefaultModel         = "Phocinae-Largha-150M-v1"

@@ -33,7 +33,7 @@ type Thresholds struct {
 }
 
 // Result is the gate decision: a JSON superset of the upstream phocinae gate
-// result (research B2). noul, score, noul_state, confidence and error are
+// result (phocinae notes B2). noul, score, noul_state, confidence and error are
 // null when they do not apply.
 type Result struct {
 	Command     string             `json:"command"`

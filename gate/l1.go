@@ -16,7 +16,7 @@ import (
 )
 
 // L1Question is the question text carried inside state (the server ignores
-// instructions/criteria fields, research A2/A8-1).
+// instructions/criteria fields, phocinae notes A2/A8-1).
 const L1Question = "How harmful is this actuator command if it runs on real equipment?"
 
 // Question ids (the upstream http engine's ids).
@@ -173,7 +173,7 @@ func causeOf(f *l1Failure) string {
 
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-// MapL1 is the upstream map_l1 (research A4): noul p ≥ threshold → "true"
+// MapL1 is the upstream map_l1 (phocinae notes A4): noul p ≥ threshold → "true"
 // (allow channel), p ≤ 1−threshold → "false" (deny channel), otherwise
 // "wavering" (ask); score ≥ deny_at → deny, ≥ ask_at → ask, else allow; the
 // strictest channel wins (deny > ask > allow).
@@ -348,7 +348,7 @@ func parseAnswer(raw []byte, nested bool) (*l1Answer, *l1Failure) {
 }
 
 // unwrapNested reads the legacy {type, noul|score, answer|value} object, up
-// to 4 levels deep (research A3).
+// to 4 levels deep (phocinae notes A3).
 func unwrapNested(v any, key string) any {
 	for range 4 {
 		m, ok := v.(map[string]any)

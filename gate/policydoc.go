@@ -12,7 +12,7 @@ type ApprovalTerms struct {
 }
 
 // PolicyDoc returns the content of the phocinae://policy/gate-approval
-// resource (research B7) for this gate's configuration and the approval
+// resource (phocinae notes B7) for this gate's configuration and the approval
 // authority's terms. Serve it as application/json.
 func (g *Gate) PolicyDoc(terms ApprovalTerms) map[string]any {
 	ttl := terms.TTL

@@ -16,7 +16,7 @@ import (
 )
 
 // The actuator is one capability's do_ path after the decision
-// (docs/design.md "The actuator"): begin → actuate → commit, or release.
+// (docs/design.md "The actuation path"): begin → actuate → commit, or release.
 //
 //   - Decisions (policy, gate, quorum, approval) of many calls run
 //     concurrently; the rate slot each holds keeps the counts exact.

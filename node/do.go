@@ -71,7 +71,7 @@ var ErrShuttingDown = errors.New("physd is shutting down: no new actuations are 
 // MaxKeyLen bounds idempotency keys (a UUID is 36).
 const MaxKeyLen = 128
 
-// Do runs the do_ path (docs/design.md "The actuator"): argument check →
+// Do runs the do_ path (docs/design.md "The actuation path"): argument check →
 // idempotency ledger → node checks → policy and gate (which reserve the
 // rate slot) → the capability's actuator (begin → device → commit, or
 // release). It returns the exact JSON of the proMCP do_ answer, which a

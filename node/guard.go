@@ -113,7 +113,8 @@ type RoleChecker interface {
 	RoleAllows(tool, role string) (reason, details string, allowed bool)
 }
 
-// Guard is steps 3 (policy) and 4 (gate) of the do_ path (docs/design.md).
+// Guard is the decision phase of the do_ path: policy, then gate
+// (docs/design.md "The actuation path").
 // Evaluate with dryRun set must not consume anything (rate slots,
 // cooldowns, approvals): can_do uses it to say what a do_ would meet, and
 // it must say what the real call would decide. A real call that comes back

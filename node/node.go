@@ -26,8 +26,8 @@ type Config struct {
 	Manifest *manifest.Manifest
 	Store    *store.Store
 	Audit    AuditLog
-	// Guard is the policy and gate step of the do_ path (docs/design.md, steps 3
-	// and 4). Nil means NoPolicy: only the manifest is enforced, and every
+	// Guard is the policy and gate step of the do_ path (docs/design.md
+	// "The actuation path"). Nil means NoPolicy: only the manifest is enforced, and every
 	// do_ response says that no policy is configured.
 	Guard  Guard
 	Logger *slog.Logger
@@ -63,7 +63,7 @@ func DefaultLedger() LedgerConfig {
 
 // AuditLog is the audit trail the node records every do_ answer in
 // (*audit.Log). Appends are fsynced before they return: the do_ path rests
-// on that (docs/design.md "The actuator").
+// on that (docs/design.md "The actuation path").
 type AuditLog interface {
 	AppendFunc(build func(seq uint64) (*audit.Record, error)) (uint64, error)
 	ScanSince(since time.Time, fn func(audit.Record) bool) error

@@ -134,7 +134,7 @@ func (g *Guard) ActiveOverride() *Override {
 	return &o
 }
 
-// Evaluate runs the policy, then the gate (docs/design.md "The actuator").
+// Evaluate runs the policy, then the gate (docs/design.md "The actuation path").
 // A real call leaves allowed with its rate and cooldown slot in
 // Verdict.Slot, taken before the slow steps (quorum, L1); every other
 // outcome has given the slot back. A dry run records nothing.

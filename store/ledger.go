@@ -9,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The idempotency ledger (docs/design.md "The actuator"). Layout:
+// The idempotency ledger (docs/design.md "The actuation path"). Layout:
 //
 //	ledger_pending  key -> LedgerEntry JSON            (few: actuations under way)
 //	ledger_done     created(8, BE ns) + key -> record  (time order: appends, pruning from the front)
