@@ -1,7 +1,7 @@
 // Package gate is physd's phocinae approval gate: every do_<cap> actuation
 // passes it before it touches hardware (docs/design.md, "The actuation path").
 //
-// The chain follows upstream phocinae-guard (the phocinae notes (steering research, kept outside the repository) A4) with the
+// The chain follows upstream phocinae-guard (phocinae notes A4, kept outside the repository) with the
 // changes of Part B:
 //
 //	normalise → L0 deny (table, then shell blacklist) → L0 allow → grey:

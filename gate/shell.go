@@ -6,7 +6,7 @@ import (
 )
 
 // The L0 shell blacklist. It is physd's own table, written from the rule
-// categories documented in the phocinae notes (steering research, kept outside the repository) A4 (no upstream regex is
+// categories documented in the phocinae notes A4, kept outside the repository (no upstream regex is
 // copied). Every string argument, argument key and the tool name are checked
 // against it; a hit is deny at L0 and can never be overridden.
 //

@@ -1,5 +1,5 @@
 // Package p0test is a deterministic in-test mock of the Phocinae P0
-// POST /v1/systemone service (the phocinae notes (steering research, kept outside the repository) B8), for gate tests.
+// POST /v1/systemone service (phocinae notes B8, kept outside the repository), for gate tests.
 //
 // It validates requests like phocinae-server (422 for a wrong model, bad
 // questions or thresholds; 413 over the body limit; 401 without the
