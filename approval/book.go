@@ -198,6 +198,19 @@ func (a *Authority) Decide(id string, approver Party, approve bool, reason strin
 	return Decision{Request: *p, Grant: token, GrantExpiresAt: exp.UTC()}, nil
 }
 
+// Holds reports whether the book has any request for tool (a cheap test
+// before Take on the do_ path).
+func (a *Authority) Holds(tool string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.byID {
+		if p.Tool == tool {
+			return true
+		}
+	}
+	return false
+}
+
 // Take removes and returns the decided request (approved, denied or void)
 // for this person's call, if any: a decision is used once. A pending
 // request stays.

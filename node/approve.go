@@ -101,8 +101,10 @@ func (n *Node) Approvals() *approval.Authority { return n.approval }
 // answer (a denial or a void approval, audited); an error is an approval
 // that cannot be used.
 func (n *Node) redeemApproval(req DoRequest, cs *capState, value any, res promcp.DoResult) (approvalUse, []byte, error) {
-	digest := n.approvalDigest(cs)
+	// The digest is computed only for a call that carries or may find an
+	// approval: the plain do_ path pays nothing for it.
 	if req.Approved {
+		digest := n.approvalDigest(cs)
 		if req.ApprovedFor != digest {
 			body, err := n.voidAnswer(res, req.Caller, "", "the confirmation was given for a definition of "+cs.tool+" that is no longer in force")
 			return approvalUse{}, body, err
@@ -115,9 +117,12 @@ func (n *Node) redeemApproval(req DoRequest, cs *capState, value any, res promcp
 		}
 		return approvalUse{}, nil, nil
 	}
-	call := approval.Call{Tool: cs.tool, Value: value, Key: req.IdempotencyKey, Caller: req.Caller.Party(), Definition: digest}
+	call := approval.Call{Tool: cs.tool, Value: value, Key: req.IdempotencyKey, Caller: req.Caller.Party()}
 	token := req.Grant
 	if token == "" {
+		if !n.approval.Holds(cs.tool) {
+			return approvalUse{}, nil, nil
+		}
 		d, ok := n.approval.Take(call)
 		if !ok {
 			return approvalUse{}, nil, nil
@@ -132,6 +137,7 @@ func (n *Node) redeemApproval(req DoRequest, cs *capState, value any, res promcp
 		}
 		token = d.Grant
 	}
+	call.Definition = n.approvalDigest(cs)
 	g, err := n.approval.Redeem(token, call)
 	switch {
 	case err == nil:
