@@ -3,6 +3,9 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -21,13 +24,7 @@ func (s *Server) addAlarmsResource(e *alarms.Engine) {
 		Description: "The alarms raised now (capabilities[].alarms of the manifest: high, low, quality, stale), each with its capability, kind, since and message. Subscribe to be told when one is raised or cleared.",
 		MIMEType:    "application/json",
 	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		active := []alarms.Active{}
-		for _, a := range e.Active() {
-			if c := s.capOfTool(a.Capability); c != nil && s.inView(req.Extra, c) {
-				active = append(active, a)
-			}
-		}
-		body, err := json.Marshal(map[string]any{"active": active})
+		body, err := json.Marshal(map[string]any{"active": s.activeInView(s.scopeOf(req.Extra).view)})
 		if err != nil {
 			return nil, err
 		}
@@ -36,6 +33,33 @@ func (s *Server) addAlarmsResource(e *alarms.Engine) {
 	e.OnEvent(func(alarms.Event) {
 		_ = s.mcp.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: AlarmsURI})
 	})
+}
+
+// activeInView lists the alarms raised now on capabilities v selects
+// (every one for nil).
+func (s *Server) activeInView(v *manifest.View) []alarms.Active {
+	active := []alarms.Active{}
+	if s.opts.Alarms == nil {
+		return active
+	}
+	m := s.n.Manifest()
+	for _, a := range s.opts.Alarms.Active() {
+		if c := s.capOfTool(a.Capability); c != nil && (v == nil || v.Match(m.Subject(c))) {
+			active = append(active, a)
+		}
+	}
+	return active
+}
+
+// alarmsSeen names the alarms raised now that v shows, as they were
+// raised (not their changing values): an update of physmcp://alarms is
+// sent to a subscriber of v only when it changes.
+func (s *Server) alarmsSeen(v *manifest.View) string {
+	var b strings.Builder
+	for _, a := range s.activeInView(v) {
+		fmt.Fprintf(&b, "%s\x00%s\x00%s\n", a.Capability, a.Kind, a.Since.Format(time.RFC3339Nano))
+	}
+	return b.String()
 }
 
 func (s *Server) capOfTool(tool string) *manifest.Capability {

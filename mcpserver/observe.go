@@ -70,15 +70,24 @@ func (s *Server) notInView(extra *mcp.RequestExtra, uri string) error {
 // a stream to send its updates on. A 2025-11-25 resources/subscribe over
 // physd's stateless HTTP endpoint has none (the SDK serves that era
 // without sessions there): the client is told to listen instead.
-func (s *Server) subscribable(_ context.Context, req *mcp.SubscribeRequest) error {
+//
+// The SDK calls it for each URI of a 2026-07-28 subscriptions/listen
+// without the request's headers; scopeMiddleware passes them in ctx, so
+// the view checked is always the one of the endpoint the request came
+// through (never --view's for an HTTP listen).
+func (s *Server) subscribable(ctx context.Context, req *mcp.SubscribeRequest) error {
 	uri := req.Params.URI
 	name, isObs := strings.CutPrefix(uri, ObsURIPrefix)
 	known := isObs && s.n.Manifest().Capability(name) != nil || uri == AlarmsURI && s.opts.Alarms != nil
 	if !known {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("uri: %q is not a subscribable resource; fix: subscribe to %s<capability>, one of the physmcp://obs/ resources resources/list shows (or physmcp://alarms)", uri, ObsURIPrefix)}
 	}
-	if isObs && !s.inView(req.Extra, s.n.Manifest().Capability(name)) {
-		return s.notInView(req.Extra, uri) // what cannot be read cannot be subscribed to
+	extra := req.Extra
+	if listen, ok := ctx.Value(listenExtraKey{}).(*mcp.RequestExtra); ok && extra == nil {
+		extra = listen
+	}
+	if isObs && !s.inView(extra, s.n.Manifest().Capability(name)) {
+		return s.notInView(extra, uri) // what cannot be read cannot be subscribed to
 	}
 	if req.Extra != nil && req.Extra.Header != nil {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resources/subscribe: physd's HTTP endpoint is stateless and keeps no stream for 2025-11-25 updates; fix: use protocol 2026-07-28 (subscriptions/listen with resourceSubscriptions), or stdio"}

@@ -3,7 +3,10 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"path"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -11,6 +14,7 @@ import (
 	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 )
 
@@ -31,9 +35,63 @@ func (s *Server) addMeshResource() {
 		URI: MeshURI, Name: "mesh", Title: "Site mesh status",
 		Description: "The gateways of this site: members and their states, partition_state, mesh_size_estimate, expected size and majority.",
 		MIMEType:    "application/json",
-	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return jsonResource(MeshURI, s.opts.Mesh())
+	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		doc := s.opts.Mesh()
+		if v := s.scopeOf(req.Extra).view; v != nil {
+			var err error
+			if doc, err = meshInView(doc, v); err != nil {
+				return nil, err
+			}
+		}
+		return jsonResource(MeshURI, doc)
 	})
+}
+
+// meshInView cuts the members' catalogs of a mesh status to the
+// capabilities v selects (by owner, area, name, kind, zone and tags, as
+// tools/list does); each catalog's hash, of the whole catalog, is left out.
+func meshInView(doc any, v *manifest.View) (any, error) {
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	members, _ := m["members"].([]any)
+	for _, mem := range members {
+		mm, _ := mem.(map[string]any)
+		cat, _ := mm["catalog"].(map[string]any)
+		if cat == nil {
+			continue
+		}
+		delete(cat, "hash")
+		owner, _ := mm["name"].(string)
+		area, _ := cat["area"].(string)
+		entries, _ := cat["capabilities"].([]any)
+		kept := []any{}
+		for _, e := range entries {
+			em, _ := e.(map[string]any)
+			tool, _ := em["tool"].(string)
+			kind, _ := em["kind"].(string)
+			zone, _ := em["zone"].(string)
+			var tags []string
+			if ts, ok := em["tags"].([]any); ok {
+				for _, t := range ts {
+					if t, ok := t.(string); ok {
+						tags = append(tags, t)
+					}
+				}
+			}
+			if v.Match(manifest.ViewSubject{Device: owner, Area: area, Name: manifest.CapabilityName(tool), Kind: kind, Zone: zone, Tags: tags}) {
+				kept = append(kept, e)
+			}
+		}
+		cat["capabilities"] = kept
+	}
+	m["view"] = v.Name
+	return m, nil
 }
 
 func (s *Server) addPolicyResources() {
@@ -57,7 +115,7 @@ func (s *Server) addPolicyResources() {
 				}
 				tools, _ := m["tools"].(map[string]any)
 				for tool := range tools {
-					if c := s.capOfTool(tool); c == nil || !s.inView(req.Extra, c) {
+					if c := s.capOfTool(tool); c == nil || !sc.view.Match(s.n.Manifest().Subject(c)) {
 						delete(tools, tool)
 					}
 				}
@@ -74,13 +132,52 @@ func (s *Server) addPolicyResources() {
 		URI: GateApprovalURI, Name: "gate-approval", Title: "Phocinae gate approval policy",
 		Description: "The gate's decision chain (L0 table, L1, fail-closed), thresholds, and what a client must do when the gate asks for a human's confirmation.",
 		MIMEType:    "application/json",
-	}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		terms := gate.ApprovalTerms{TTL: approval.DefaultTTL, Skew: approval.Skew}
 		if a := s.n.Approvals(); a != nil {
 			terms.TTL = a.TTL()
 		}
-		return jsonResource(GateApprovalURI, s.opts.Safety.Gate().PolicyDoc(terms))
+		doc := s.opts.Safety.Gate().PolicyDoc(terms)
+		if sc := s.scopeOf(req.Extra); sc.view != nil {
+			doc = s.gateDocInView(doc, sc)
+		}
+		return jsonResource(GateApprovalURI, doc)
 	})
+}
+
+// gateDocInView keeps of the gate's L0 table the rules that apply to a
+// tool of this gateway the scope's view selects (an exact name or a glob
+// matching one of them): the others name tools outside the view.
+func (s *Server) gateDocInView(doc map[string]any, sc scope) map[string]any {
+	m := s.n.Manifest()
+	var tools []string
+	for _, c := range m.Capabilities {
+		if sc.view.Match(m.Subject(c)) {
+			tools = append(tools, c.ToolName())
+		}
+	}
+	applies := func(rule map[string]any) bool {
+		pattern, _ := rule["tool"].(string)
+		return slices.ContainsFunc(tools, func(tool string) bool {
+			ok, err := path.Match(pattern, tool)
+			return pattern == tool || err == nil && ok
+		})
+	}
+	out := maps.Clone(doc)
+	chain, _ := doc["decision_chain"].([]map[string]any)
+	cut := make([]map[string]any, len(chain))
+	for i, step := range chain {
+		step = maps.Clone(step)
+		for _, key := range []string{"deny_rules", "allow_rules"} {
+			if rules, ok := step[key].([]map[string]any); ok {
+				step[key] = slices.DeleteFunc(slices.Clone(rules), func(r map[string]any) bool { return !applies(r) })
+			}
+		}
+		cut[i] = step
+	}
+	out["decision_chain"] = cut
+	out["view"] = sc.view.Name
+	return out
 }
 
 func jsonResource(uri string, doc any) (*mcp.ReadResourceResult, error) {

@@ -155,6 +155,7 @@ func New(n *node.Node, opts Options) *Server {
 	ts.register(s)
 	srv.ts = ts
 	s.AddReceivingMiddleware(srv.scopeMiddleware)
+	srv.scopeNotifications()
 	if opts.Router != nil {
 		ts.enableRouting(s, opts.Router)
 	}
@@ -219,7 +220,7 @@ func (s *Server) readManifest(_ context.Context, req *mcp.ReadResourceRequest) (
 		m := *s.n.Manifest()
 		m.Capabilities, m.Buses = nil, map[string]*manifest.Bus{}
 		// Other views' selectors name capabilities outside this one.
-		m.Views = []*manifest.View{sc.view}
+		m.Views = []*manifest.View{s.shownView(sc.view)}
 		for _, c := range s.n.Manifest().Capabilities {
 			if sc.view.Match(s.n.Manifest().Subject(c)) {
 				m.Capabilities = append(m.Capabilities, c)
@@ -294,7 +295,7 @@ func CheckListen(e Exposure) error {
 
 // Handler serves /mcp and the operational routes on one listener, every
 // one of them behind the boundary (boundary.go). This table is the whole
-// HTTP surface; README "Security" lists it.
+// HTTP surface; docs/security.md lists it.
 func (s *Server) Handler() http.Handler {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: s.opts.MaxBodyBytes, Logger: s.log,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -19,7 +20,9 @@ import (
 )
 
 // What an agent is shown. Two filters apply to every tools/list, tools/call
-// and can_do, whichever endpoint or era the request came through:
+// and can_do, whichever endpoint or era the request came through (the view
+// alone bounds the resources: resources/list, resources/templates/list,
+// every resources/read, subscriptions and the updates sent for them):
 //
 //   - the view (manifest views:, served at /mcp/<view> and over stdio with
 //     --view): only the capabilities it selects, local or routed;
@@ -89,26 +92,42 @@ type scope struct {
 
 func (s *Server) scopeOf(extra *mcp.RequestExtra) scope {
 	var sc scope
-	name := s.opts.View
 	if extra != nil && extra.Header != nil {
-		name = extra.Header.Get(viewHeader)
 		// A credential that fails here fails the call itself elsewhere;
 		// until then it is listed as what it authenticated to (nothing).
 		sc.caller, _ = s.authenticate(extra.Header)
 	} else {
 		sc.caller = node.Caller{ID: "stdio", Role: s.opts.StdioRole, Transport: "stdio"}
 	}
-	sc.view = s.n.Manifest().View(name)
-	if name != "" && sc.view == nil {
-		// A manifest reload removed the view after this request was
-		// routed to its endpoint: it sees nothing, never the whole site.
-		sc.view = removedView(name)
-	}
+	sc.view = s.viewNamed(s.viewNameOf(extra))
 	sc.families = s.opts.Families
 	if sc.view != nil && sc.view.Families != nil {
 		sc.families = *sc.view.Families
 	}
 	return sc
+}
+
+// viewNameOf is the name of the view of the endpoint a request came
+// through: its route's header over HTTP, --view over stdio ("" for the
+// whole site).
+func (s *Server) viewNameOf(extra *mcp.RequestExtra) string {
+	if extra != nil && extra.Header != nil {
+		return extra.Header.Get(viewHeader)
+	}
+	return s.opts.View
+}
+
+// viewNamed is the view called name in the manifest in force (nil for ""):
+// one a manifest reload removed after a request was routed to its
+// endpoint sees nothing, never the whole site.
+func (s *Server) viewNamed(name string) *manifest.View {
+	if name == "" {
+		return nil
+	}
+	if v := s.n.Manifest().View(name); v != nil {
+		return v
+	}
+	return removedView(name)
 }
 
 // removedKind is a capability kind no capability has.
@@ -217,8 +236,11 @@ func (s *Server) visible(sc scope, tool string, fams map[string]*family, idx sit
 }
 
 // scopeMiddleware applies the view and the role to tools/list and
-// tools/call, in both protocol eras (the SDK routes both through its
-// receiving middleware).
+// tools/call, and the view to resources/list, resources/templates/list and
+// subscriptions/listen, in both protocol eras (the SDK routes both through
+// its receiving middleware). Each resource's read handler and the
+// subscribe handler check the view themselves; scopeNotifications bounds
+// the updates sent.
 func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
@@ -278,6 +300,25 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				out.Resources = append(out.Resources, r)
 			}
 			return &out, nil
+		case "resources/templates/list":
+			res, err := next(ctx, method, req)
+			if err != nil {
+				return res, err
+			}
+			lr, ok := res.(*mcp.ListResourceTemplatesResult)
+			sc := s.scopeOf(req.GetExtra())
+			if !ok || sc.view == nil {
+				return res, nil
+			}
+			out := *lr
+			out.ResourceTemplates = make([]*mcp.ResourceTemplate, 0, len(lr.ResourceTemplates))
+			outside := s.outsideNames(sc)
+			for _, t := range lr.ResourceTemplates {
+				cp := *t
+				cp.Title, cp.Description = scrubNames(t.Title, outside), scrubNames(t.Description, outside)
+				out.ResourceTemplates = append(out.ResourceTemplates, &cp)
+			}
+			return &out, nil
 		case "subscriptions/listen":
 			// The SDK subscribes each URI without the request's headers,
 			// so the view is checked here, where the request still has
@@ -290,6 +331,10 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 					}
 				}
 			}
+			// The subscribe handler judges each URI again, with this
+			// request's scope (the SDK passes it this context, not the
+			// request's headers).
+			ctx = context.WithValue(ctx, listenExtraKey{}, req.GetExtra())
 		case "tools/call":
 			var cancel context.CancelFunc
 			ctx, cancel = s.withCaller(ctx, req.GetExtra())
@@ -561,7 +606,7 @@ func (s *Server) addViewsResource() {
 			if sc.view != nil && v.Name != sc.view.Name {
 				continue
 			}
-			e := entry{View: v, Endpoint: "/mcp/" + v.Name, Stdio: "--view " + v.Name, LocalCaps: []string{}}
+			e := entry{View: s.shownView(v), Endpoint: "/mcp/" + v.Name, Stdio: "--view " + v.Name, LocalCaps: []string{}}
 			for _, c := range m.Capabilities {
 				if v.Match(m.Subject(c)) {
 					e.LocalCaps = append(e.LocalCaps, c.ToolName())
@@ -593,4 +638,227 @@ func (sc scope) served(fams map[string]*family) map[string]*family {
 		}
 	}
 	return out
+}
+
+// shownView is v as its own endpoint shows it: a capabilities: selector
+// names only capabilities v selects (a name it lists that another of its
+// selectors excludes is outside the view).
+func (s *Server) shownView(v *manifest.View) *manifest.View {
+	if v == nil || len(v.Capability) == 0 {
+		return v
+	}
+	in := s.namesInView(scope{view: v})
+	cp := *v
+	cp.Capability = slices.DeleteFunc(slices.Clone(v.Capability), func(name string) bool { return !in[name] })
+	return &cp
+}
+
+// namesInView maps the names of the site's capabilities (local and
+// routed, without read_/do_) to whether the scope's view selects one of
+// their owners.
+func (s *Server) namesInView(sc scope) map[string]bool {
+	out := map[string]bool{}
+	for tool, subs := range s.site() {
+		name := manifest.CapabilityName(tool)
+		out[name] = out[name] || len(sc.inView(subs)) > 0
+	}
+	return out
+}
+
+// outsideNames lists the names of the site's capabilities the scope's
+// view selects no owner of.
+func (s *Server) outsideNames(sc scope) []string {
+	var out []string
+	for name, in := range s.namesInView(sc) {
+		if !in {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// scrubNames replaces in text every whole-word mention of one of names
+// (a capability, or its read_/do_ tool) by a placeholder: a document
+// shown through a view names nothing outside it.
+func scrubNames(text string, names []string) string {
+	word := func(b byte) bool {
+		return b == '_' || '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
+	}
+	for _, n := range names {
+		for _, f := range [...]struct{ name, with string }{{"read_" + n, "<tool>"}, {"do_" + n, "<tool>"}, {n, "<capability>"}} {
+			var b strings.Builder
+			last := 0
+			for from := 0; from < len(text); {
+				i := strings.Index(text[from:], f.name)
+				if i < 0 {
+					break
+				}
+				i += from
+				j := i + len(f.name)
+				from = i + 1
+				if (i == 0 || !word(text[i-1])) && (j == len(text) || !word(text[j])) {
+					b.WriteString(text[last:i])
+					b.WriteString(f.with)
+					last, from = j, j
+				}
+			}
+			if last > 0 {
+				b.WriteString(text[last:])
+				text = b.String()
+			}
+		}
+	}
+	return text
+}
+
+// listenExtraKey carries a subscriptions/listen request's RequestExtra (its
+// headers: the endpoint's view) to the subscribe handler, which the SDK
+// calls for each URI of the listen without it.
+type listenExtraKey struct{}
+
+// Who is told of an update. The SDK keeps one subscription table for the
+// whole server and sends notifications/resources/updated to every session
+// subscribed to the URI, whatever endpoint the session came through. So
+// the sender checks each notification against the view of the endpoint
+// the session subscribed through, read from the manifest in force when
+// the update is sent: a subscription a reload moved out of its view, or
+// one that got past the subscribe checks, is never told anything outside
+// it, and a session whose subscription was not seen is told nothing.
+
+// subscribers are the sessions that subscribed, with their view.
+type subscribers struct {
+	s  *Server
+	mu sync.Mutex
+	by map[*mcp.ServerSession]*subscriber
+}
+
+// mixedViews is the view name of a session that subscribed through
+// endpoints of different views: no view has it, so it is told nothing.
+const mixedViews = "(subscribed through more than one view)"
+
+type subscriber struct {
+	view    string // the view's name; "" the whole site
+	pending int    // subscriptions/listen and resources/subscribe requests in progress
+	legacy  bool   // a resources/subscribe succeeded: kept until the session ends
+	alarms  string // the view's active alarms as last told (alarmsSeen)
+}
+
+// scopeNotifications installs the receiving middleware that records which
+// view each subscribing session sees and the sending middleware that cuts
+// notifications/resources/updated to it.
+func (s *Server) scopeNotifications() {
+	subs := &subscribers{s: s, by: map[*mcp.ServerSession]*subscriber{}}
+	s.mcp.AddReceivingMiddleware(subs.record)
+	s.mcp.AddSendingMiddleware(subs.filter)
+}
+
+func (subs *subscribers) record(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		var alarms bool
+		switch p := req.GetParams().(type) {
+		case *mcp.SubscribeParams:
+			alarms = p != nil && p.URI == AlarmsURI
+		case *mcp.SubscriptionsListenParams:
+			alarms = p != nil && p.Notifications != nil && slices.Contains(p.Notifications.ResourceSubscriptions, AlarmsURI)
+		default:
+			return next(ctx, method, req)
+		}
+		sess, ok := req.GetSession().(*mcp.ServerSession)
+		if !ok {
+			return next(ctx, method, req)
+		}
+		view := subs.s.viewNameOf(req.GetExtra())
+		var seen string
+		if alarms {
+			seen = subs.s.alarmsSeen(subs.s.viewNamed(view))
+		}
+		subs.mu.Lock()
+		sub := subs.by[sess]
+		switch {
+		case sub == nil:
+			sub = &subscriber{view: view}
+			subs.by[sess] = sub
+		case sub.view != view:
+			// One session through two endpoints (physd's HTTP sessions
+			// are one request each): told nothing rather than guessed.
+			sub.view = mixedViews
+		}
+		if alarms {
+			sub.alarms = seen
+		}
+		sub.pending++
+		subs.mu.Unlock()
+		res, err := next(ctx, method, req) // a listen returns when it ends
+		subs.mu.Lock()
+		defer subs.mu.Unlock()
+		sub.pending--
+		if method == "resources/subscribe" && err == nil && !sub.legacy {
+			sub.legacy = true
+			go func() {
+				_ = sess.Wait()
+				subs.mu.Lock()
+				defer subs.mu.Unlock()
+				sub.legacy = false
+				subs.forget(sess, sub)
+			}()
+		}
+		subs.forget(sess, sub)
+		return res, err
+	}
+}
+
+// forget drops sub when nothing keeps it; subs.mu is held.
+func (subs *subscribers) forget(sess *mcp.ServerSession, sub *subscriber) {
+	if sub.pending == 0 && !sub.legacy && subs.by[sess] == sub {
+		delete(subs.by, sess)
+	}
+}
+
+func (subs *subscribers) filter(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "notifications/resources/updated" {
+			return next(ctx, method, req)
+		}
+		p, _ := req.GetParams().(*mcp.ResourceUpdatedNotificationParams)
+		sess, _ := req.GetSession().(*mcp.ServerSession)
+		if p == nil || sess == nil || !subs.mayTell(sess, p.URI) {
+			return nil, nil // not sent
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// mayTell reports whether sess may be told that uri changed.
+func (subs *subscribers) mayTell(sess *mcp.ServerSession, uri string) bool {
+	subs.mu.Lock()
+	sub := subs.by[sess]
+	var name string
+	if sub != nil {
+		name = sub.view
+	}
+	subs.mu.Unlock()
+	if sub == nil {
+		return false
+	}
+	v := subs.s.viewNamed(name)
+	if v == nil {
+		return true
+	}
+	m := subs.s.n.Manifest()
+	if c, isObs := strings.CutPrefix(uri, ObsURIPrefix); isObs {
+		cp := m.Capability(c)
+		return cp != nil && v.Match(m.Subject(cp))
+	}
+	if uri == AlarmsURI {
+		// The resource is in every view, its content cut to it: an alarm
+		// outside the view changes nothing this session can read.
+		seen := subs.s.alarmsSeen(v)
+		subs.mu.Lock()
+		defer subs.mu.Unlock()
+		changed := seen != sub.alarms
+		sub.alarms = seen
+		return changed
+	}
+	return false
 }
