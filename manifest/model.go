@@ -1,5 +1,5 @@
 // Package manifest turns a physmcp.manifest.yml (PhysMCP v0.1 §5.1, plus the
-// physd extensions documented in the README) into a typed, validated model.
+// physd extensions documented in docs/manifest.md) into a typed, validated model.
 //
 // Parsing is strict: unknown keys, wrong types, duplicate names, missing
 // required keys and inconsistent ranges are all reported at once, each with

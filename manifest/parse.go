@@ -513,7 +513,7 @@ func (p *parser) binding(n *yaml.Node, path string, buses map[string]*Bus) Bindi
 	return b
 }
 
-// valueRange reads {min: a, max: b} or the README shorthand [a, b].
+// valueRange reads {min: a, max: b} or the shorthand [a, b].
 func (p *parser) valueRange(n *yaml.Node, path string) *Range {
 	var minN, maxN *yaml.Node
 	switch n.Kind {

@@ -114,7 +114,7 @@ func busesSchema(busTypes []string) *jsonschema.Schema {
 		"type": pattern(reID.String(), "Driver of the bus: "+strings.Join(busTypes, ", ")+".", busTypes...),
 	})
 	bus.AdditionalProperties = nil // the driver's own keys; the driver checks them
-	bus.Description = "A named bus; its other keys belong to the driver (see the README's Hardware bindings)."
+	bus.Description = "A named bus; its other keys belong to the driver (see docs/manifest.md#hardware-bindings)."
 	return &jsonschema.Schema{Type: "object", Description: "physd extension: named buses that capabilities refer to.", AdditionalProperties: bus}
 }
 

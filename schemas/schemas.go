@@ -1,6 +1,6 @@
 // Package schemas holds the JSON Schemas of physmcp.manifest.yml and
 // physmcp.policy.yml that editors use for completion and checks while
-// typing (see the README's "Editor support"). They are generated from the
+// typing (see docs/manifest.md#editor-completion-and-checks-vs-code). They are generated from the
 // parsers' own models, never written by hand:
 //
 //	go generate ./schemas

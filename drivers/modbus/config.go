@@ -62,8 +62,8 @@ const defaultTCPPort = "502"
 
 // Config is every setting of a modbus bus, in the units the worker uses.
 // DefaultTCPConfig and DefaultRTUConfig hold the defaults, each with the
-// reason for it; the parser starts from them and the README's bus
-// reference is written from them (TestREADMEBusReference keeps the two
+// reason for it; the parser starts from them and the bus reference in
+// docs/manifest.md is written from them (TestREADMEBusReference keeps the two
 // in step).
 type Config struct {
 	Timeout      time.Duration // timeout_ms: the wait for one reply; RTU adds the frames' time on the wire

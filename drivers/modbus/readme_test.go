@@ -32,11 +32,11 @@ func yamlKeys(t reflect.Type, prefix string) []string {
 	return out
 }
 
-// TestREADMEBusReference: the README's bus table lists every key the
-// parser takes, for the right bus type, with the default the parser
-// starts from.
+// TestREADMEBusReference: the bus table of docs/manifest.md (it was the
+// README's) lists every key the parser takes, for the right bus type, with
+// the default the parser starts from.
 func TestREADMEBusReference(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/manifest.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestREADMEBusReference(t *testing.T) {
 		want["silence_ms"] = ms(rtu.Silence)
 	}
 	if rtu.Timeout != tcp.Timeout || rtu.BusyRetries != tcp.BusyRetries || rtu.QueueSize != tcp.QueueSize {
-		t.Fatal("the shared keys' defaults differ between TCP and RTU: give the README table one row per bus type")
+		t.Fatal("the shared keys' defaults differ between TCP and RTU: give the docs/manifest.md table one row per bus type")
 	}
 	bus := map[string]string{}
 	for _, k := range yamlKeys(reflect.TypeFor[tcpKeys](), "") {
@@ -94,16 +94,16 @@ func TestREADMEBusReference(t *testing.T) {
 		r, ok := rows[key]
 		switch {
 		case !ok:
-			t.Errorf("README's bus table has no row for %s", key)
+			t.Errorf("docs/manifest.md's bus table has no row for %s", key)
 		case r.bus != kind:
-			t.Errorf("README: %s is for %s, the table says %s", key, kind, r.bus)
+			t.Errorf("docs/manifest.md: %s is for %s, the table says %s", key, kind, r.bus)
 		case r.def != want[key]:
-			t.Errorf("README: %s defaults to %q, the table says %q", key, want[key], r.def)
+			t.Errorf("docs/manifest.md: %s defaults to %q, the table says %q", key, want[key], r.def)
 		}
 	}
 	for key := range rows {
 		if _, ok := bus[key]; !ok {
-			t.Errorf("README's bus table lists %s, which is not a bus key", key)
+			t.Errorf("docs/manifest.md's bus table lists %s, which is not a bus key", key)
 		}
 	}
 }
