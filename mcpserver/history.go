@@ -37,7 +37,9 @@ func (s *Server) addHistoryResource(h *history.History) {
 		MIMEType: "application/json",
 	}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		name, since, until, step, err := parseHistoryURI(req.Params.URI, time.Now())
-		if c := s.n.Manifest().Capability(name); err == nil && c != nil && !s.inView(req.Extra, c) {
+		// Through a view, only the view's capabilities: one a reload
+		// removed (its history kept until retention) is in no view.
+		if c := s.n.Manifest().Capability(name); err == nil && (c != nil && !s.inView(req.Extra, c) || c == nil && s.scopeOf(req.Extra).view != nil) {
 			return nil, s.notInView(req.Extra, req.Params.URI)
 		}
 		if err == nil {
