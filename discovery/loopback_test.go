@@ -113,6 +113,29 @@ func TestMulticastAnswer(t *testing.T) {
 			}
 		}
 	}
+	// readFor is read with a deadline that may pass: got is false when
+	// nothing of gw_mc_a arrived within d.
+	readFor := func(d time.Duration) (ttl uint32, mc, got bool) {
+		t.Helper()
+		buf := make([]byte, 9000)
+		_ = conn.SetReadDeadline(time.Now().Add(d))
+		defer conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		for {
+			n, cm, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return 0, false, false
+			}
+			var m dns.Msg
+			if m.Unpack(buf[:n]) != nil || !m.Response {
+				continue
+			}
+			for _, rr := range m.Answer {
+				if txt, ok := rr.(*dns.TXT); ok && strings.HasPrefix(txt.Hdr.Name, "gw_mc_a.") {
+					return txt.Hdr.Ttl, cm != nil && cm.Dst.Equal(group), true
+				}
+			}
+		}
+	}
 	a, err := Advertise(AdvertiseConfig{Interface: ifi, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Record: Record{DeviceID: "gw_mc_a", MeshPort: 7946}, Port: 7946})
 	if err != nil {
 		t.Fatal(err)
@@ -134,13 +157,15 @@ func TestMulticastAnswer(t *testing.T) {
 	q0 := new(dns.Msg)
 	q0.SetQuestion(Service+".local.", dns.TypePTR)
 	b0, _ := q0.Pack()
-	before0 := a.Answers()
+	// Other programs on lo may query too (mDNS tests of other packages run
+	// beside this one): what counts is what this advertiser multicasts, so
+	// the check reads the group rather than the answer counter (which also
+	// counts unicast answers to one-shot queriers elsewhere).
 	if _, err := pc.WriteTo(b0, &ipv4.ControlMessage{IfIndex: ifi.Index}, groupAddr); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // no answer expected: give one time to show up
-	if a.Answers() != before0 {
-		t.Errorf("answered by multicast within a second of the announcement")
+	if ttl, mc, got := readFor(200 * time.Millisecond); got && mc {
+		t.Errorf("answered by multicast within a second of the announcement (ttl %d)", ttl)
 	}
 	time.Sleep(multicastGap)
 	before := a.Answers() // before the query: its answer may be counted at once
@@ -157,8 +182,17 @@ func TestMulticastAnswer(t *testing.T) {
 		t.Errorf("the answer was not counted")
 	}
 	a.Close()
-	if ttl, mc := read("goodbye"); ttl != 0 || !mc {
-		t.Errorf("goodbye: ttl %d multicast %v, want 0 by multicast", ttl, mc)
+	// The goodbye, after any answer to another program's query still on
+	// its way.
+	for {
+		ttl, mc := read("goodbye")
+		if ttl == 120 && mc {
+			continue
+		}
+		if ttl != 0 || !mc {
+			t.Errorf("goodbye: ttl %d multicast %v, want 0 by multicast", ttl, mc)
+		}
+		break
 	}
 }
 
