@@ -41,9 +41,9 @@ type Party struct {
 	Credentials []string `json:"credentials"`
 }
 
-// creds is p's credentials, or its ID when it carries none (a caller built
+// Creds is p's credentials, or its ID when it carries none (a caller built
 // by a test or an older component): a party is never credential-less.
-func (p Party) creds() []string {
+func (p Party) Creds() []string {
 	if len(p.Credentials) == 0 {
 		return []string{p.ID}
 	}
@@ -141,7 +141,8 @@ type Config struct {
 	TTL    time.Duration
 	Nonces NonceStore
 	// Same says whether two credential sets are one person under the
-	// policy in force (its identity.people); nil: ShareCredential.
+	// policy in force (its identity.people); nil: only a shared
+	// credential makes one person.
 	Same SameFunc
 	// Installation identifies this gateway's state (store.InstallationID):
 	// every round and grant names it, and only this installation redeems
@@ -186,24 +187,21 @@ func New(c Config) (*Authority, error) {
 	case ttl < time.Second || ttl > MaxTTL:
 		return nil, fmt.Errorf("approval: ttl %v is out of range; use 1s..24h (default 10m)", ttl)
 	}
-	same := c.Same
-	if same == nil {
-		same = ShareCredential
-	}
 	if c.Installation == "" {
 		return nil, errors.New("approval: an installation id is required (store.InstallationID)")
 	}
-	return &Authority{key: key, ttl: ttl, nonces: c.Nonces, same: same, inst: c.Installation, byID: map[string]*Request{}}, nil
+	return &Authority{key: key, ttl: ttl, nonces: c.Nonces, same: c.Same, inst: c.Installation, byID: map[string]*Request{}}, nil
 }
 
 // TTL returns the lifetime of asks and grants.
 func (a *Authority) TTL() time.Duration { return a.ttl }
 
-// SamePerson reports whether two parties are one person under the policy
-// in force: they share a credential, or its people list joins them.
+// SamePerson reports whether two parties are one person: they share a
+// credential (whatever Config.Same says), or the policy in force joins
+// them (Config.Same, its people list).
 func (a *Authority) SamePerson(x, y Party) bool {
-	cx, cy := x.creds(), y.creds()
-	return ShareCredential(cx, cy) || a.same(cx, cy)
+	cx, cy := x.Creds(), y.Creds()
+	return ShareCredential(cx, cy) || a.same != nil && a.same(cx, cy)
 }
 
 // memoryNonces is the in-process NonceStore.

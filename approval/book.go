@@ -12,7 +12,7 @@ import (
 )
 
 // The book of two-person requests. The caller's do_ registers a request
-// (Ask) and is answered approval_pending at once: nothing is held (no
+// (Register) and is answered approval_pending at once: nothing is held (no
 // lock, no rate slot) while a person decides. An approver decides it
 // (Decide); the caller's repeated call takes the decision (Take) and
 // redeems its grant. The book is in memory: a restart forgets pending
@@ -134,7 +134,7 @@ func (a *Authority) Register(ask Ask) (Pending, error) {
 			return Pending{}, err
 		}
 		p = &Request{ID: hex.EncodeToString(id[:]), State: StatePending, Tool: c.Tool, Value: c.Value, Unit: ask.Unit, Source: ask.Source,
-			Key: c.Key, Caller: c.Caller.ID, CallerRole: c.Caller.Role, CallerCredentials: c.Caller.creds(), What: ask.What,
+			Key: c.Key, Caller: c.Caller.ID, CallerRole: c.Caller.Role, CallerCredentials: c.Caller.Creds(), What: ask.What,
 			Reason: ask.Reason, SideEffects: ask.SideEffects, Approver: ask.ApproverRole, Definition: c.Definition,
 			RequestedAt: now.UTC(), ExpiresAt: now.Add(a.ttl).UTC().Truncate(time.Second), fp: fp, caller: c.Caller}
 		if p.SideEffects == nil {
@@ -189,7 +189,7 @@ func (a *Authority) Decide(id string, approver Party, approve bool, reason strin
 		return Decision{Request: *p}, nil
 	}
 	token, exp, err := a.issueGrant(Grant{ID: id, Fingerprint: p.fp, Tool: p.Tool, Key: p.Key, Caller: p.caller,
-		Approver: Party{ID: approver.ID, Role: approver.Role, Credentials: approver.creds()}, Definition: p.Definition})
+		Approver: Party{ID: approver.ID, Role: approver.Role, Credentials: approver.Creds()}, Definition: p.Definition})
 	if err != nil {
 		p.DecidedBy, p.DecidedAt, p.Why = "", time.Time{}, ""
 		return Decision{Request: *p}, err
@@ -251,25 +251,20 @@ func (a *Authority) Get(id string) (Request, bool) {
 	return *p, true
 }
 
-// Voided is a request a definition change made void.
-type Voided struct {
-	Request
-}
-
 // VoidChanged voids every pending or approved request whose definition is
 // not current(tool) any more (a manifest or policy reload changed what
 // the approver saw): it can no longer be approved, and its grant is
 // dropped (a copy the caller holds is refused by Redeem as ErrVoid).
-func (a *Authority) VoidChanged(current func(tool string) string) []Voided {
+func (a *Authority) VoidChanged(current func(tool string) string) []Request {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []Voided
+	var out []Request
 	for _, p := range a.byID {
 		if (p.State != StatePending && p.State != StateApproved) || current(p.Tool) == p.Definition {
 			continue
 		}
 		a.void(p, "a reload redefined or removed "+p.Tool+" (or changed the policy rules that apply to it) after this approval was requested")
-		out = append(out, Voided{*p})
+		out = append(out, *p)
 	}
 	return out
 }

@@ -38,7 +38,7 @@ type Grant struct {
 
 // issueGrant signs g; version, times and nonce are filled in.
 func (a *Authority) issueGrant(g Grant) (string, time.Time, error) {
-	if g.Fingerprint == "" || g.Tool == "" || g.Key == "" || g.Definition == "" || len(g.Approver.creds()) == 0 {
+	if g.Fingerprint == "" || g.Tool == "" || g.Key == "" || g.Definition == "" || len(g.Approver.Creds()) == 0 {
 		return "", time.Time{}, errors.New("approval: a grant needs the fingerprint, tool, key, definition and approver")
 	}
 	n, err := nonce()

@@ -42,7 +42,7 @@ func (a *Authority) IssueRound(c Call, layer string) (token string, exp time.Tim
 	}
 	now := time.Now()
 	exp = now.Add(a.ttl).Truncate(time.Second)
-	token, err = a.sign(roundMACCtx, Round{V: roundVersion, Installation: a.inst, Fingerprint: c.Fingerprint(), Tool: c.Tool, Caller: c.Caller.creds(), Layer: layer,
+	token, err = a.sign(roundMACCtx, Round{V: roundVersion, Installation: a.inst, Fingerprint: c.Fingerprint(), Tool: c.Tool, Caller: c.Caller.Creds(), Layer: layer,
 		Definition: c.Definition, IssuedAt: now.Unix(), ExpiresAt: exp.Unix(), Nonce: n})
 	return token, exp, err
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"mime"
@@ -291,8 +290,7 @@ func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
 		// An unmapped certificate only opened the TLS session; the token
 		// decides the role, and the certificate is still one of the
 		// credentials this person proved.
-		sum := sha256.Sum256(chain[0].Raw)
-		c.Credentials = append(slices.Clone(c.Credentials), policy.CertFingerprintCredential(hex.EncodeToString(sum[:])))
+		c.Credentials = append(slices.Clone(c.Credentials), policy.CertFingerprint(chain[0]))
 		return c, 0, nil
 	case err != nil:
 		return c, http.StatusUnauthorized, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -682,34 +683,26 @@ func (s *Server) outsideNames(sc scope) []string {
 // (a capability, or its read_/do_ tool) by a placeholder: a document
 // shown through a view names nothing outside it.
 func scrubNames(text string, names []string) string {
-	word := func(b byte) bool {
-		return b == '_' || '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
+	if len(names) == 0 {
+		return text
 	}
-	for _, n := range names {
-		for _, f := range [...]struct{ name, with string }{{"read_" + n, "<tool>"}, {"do_" + n, "<tool>"}, {n, "<capability>"}} {
-			var b strings.Builder
-			last := 0
-			for from := 0; from < len(text); {
-				i := strings.Index(text[from:], f.name)
-				if i < 0 {
-					break
-				}
-				i += from
-				j := i + len(f.name)
-				from = i + 1
-				if (i == 0 || !word(text[i-1])) && (j == len(text) || !word(text[j])) {
-					b.WriteString(text[last:i])
-					b.WriteString(f.with)
-					last, from = j, j
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = regexp.QuoteMeta(n)
+	}
+	// \b: a name is a whole word when no letter, digit or _ touches it.
+	re := regexp.MustCompile(`\b(?:read_|do_)?(?:` + strings.Join(quoted, "|") + `)\b`)
+	return re.ReplaceAllStringFunc(text, func(m string) string {
+		if strings.HasPrefix(m, "read_") || strings.HasPrefix(m, "do_") {
+			for _, n := range names {
+				if m == n { // a capability whose own name starts so
+					return "<capability>"
 				}
 			}
-			if last > 0 {
-				b.WriteString(text[last:])
-				text = b.String()
-			}
+			return "<tool>"
 		}
-	}
-	return text
+		return "<capability>"
+	})
 }
 
 // listenExtraKey carries a subscriptions/listen request's RequestExtra (its

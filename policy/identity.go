@@ -60,6 +60,12 @@ func CertCredential(name string) string { return "cert:" + name }
 // hex SHA-256 of its DER.
 func CertFingerprintCredential(hexSum string) string { return "certfp:" + hexSum }
 
+// CertFingerprint is the CertFingerprintCredential of c.
+func CertFingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	return CertFingerprintCredential(hex.EncodeToString(sum[:]))
+}
+
 // Person is an identity.people entry: the credentials that are one
 // person's.
 type Person struct {
@@ -261,7 +267,6 @@ func (id *Identity) AuthenticateCert(chain []*x509.Certificate) (Principal, erro
 				// The role is the first matching rule's; the person is every
 				// name any rule maps this certificate by, and its fingerprint
 				// (identity.people may list it by any of them).
-				sum := sha256.Sum256(leaf.Raw)
 				pr := Principal{ID: "cert:" + name, Role: r.Role, Credentials: []string{CertCredential(name)}}
 				for _, q := range id.MTLS {
 					if q.CA != nil && !q.anchors(chain) {
@@ -273,7 +278,7 @@ func (id *Identity) AuthenticateCert(chain []*x509.Certificate) (Principal, erro
 						}
 					}
 				}
-				pr.Credentials = append(pr.Credentials, CertFingerprintCredential(hex.EncodeToString(sum[:])))
+				pr.Credentials = append(pr.Credentials, CertFingerprint(leaf))
 				return pr, nil
 			}
 		}

@@ -243,7 +243,7 @@ func approvalSatisfies(rule *policy.Approval, a node.Action, id *policy.Identity
 	// The approver's role under the policy in force, not the one the
 	// grant recorded: a reload that demoted or removed the approver (any
 	// of the credentials it approved with) ends what it approved.
-	if now, known := id.CurrentRoleOf(credentials(by)); known {
+	if now, known := id.CurrentRoleOf(by.Party().Creds()); known {
 		role = now
 	}
 	if by.ID == "" || policy.RoleLevel(role) < policy.RoleLevel(rule.ApproverRole) {
@@ -255,14 +255,7 @@ func approvalSatisfies(rule *policy.Approval, a node.Action, id *policy.Identity
 // samePerson compares two callers as people: a shared credential, or one
 // person of identity.people. Never their formatted names.
 func samePerson(x, y node.Caller, id *policy.Identity) bool {
-	return id.SamePerson(credentials(x), credentials(y))
-}
-
-func credentials(c node.Caller) []string {
-	if len(c.Credentials) == 0 {
-		return []string{c.ID}
-	}
-	return c.Credentials
+	return id.SamePerson(x.Party().Creds(), y.Party().Creds())
 }
 
 // RulesDigest implements node.RulesDigester: the policy rules that apply
