@@ -28,6 +28,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -845,6 +846,28 @@ func TestWalkthroughTools(t *testing.T) {
 		}
 		if calls == 0 {
 			t.Errorf("%s: no tools/call in a code block", file)
+		}
+	}
+}
+
+// TestPolicyKeys: every key of the policy schema, at any depth (identity.
+// providers.*.hs256_secret_file, gate.l1.accept_nested …), is named in
+// docs/policy.md, the policy's reference page.
+func TestPolicyKeys(t *testing.T) {
+	var schema schemaNode
+	if err := json.Unmarshal([]byte(read(t, "schemas/physmcp.policy.schema.json")), &schema); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	allKeys(&schema, keys)
+	if len(keys) < 20 {
+		t.Fatalf("the policy schema has %d keys: is its shape still the same?", len(keys))
+	}
+	const file = "docs/policy.md"
+	text := read(t, file)
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !regexp.MustCompile(`(^|[^A-Za-z0-9_])` + regexp.QuoteMeta(k) + `($|[^A-Za-z0-9_])`).MatchString(text) {
+			t.Errorf("%s: the policy schema's key %s is named nowhere; document it", file, k)
 		}
 	}
 }
