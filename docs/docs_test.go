@@ -871,3 +871,93 @@ func TestPolicyKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestPackageMap: docs/design.md's package map is the one map of the code.
+// Every directory with Go code (tests aside: bench/, e2e/, docs/ and the
+// examples are tools, not packages of the daemon) is on it, as a line of
+// its own or named on its parent's line (drivers/sim is "sim/" on the
+// drivers/ line), and every line names a directory that exists.
+func TestPackageMap(t *testing.T) {
+	const file = "docs/design.md"
+	src := read(t, file)
+	start := strings.Index(src, "## Packages")
+	if start < 0 {
+		t.Fatalf("%s: no \"## Packages\" section", file)
+	}
+	block := src[start:]
+	if i := strings.Index(block, "```\n"); i >= 0 {
+		block = block[i+4:]
+	}
+	if i := strings.Index(block, "```"); i >= 0 {
+		block = block[:i]
+	}
+	lines := map[string]string{} // "drivers/" -> its line and the indented lines that continue it
+	last := ""
+	for _, l := range strings.Split(block, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && strings.HasPrefix(l, " ") && last != "" {
+			lines[last] += " " + l
+			continue
+		}
+		if len(f) == 0 || !strings.HasSuffix(f[0], "/") {
+			continue
+		}
+		last = f[0]
+		dir := f[0]
+		if fi, err := os.Stat(filepath.Join(root, dir)); err != nil || !fi.IsDir() {
+			t.Errorf("%s: the package map names %s, which is not a directory", file, dir)
+		}
+		lines[dir] = l
+	}
+	if len(lines) < 10 {
+		t.Fatalf("%s: %d lines in the package map: is its shape still the same?", file, len(lines))
+	}
+	skip := regexp.MustCompile(`^(bench|e2e|docs|examples|conformance|deploy)(/|$)|(^|/)testdata(/|$)`)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "node_modules" || skip.MatchString(rel) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		if dir == "." {
+			return nil
+		}
+		if packageOnMap(lines, dir) {
+			return nil
+		}
+		t.Errorf("%s: package %s/ is not on the package map; add a line (or name it on its parent's line)", file, dir)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// packageOnMap: dir has its own line, or an ancestor's line names the
+// next path element below that ancestor (as a word).
+func packageOnMap(lines map[string]string, dir string) bool {
+	if _, ok := lines[dir+"/"]; ok {
+		return true
+	}
+	parts := strings.Split(dir, "/")
+	for i := len(parts) - 1; i > 0; i-- {
+		l, ok := lines[strings.Join(parts[:i], "/")+"/"]
+		if !ok {
+			continue
+		}
+		if regexp.MustCompile(`(^|[^A-Za-z0-9_])` + regexp.QuoteMeta(parts[i]) + `($|[^A-Za-z0-9_])`).MatchString(l) {
+			return true
+		}
+	}
+	return false
+}
