@@ -66,7 +66,8 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 			reason: "another actuation of " + cs.tool + " was still under way when the caller's deadline ended (" + ctx.Err().Error() +
 				"). Nothing was actuated; retry with the same idempotency_key"})
 	}
-	defer func() { <-cs.act.turn }()
+	n.markStep(cs)
+	defer func() { cs.stepSince.Store(0); <-cs.act.turn }()
 	if n.bound().byTool[cs.tool] != cs {
 		// The manifest was reloaded while this call was deciding, and this
 		// capability was removed or redefined: the decision was made for a

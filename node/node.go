@@ -105,6 +105,8 @@ type Node struct {
 	stopPrune chan struct{}
 	pruned    chan struct{}
 
+	born time.Time // when Open began: the liveness marks count from here (liveness.go)
+
 	obs      stream         // the observation stream (observe.go)
 	stopPoll chan struct{}  // closed by Close: background polls end
 	polls    sync.WaitGroup // background polls running
@@ -119,6 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: manifest, store and audit are required")
 	}
 	n := &Node{
+		born:        time.Now(),
 		store:       cfg.Store,
 		audit:       cfg.Audit,
 		guard:       cfg.Guard,

@@ -188,6 +188,7 @@ func (n *Node) startPolls(b *binding) {
 			continue
 		}
 		n.polls.Add(1)
+		n.markPolled(cs)
 		go func() {
 			defer n.polls.Done()
 			t := time.NewTicker(every)
@@ -203,6 +204,7 @@ func (n *Node) startPolls(b *binding) {
 				ctx, cancel := context.WithTimeout(context.Background(), every+cs.cap.Timeout())
 				_, _ = n.refresh(ctx, cs)
 				cancel()
+				n.markPolled(cs)
 			}
 		}()
 	}

@@ -37,6 +37,14 @@ type capState struct {
 
 	act actuator // the do_ path of this capability (actuator.go)
 
+	// Liveness marks (liveness.go), in nanoseconds since the node opened
+	// on the monotonic clock: when the device step under way began (0:
+	// none), when the shared device read under way began (0: none), and
+	// when the background poll last finished a round.
+	stepSince atomic.Int64
+	readSince atomic.Int64
+	polledAt  atomic.Int64
+
 	// The observation stream's change reference (observe.go).
 	refMu      sync.Mutex
 	refSet     bool
@@ -102,7 +110,9 @@ func (n *Node) refresh(ctx context.Context, cs *capState) (*sample, error) {
 		f = &flight{done: make(chan struct{})}
 		cs.flight = f
 		go func() {
+			cs.readSince.Store(n.monoNow())
 			f.s, f.err = n.readDevice(context.Background(), cs)
+			cs.readSince.Store(0)
 			cs.flightMu.Lock()
 			cs.flight = nil
 			cs.flightMu.Unlock()
