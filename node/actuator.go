@@ -11,6 +11,7 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/promcp"
 	"github.com/physd/physd/store"
 )
@@ -254,7 +255,7 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any, maxChange f
 			a.details = joinDetails("device_code="+code, a.details)
 		}
 		a.status, a.code = promcp.StatusPartial, promcp.CodeOutcomeUnknown
-		a.reason = "the write was sent but its outcome is unknown (" + err.Error() + "). " + readFirst(cs)
+		a.reason = "the write was sent but its outcome is unknown (" + err.Error() + "). " + n.readFirst(cs)
 		return a
 	}
 	verifyStart := time.Now()
@@ -267,21 +268,21 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any, maxChange f
 	switch {
 	case err != nil:
 		a.status, a.code = promcp.StatusPartial, promcp.CodeUnverified
-		a.reason = "the device acknowledged the write but the verifying read-back failed (" + err.Error() + "). " + readFirst(cs)
+		a.reason = "the device acknowledged the write but the verifying read-back failed (" + err.Error() + "). " + n.readFirst(cs)
 	case rb.ok:
 		a.status, a.verified, a.applied, a.details = promcp.StatusSuccess, true, rb.applied, rb.details
 	case rb.verify != nil:
 		a.status, a.code, a.details = promcp.StatusPartial, promcp.CodeMismatch, rb.details
 		a.reason = "the device acknowledged the write but its verify point " + rb.verify.Point + " shows " + promcp.FormatValue(rb.verify.Observed) +
-			", not " + promcp.FormatValue(rb.verify.Expected) + " (what it shows once the command applied): a stuck actuator, a local override, or a device that applies it later. " + readFirst(cs)
+			", not " + promcp.FormatValue(rb.verify.Expected) + " (what it shows once the command applied): a stuck actuator, a local override, or a device that applies it later. " + n.readFirst(cs)
 	default:
 		a.status, a.code, a.applied = promcp.StatusPartial, promcp.CodeMismatch, rb.value
 		a.details = rb.details
 		if cs.matches(rb.value, prev.value) {
 			a.reason = "the device acknowledged the write but still shows the previous value " + promcp.FormatValue(rb.value) +
-				" (a stuck actuator, a local override, or a device that applies it later). " + readFirst(cs)
+				" (a stuck actuator, a local override, or a device that applies it later). " + n.readFirst(cs)
 		} else {
-			a.reason = "the read-back shows " + promcp.FormatValue(rb.value) + ", neither the requested nor the previous value. " + readFirst(cs)
+			a.reason = "the read-back shows " + promcp.FormatValue(rb.value) + ", neither the requested nor the previous value. " + n.readFirst(cs)
 		}
 	}
 	return a
@@ -361,9 +362,19 @@ func checkStep(cs *capState, current, value any, max float64) *refusal {
 		details: fmt.Sprintf("max_change=%g; current=%s; value=%s; step=%g", max, promcp.FormatValue(current), promcp.FormatValue(value), step)}
 }
 
-// readFirst is the instruction every partial answer ends with.
-func readFirst(cs *capState) string {
-	return "Read read_" + cs.cap.Name + " before acting again: a retry with the same idempotency_key returns this answer, a new key actuates again"
+// readFirst is the instruction every partial answer ends with. It names a
+// tool that exists: read_<name> when the manifest in force has that read
+// capability, else can_do, whose candidate for this tool carries the
+// device's current value (current_state) — a do_ capability alone has no
+// read_ tool.
+func (n *Node) readFirst(cs *capState) string {
+	const retry = ": a retry with the same idempotency_key returns this answer, a new key actuates again"
+	if rc, ok := n.bound().byTool["read_"+cs.cap.Name]; ok && rc.cap.Kind == manifest.KindRead {
+		return "Read read_" + cs.cap.Name + " before acting again" + retry
+	}
+	intent, _ := json.Marshal(map[string]any{"intent": map[string]any{"semantic_tags": cs.cap.SemanticTags}})
+	return "Look before acting again: call can_do with " + string(intent) + "; its candidate " + cs.tool +
+		" shows the device's current value (current_state)" + retry
 }
 
 // writeDevice writes within the capability's timeout.

@@ -209,6 +209,46 @@ func TestStuckActuatorIsPartial(t *testing.T) {
 	}
 }
 
+// TestPartialNamesAToolThatExists: a partial answer's "look before acting
+// again" names a tool the agent can call. do_heater_zone_a has no
+// read_heater_zone_a, so it names can_do with an intent that, sent as
+// given, lists do_heater_zone_a with the device's current value.
+func TestPartialNamesAToolThatExists(t *testing.T) {
+	f := open(t, t.TempDir())
+	if err := f.plant.SetFault("zone_a.heater", sim.Fault{Mode: sim.FaultStuck}); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, f.n, "do_heater_zone_a", 55, "stuck-2")
+	if r.Status != promcp.StatusPartial || strings.Contains(r.Reason, "read_heater_zone_a") {
+		t.Fatalf("stuck heater: %+v; want partial naming no read_heater_zone_a (there is none)", r)
+	}
+	i := strings.Index(r.Reason, "call can_do with ")
+	if i < 0 {
+		t.Fatalf("reason %q: want it to name can_do", r.Reason)
+	}
+	rest := r.Reason[i+len("call can_do with "):]
+	var req promcp.CanDoRequest
+	if err := json.NewDecoder(strings.NewReader(rest)).Decode(&req); err != nil {
+		t.Fatalf("the can_do arguments in %q do not parse: %v", rest, err)
+	}
+	rep, err := f.n.CanDo(context.Background(), req, node.Caller{ID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Candidates {
+		if c.Capability == "do_heater_zone_a" {
+			if c.CurrentState == nil || c.CurrentState.Value == nil {
+				t.Fatalf("candidate %+v: want the current value", c)
+			}
+			if v, _ := c.CurrentState.Value.(float64); v == 55 {
+				t.Fatalf("current_state %v: the stuck heater does not hold 55", c.CurrentState.Value)
+			}
+			return
+		}
+	}
+	t.Fatalf("can_do %+v: no candidate do_heater_zone_a in %+v", req, rep.Candidates)
+}
+
 // TestRefusalsAreNotRecorded: a refusal actuated nothing, so the same key
 // may be used again once the cause is gone.
 func TestRefusalsAreNotRecorded(t *testing.T) {

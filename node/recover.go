@@ -118,7 +118,7 @@ func (n *Node) fromDevice(ctx context.Context, res *promcp.DoResult, tool string
 	}
 	switch {
 	case err != nil:
-		res.Reason = stopped + "; the device could not be read after the restart (" + err.Error() + "), so whether the write landed is unknown. " + readFirst(cs)
+		res.Reason = stopped + "; the device could not be read after the restart (" + err.Error() + "), so whether the write landed is unknown. " + n.readFirst(cs)
 	case rb.ok:
 		res.Status, res.Code, res.Verified, res.AppliedValue = promcp.StatusSuccess, "", true, rb.applied
 		res.Reason = stopped + "; after the restart the device shows the requested value"
@@ -130,7 +130,7 @@ func (n *Node) fromDevice(ctx context.Context, res *promcp.DoResult, tool string
 			shows = "at its verify point " + rb.verify.Point + " " + promcp.FormatValue(rb.verify.Observed)
 		}
 		res.Reason = stopped + "; after the restart the device shows " + shows +
-			": the write may never have been sent, or may have landed and been changed since. " + readFirst(cs)
+			": the write may never have been sent, or may have landed and been changed since. " + n.readFirst(cs)
 	}
 }
 
