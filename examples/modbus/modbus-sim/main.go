@@ -25,8 +25,19 @@
 //	holding   40001  flow setpoint      int16 ×0.1 °C, 30.0..80.0 (else exception 3)
 //	holding   40002  pump speed         uint16 %, 0..100 (else exception 3)
 //	holding   40003  operating mode     0 off, 1 heating, 2 hot water, 3 frost protection
-//	holding   40011  status word        bit 0 burner on, bit 1 pump running, bit 3 alarm (flow > 85 °C);
-//	                                    read-only (writes draw exception 2)
+//	holding   40011  status word        bit 0 burner on, bit 1 pump running, bit 3 alarm (flow > 85 °C),
+//	                                    bit 4 watchdog safe mode; read-only (writes draw exception 2)
+//	holding   40021  watchdog time      uint16 × 100 ms, 0..600 (0: off; else exception 3)
+//	holding   40022  watchdog heartbeat any value; every write restarts the watchdog time
+//
+// The host watchdog is the one Modbus I/O modules have (Moxa ioThinx safe
+// mode, ICP DAS safe value, Turck's watchdog register): once the watchdog
+// time is set, a host that stops writing the heartbeat for that long —
+// physd killed, hung, or cut off — finds the controller in safe mode: the
+// burner disabled (coil 00001 off) and the mode off (40003 = 0), status
+// bit 4 set. The next heartbeat clears bit 4; the outputs stay safe until
+// written again, so nothing restarts by itself. -watchdog sets the time at
+// start, as a module's stored configuration would.
 package main
 
 import (
@@ -35,6 +46,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,9 +60,18 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:5020", "listen address (host:port)")
 	step := flag.Duration("step", 200*time.Millisecond, "model time step")
 	rtu := flag.Bool("pty", false, "also serve unit 1 as Modbus RTU on a new pseudo-terminal (its path is logged)")
+	watchdog := flag.Duration("watchdog", 0, "host watchdog time at start (40021; 100 ms steps, at most 60s; 0: off until a host writes it)")
 	flag.Parse()
 
 	b := newBoiler()
+	if *watchdog > 0 {
+		if *watchdog > 60*time.Second {
+			log.Fatalf("modbus-sim: -watchdog %v: at most 60s", *watchdog)
+		}
+		b.bank.SetHolding(unit, regWatchdogTime, uint16(*watchdog/(100*time.Millisecond)))
+		b.heartbeat()
+		log.Printf("modbus-sim: host watchdog %v: write 40022 at least that often or the burner goes to safe mode", *watchdog)
+	}
 	srv, err := modbustest.StartTCP(*addr, b.bank)
 	if err != nil {
 		log.Fatalf("modbus-sim: %v", err)
@@ -85,16 +106,29 @@ func main() {
 	}
 }
 
+// The host watchdog's registers (0-based holding addresses).
+const (
+	regWatchdogTime  = 20 // 40021
+	regWatchdogBeat  = 21 // 40022
+	statusSafeMode   = 1 << 4
+	maxWatchdogTicks = 600 // 60 s in 100 ms steps
+)
+
 // boiler is the plant model behind the registers.
 type boiler struct {
 	bank                  *modbustest.Bank
 	flow, ret, outdoor    float64 // °C
 	burnerSeconds         float64
 	roomC, tauS, maxFlowC float64
+
+	now      func() time.Time // the watchdog's clock (tests replace it)
+	mu       sync.Mutex       // guards lastBeat and safeMode: requests arrive on the server's goroutines
+	lastBeat time.Time        // the last heartbeat (or watchdog time) write
+	safeMode bool             // the watchdog tripped; cleared by the next heartbeat
 }
 
 func newBoiler() *boiler {
-	b := &boiler{bank: modbustest.NewBank(64), flow: 35, ret: 30, outdoor: 4.5, roomC: 18, tauS: 40, maxFlowC: 95}
+	b := &boiler{bank: modbustest.NewBank(64), flow: 35, ret: 30, outdoor: 4.5, roomC: 18, tauS: 40, maxFlowC: 95, now: time.Now}
 	b.bank.SetHolding(unit, 0, 550) // 55.0 °C
 	b.bank.SetHolding(unit, 1, 60)  // 60 %
 	b.bank.SetHolding(unit, 2, 1)   // heating
@@ -124,6 +158,13 @@ func newBoiler() *boiler {
 				if v > 3 {
 					return modbustest.IllegalDataValue
 				}
+			case regWatchdogTime:
+				if v > maxWatchdogTicks {
+					return modbustest.IllegalDataValue
+				}
+				b.heartbeat()
+			case regWatchdogBeat:
+				b.heartbeat()
 			default:
 				return modbustest.IllegalDataAddress // read-only status and spare registers
 			}
@@ -134,8 +175,34 @@ func newBoiler() *boiler {
 	return b
 }
 
+// heartbeat restarts the watchdog time and leaves safe mode.
+func (b *boiler) heartbeat() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lastBeat, b.safeMode = b.now(), false
+}
+
+// watch trips the host watchdog when the host has not written the
+// heartbeat within the watchdog time: the burner off, the mode off.
+func (b *boiler) watch() bool {
+	ticks := b.bank.Holding(unit, regWatchdogTime, 1)[0]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ticks == 0 || b.safeMode {
+		return b.safeMode
+	}
+	if b.now().Sub(b.lastBeat) >= time.Duration(ticks)*100*time.Millisecond {
+		b.safeMode = true
+		b.bank.SetCoil(unit, 0, false)
+		b.bank.SetHolding(unit, 2, 0)
+		log.Printf("modbus-sim: host watchdog: no heartbeat for %v; safe mode (burner off, mode off)", time.Duration(ticks)*100*time.Millisecond)
+	}
+	return b.safeMode
+}
+
 // step advances the model by dt seconds and refreshes the registers.
 func (b *boiler) step(dt float64) {
+	safe := b.watch()
 	hold := b.bank.Holding(unit, 0, 3)
 	setpoint := float64(int16(hold[0])) / 10
 	speed := float64(hold[1])
@@ -164,6 +231,9 @@ func (b *boiler) step(dt float64) {
 	}
 	if b.flow > 85 {
 		status |= 1 << 3
+	}
+	if safe {
+		status |= statusSafeMode
 	}
 	b.bank.SetHolding(unit, 10, status)
 	b.bank.SetDiscrete(unit, 0, burnerOn)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	gomodbus "github.com/goburrow/modbus"
 	"github.com/goburrow/serial"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/modbus" // registers modbus_tcp, modbus_rtu
@@ -259,5 +260,78 @@ func scanMatchesExample(t *testing.T, b *boiler, o modbus.ScanOptions, exampleSr
 		} else if got != w {
 			t.Errorf("%s = %v, the skeleton's registers give %v", c.ToolName(), got, w)
 		}
+	}
+}
+
+// TestHostWatchdog: through a Modbus TCP client (goburrow, the library
+// physd's driver uses), a host that sets the watchdog time and then stops
+// writing the heartbeat finds the burner disabled and the mode off with
+// status bit 4 set, exactly once the watchdog time has passed since its
+// last heartbeat; the next heartbeat clears bit 4 and leaves the outputs
+// safe; an out-of-range watchdog time is refused; time 0 turns it off.
+func TestHostWatchdog(t *testing.T) {
+	b := newBoiler()
+	clock := time.Unix(1_700_000_000, 0)
+	b.now = func() time.Time { return clock }
+	srv, err := modbustest.StartTCP("127.0.0.1:0", b.bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	h := gomodbus.NewTCPClientHandler(srv.Addr)
+	h.SlaveId, h.Timeout = unit, 2*time.Second
+	if err := h.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	c := gomodbus.NewClient(h)
+	status := func() uint16 {
+		t.Helper()
+		b.step(0.1)
+		r, err := c.ReadHoldingRegisters(10, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint16(r[0])<<8 | uint16(r[1])
+	}
+	if _, err := c.WriteSingleRegister(regWatchdogTime, maxWatchdogTicks+1); err == nil || !strings.Contains(err.Error(), "exception '3'") {
+		t.Fatalf("watchdog time 60.1 s: err %v, want exception 3", err)
+	}
+	if _, err := c.WriteSingleRegister(regWatchdogTime, 5); err != nil { // 500 ms
+		t.Fatal(err)
+	}
+	clock = clock.Add(400 * time.Millisecond)
+	if s := status(); s&statusSafeMode != 0 {
+		t.Fatalf("400 ms after the watchdog time was set: status %b, want no safe mode", s)
+	}
+	if _, err := c.WriteSingleRegister(regWatchdogBeat, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(499 * time.Millisecond)
+	if s := status(); s&statusSafeMode != 0 || !b.bank.Coil(unit, 0) {
+		t.Fatalf("499 ms after a heartbeat: status %b, burner %v; want running", s, b.bank.Coil(unit, 0))
+	}
+	clock = clock.Add(time.Millisecond)
+	if s := status(); s&statusSafeMode == 0 {
+		t.Fatalf("500 ms after the last heartbeat: status %b, want safe mode", s)
+	}
+	if b.bank.Coil(unit, 0) || b.bank.Holding(unit, 2, 1)[0] != 0 || status()&1 != 0 {
+		t.Fatalf("safe mode: burner enable %v, mode %d; want off, off", b.bank.Coil(unit, 0), b.bank.Holding(unit, 2, 1)[0])
+	}
+	if _, err := c.WriteSingleRegister(regWatchdogBeat, 2); err != nil {
+		t.Fatal(err)
+	}
+	if s := status(); s&statusSafeMode != 0 || b.bank.Coil(unit, 0) || b.bank.Holding(unit, 2, 1)[0] != 0 {
+		t.Fatalf("after the next heartbeat: status %b, burner %v; want safe mode cleared and the outputs still safe", s, b.bank.Coil(unit, 0))
+	}
+	if _, err := c.WriteSingleRegister(regWatchdogTime, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteSingleCoil(0, 0xFF00); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Hour)
+	if s := status(); s&statusSafeMode != 0 || !b.bank.Coil(unit, 0) {
+		t.Fatalf("watchdog off, an hour without heartbeat: status %b, burner %v; want running", s, b.bank.Coil(unit, 0))
 	}
 }
