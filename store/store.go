@@ -30,6 +30,8 @@ type Store struct {
 	// transaction (see CompleteDeferred).
 	mu       sync.Mutex
 	deferred map[string]*LedgerEntry
+
+	unclean *RunRecord // the previous run's marker when it did not stop cleanly (run.go)
 }
 
 // Open opens (creating) dir/physd.db, migrates a ledger written by an
@@ -49,7 +51,12 @@ func Open(dir string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, deferred: map[string]*LedgerEntry{}}
-	if err := s.db.Update(s.initBuckets); err != nil {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := s.initBuckets(tx); err != nil {
+			return err
+		}
+		return s.markRun(tx)
+	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state database %s: %w", path, err)
 	}
@@ -70,6 +77,10 @@ func openDB(path string) (*bolt.DB, error) {
 // Close writes deferred answers and closes the database.
 func (s *Store) Close() error {
 	ferr := s.Flush()
+	if ferr == nil {
+		// Only a stop that kept everything it acknowledged is clean.
+		ferr = s.clearRun()
+	}
 	return errors.Join(ferr, s.db.Close())
 }
 

@@ -317,3 +317,51 @@ func TestKV(t *testing.T) {
 		t.Errorf("got %q", v)
 	}
 }
+
+// TestUncleanStop: a state directory whose last run closed its store
+// reports a clean stop; one whose run ended without Close (here: the
+// database file as a SIGKILL leaves it, copied while the store is open)
+// reports the run that did not stop, with its pid and start time.
+func TestUncleanStop(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UncleanStop() != nil {
+		t.Fatalf("a new state directory: unclean stop %+v", s.UncleanStop())
+	}
+	killed := t.TempDir()
+	raw, err := os.ReadFile(filepath.Join(dir, "physd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(killed, "physd.db"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UncleanStop() != nil {
+		t.Fatalf("after a clean stop: unclean stop %+v", s.UncleanStop())
+	}
+	s.Close()
+
+	k, err := Open(killed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := k.UncleanStop()
+	if prev == nil || prev.PID != os.Getpid() || time.Since(prev.Started) > time.Minute {
+		t.Fatalf("after a run that did not close: unclean stop %+v; want this process's run", prev)
+	}
+	k.Close()
+	if k, err = Open(killed); err != nil || k.UncleanStop() != nil {
+		t.Fatalf("the restart stopped cleanly: %v, %+v", err, k.UncleanStop())
+	}
+	k.Close()
+}
