@@ -51,7 +51,9 @@ func (d *Daemon) components() []component {
 		{name: "http security", start: d.startHTTPSecurity},
 		{name: "mcp", start: d.startMCP},
 		{name: "reload", start: d.startReload},
-		{name: "listeners", start: d.startListeners},
+		// Ending the context is what stops the listeners (they drain
+		// within the grace); on the normal path it has ended already.
+		{name: "listeners", start: d.startListeners, stop: func(context.Context) { d.cancel() }},
 		{name: "mdns", start: func(ctx context.Context) error {
 			return d.md.start(ctx, d.cfg.MDNSInterface, d.cfg.Manifest, d.site, d.mcpAddr, d.sec.scheme == "https", d.log)
 		}, stop: func(context.Context) { d.md.Close() }},

@@ -116,7 +116,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer func() { d.stop(started) }()
 	for _, c := range d.parts {
 		if err := c.start(d.ctx); err != nil {
-			d.cancel()
 			return err
 		}
 		started++

@@ -23,7 +23,7 @@ type runFlags struct {
 	tls                                                                               tlsFlags
 	historyMaxAge                                                                     time.Duration
 	historyMaxMB                                                                      int
-	mqtt                                                                              mqttFlags
+	mqtt                                                                              daemon.MQTTSettings
 	mqttCfg                                                                           *mqtt.Config
 	mdns                                                                              mdnsFlags
 }
@@ -50,7 +50,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.historyMaxAge, "history-max-age", history.Default().MaxAge, "history of numeric capabilities (state dir, history.db): drop buckets older than this")
 	fs.IntVar(&f.historyMaxMB, "history-max-mb", int(history.Default().MaxBytes>>20), "history: bound on history.db in MiB, oldest buckets dropped first; 0 turns history off")
 	f.tls.register(fs)
-	f.mqtt.register(fs)
+	registerMQTT(fs, &f.mqtt)
 	f.mdns.register(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
@@ -59,7 +59,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "physd run: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	mcfg, err := f.mqtt.config()
+	mcfg, err := f.mqtt.Config()
 	if err != nil {
 		fmt.Fprintf(stderr, "physd run: %v\n", err)
 		return 2
