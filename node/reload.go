@@ -30,7 +30,9 @@ func (r ReloadResult) Empty() bool {
 }
 
 // Reload puts m in force without a restart. The caller has validated m
-// (manifest, bindings, policy). The device identity cannot change.
+// (manifest, bindings, policy) and that its device identity is the one
+// in force (daemon's restartOnly): the ledger, audit and mesh identity
+// belong to it.
 //
 //   - A capability whose definition and bus are unchanged keeps its state;
 //     a changed one starts afresh (its cache could be in the old units)
@@ -65,9 +67,6 @@ func (n *Node) ReloadWith(ctx context.Context, m *manifest.Manifest, inForce fun
 		return ReloadResult{}, ErrShuttingDown
 	}
 	prev := n.bound()
-	if m.Device.ID != prev.m.Device.ID {
-		return ReloadResult{}, fmt.Errorf("device.id: %q → %q cannot change while physd runs (the ledger, audit and mesh identity belong to it); fix: restart physd", prev.m.Device.ID, m.Device.ID)
-	}
 	// A bus whose configuration changed is reopened after its old
 	// instance closed. So is a bus this reload opens while a bus of the
 	// same driver is being retired (by this reload or an earlier one whose

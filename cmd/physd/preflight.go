@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/physd/physd/daemon"
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/policy"
@@ -43,12 +44,12 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 		fmt.Fprintln(stderr, err)
 		return nil, 1
 	}
-	m, err := parseManifest(f.manifest, data)
+	m, err := daemon.ParseManifest(f.manifest, data)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 1
 	}
-	if err := checkMDNS(f.mdns, m); err != nil {
+	if err := daemon.CheckMDNS(f.mdns.iface, m); err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 1
 	}
@@ -73,20 +74,12 @@ func loadManifest(path string) (*manifest.Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseManifest(path, data)
+	return daemon.ParseManifest(path, data)
 }
 
-// parseManifest is loadManifest of the file's content data, read once:
-// what is checked is what is used.
-func parseManifest(path string, data []byte) (*manifest.Manifest, error) {
-	m, err := manifest.Parse(path, data)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkBindings(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+// loadPolicy is daemon.LoadPolicy for this build.
+func loadPolicy(path string, m *manifest.Manifest) (*policy.Policy, *gate.Gate, error) {
+	return daemon.LoadPolicy(path, m, buildVersion())
 }
 
 // errNoStateDir says why physd will not pick a state directory by itself.

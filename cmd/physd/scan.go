@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goburrow/serial"
+	"github.com/physd/physd/daemon"
 	"github.com/physd/physd/drivers/i2c"
 	"github.com/physd/physd/drivers/modbus"
 	"github.com/physd/physd/manifest"
@@ -142,7 +143,7 @@ func writeSkeleton(cmd string, skel []byte, out string, found bool, miss string,
 	}
 	m, verr := manifest.Parse(name, skel)
 	if verr == nil {
-		verr = checkBindings(m)
+		verr = daemon.CheckBindings(m)
 	}
 	if out != "" {
 		if err := os.WriteFile(out, skel, 0o644); err != nil {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -13,19 +13,19 @@ import (
 // openHistory opens the state directory's history.db and starts its writer
 // on the node's observation stream (nil with --history-max-mb 0), and
 // exports the stream's and the history's counters.
-func openHistory(f runFlags, stateDir string, n *node.Node, mx *metrics.Metrics, log *slog.Logger) (*history.History, error) {
+func openHistory(f Config, n *node.Node, mx *metrics.Metrics, log *slog.Logger) (*history.History, error) {
 	mx.Gauge("physd_observations_dropped", "Observations a subscriber of the observation stream (history, MCP resource updates) missed because it was behind.", nil,
 		func() float64 { return float64(n.ObservationsDropped()) })
-	if f.historyMaxMB < 0 {
-		return nil, fmt.Errorf("--history-max-mb %d: use a size in MiB, or 0 to turn history off", f.historyMaxMB)
+	if f.HistoryMaxMB < 0 {
+		return nil, fmt.Errorf("--history-max-mb %d: use a size in MiB, or 0 to turn history off", f.HistoryMaxMB)
 	}
-	if f.historyMaxMB == 0 {
+	if f.HistoryMaxMB == 0 {
 		log.Info("history off (--history-max-mb 0)")
 		return nil, nil
 	}
 	cfg := history.Default()
-	cfg.MaxAge, cfg.MaxBytes = f.historyMaxAge, int64(f.historyMaxMB)<<20
-	h, err := history.Open(filepath.Join(stateDir, history.FileName), n.Manifest(), cfg)
+	cfg.MaxAge, cfg.MaxBytes = f.HistoryMaxAge, int64(f.HistoryMaxMB)<<20
+	h, err := history.Open(filepath.Join(f.StateDir, history.FileName), n.Manifest(), cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"net"
@@ -14,14 +14,14 @@ import (
 // mesh's address physd refuses to start, naming the interface, the
 // address and its key.
 func TestCheckMDNS(t *testing.T) {
-	m, err := manifest.Load("../../examples/mesh-3node/node_b.yml") // bind 127.0.0.3
+	m, err := manifest.Load("../examples/mesh-3node/node_b.yml") // bind 127.0.0.3
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkMDNS(mdnsFlags{}, m); err != nil {
+	if err := CheckMDNS("", m); err != nil {
 		t.Errorf("mDNS off: %v", err)
 	}
-	if err := checkMDNS(mdnsFlags{iface: "lo"}, m); err != nil {
+	if err := CheckMDNS("lo", m); err != nil {
 		t.Errorf("lo with the mesh on 127.0.0.3: %v", err)
 	}
 	var other string
@@ -35,7 +35,7 @@ func TestCheckMDNS(t *testing.T) {
 	if other == "" {
 		t.Skip("no non-loopback interface with IPv4 here")
 	}
-	err = checkMDNS(mdnsFlags{iface: other}, m)
+	err = CheckMDNS(other, m)
 	want := "physd run: --mdns-interface " + other + ": " + other + " does not carry the mesh address 127.0.0.3 (network.mesh.bind), so gateways that find this one on " + other + " could not join its mesh; fix: bind the mesh to an address of " + other
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("mesh on 127.0.0.3, mDNS on %s:\n got: %v\nwant: %s…", other, err, want)

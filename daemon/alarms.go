@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"log/slog"
@@ -15,7 +15,7 @@ import (
 // stream: every raised and cleared event is logged, appended to the audit
 // trail and counted in /metrics, and each declared alarm has a
 // physd_alarm_active gauge. The engine exists even when the manifest
-// declares no alarm: a reload may declare some (reloadHooks); the gauges
+// declares no alarm: a reload may declare some (reloadSteps); the gauges
 // follow the alarms in force at each scrape.
 func startAlarms(n *node.Node, al *audit.Log, mx *metrics.Metrics, log *slog.Logger) *alarms.Engine {
 	e := alarms.New(n.Manifest())

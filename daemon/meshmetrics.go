@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -8,9 +8,7 @@ import (
 	gmprom "github.com/hashicorp/go-metrics/prometheus"
 
 	"github.com/physd/physd/discovery"
-	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/mesh"
-	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/metrics"
 )
 
@@ -86,12 +84,4 @@ func meshReady(m *mesh.Mesh) func() error {
 		}
 		return nil
 	}
-}
-
-// meshRouter lists and routes the other gateways' tools (nil without a mesh).
-func meshRouter(m *mesh.Mesh) mcpserver.Router {
-	if m == nil {
-		return nil
-	}
-	return &meshnode.Router{Mesh: m}
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -12,12 +12,12 @@ import (
 // warns above it): a view larger than that is named, so it can be cut.
 const maxViewTools = 8
 
-// writeViews prints each view's local tool count (its endpoint lists these
+// WriteViews prints (for `physd validate`) each view's local tool count (its endpoint lists these
 // plus can_do and the matching tools of other gateways), and warns about a
 // view that selects nothing on this gateway or is larger than proMCP's
 // advice. A view may name other gateways' zones and devices, so selecting
 // nothing here is a warning, not an error.
-func writeViews(m *manifest.Manifest, stdout, stderr io.Writer) {
+func WriteViews(m *manifest.Manifest, stdout, stderr io.Writer) {
 	if len(m.Views) == 0 {
 		return
 	}

@@ -1,8 +1,7 @@
-package main
+package daemon
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,33 +17,26 @@ import (
 // mdnsBrowseWait is how long one mDNS browse collects answers.
 const mdnsBrowseWait = time.Second
 
-// mdnsFlags are physd run's mDNS flags.
-type mdnsFlags struct{ iface string }
-
-func (f *mdnsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.iface, "mdns-interface", "", "mDNS: advertise this gateway (_physmcp._tcp) and, without seed_peers, find and join the site's gateways on this one interface (e.g. eth0; lo keeps it on this host); turns mDNS on and overrides network.mesh.mdns.interface")
-}
-
 // mdnsSettings is network.mesh.mdns with --mdns-interface applied; where
 // names the interface's origin for errors ("file:line:col:
 // network.mesh.mdns.interface" or "--mdns-interface").
-func mdnsSettings(f mdnsFlags, m *manifest.Manifest) (md manifest.MDNS, where string) {
+func mdnsSettings(iface string, m *manifest.Manifest) (md manifest.MDNS, where string) {
 	md = m.Network.Mesh.MDNS
 	where = md.Pos.String() + ": " + md.Field
-	if f.iface != "" {
+	if iface != "" {
 		if !md.Enabled && md.Field == "" { // no mdns: block
 			md = manifest.DefaultMDNS()
 		}
-		md.Enabled, md.Interface, where = true, f.iface, "physd run: --mdns-interface "+f.iface
+		md.Enabled, md.Interface, where = true, iface, "physd run: --mdns-interface "+iface
 	}
 	return md, where
 }
 
-// checkMDNS is preflight's mDNS check: the interface exists on this host,
+// CheckMDNS is preflight's mDNS check: the interface exists on this host,
 // is up and has an IPv4 address, and carries the mesh's address (peers
 // that find this gateway there must be able to reach its mesh).
-func checkMDNS(f mdnsFlags, m *manifest.Manifest) error {
-	md, where := mdnsSettings(f, m)
+func CheckMDNS(iface string, m *manifest.Manifest) error {
+	md, where := mdnsSettings(iface, m)
 	if !md.Enabled {
 		return nil
 	}
@@ -93,8 +85,8 @@ type mdnsService struct {
 // mesh site, nil without one) and starts discovery when seed_peers is
 // empty. Nothing happens when mDNS is off. When ctx ends (SIGTERM) the
 // goodbye goes out at once, before the listeners drain.
-func (s *mdnsService) start(ctx context.Context, f mdnsFlags, m *manifest.Manifest, site *mesh.Mesh, mcpAddr net.Addr, tls bool, log *slog.Logger) error {
-	md, _ := mdnsSettings(f, m)
+func (s *mdnsService) start(ctx context.Context, iface string, m *manifest.Manifest, site *mesh.Mesh, mcpAddr net.Addr, tls bool, log *slog.Logger) error {
+	md, _ := mdnsSettings(iface, m)
 	if !md.Enabled {
 		return nil
 	}

@@ -1,70 +1,36 @@
-package main
+package daemon
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/policy"
 )
 
-// tlsFlags are the run flags that decide how the HTTP listener is exposed:
-// TLS, client certificates, plain HTTP off loopback, extra Host names.
-type tlsFlags struct {
-	cert, key, clientCA string
-	insecurePlainHTTP   bool
-	allowedHosts        listFlag
-}
-
-func (t *tlsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.cert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain); reloaded on SIGHUP")
-	fs.StringVar(&t.key, "tls-key", "", "the private key of --tls-cert (PEM)")
-	fs.StringVar(&t.clientCA, "tls-client-ca", "", "PEM CA certificate(s) whose client certificates are accepted (mTLS); the policy's mtls provider maps them to roles")
-	fs.BoolVar(&t.insecurePlainHTTP, "insecure-plain-http", false, "allow plain HTTP on a non-loopback --http (bearer tokens cross the network in the clear)")
-	fs.Var(&t.allowedHosts, "allowed-host", "a Host name physd answers to besides localhost and its IPs (repeatable or comma-separated), e.g. gw1.plant.example")
-}
-
-// listFlag is a repeatable, comma-separated string flag.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
-		}
-	}
-	return nil
-}
-
 // checkExposure refuses a listener configuration that would expose
 // bearer tokens or the equipment: run before anything is opened.
-func checkExposure(f runFlags, token string) error {
-	t := f.tls
-	if (t.cert == "") != (t.key == "") {
+func checkExposure(f Config, token string) error {
+	t := f.TLS
+	if (t.Cert == "") != (t.Key == "") {
 		return errors.New("--tls-cert and --tls-key go together: give both (the certificate and its private key) or neither")
 	}
-	if t.clientCA != "" && t.cert == "" {
+	if t.ClientCA != "" && t.Cert == "" {
 		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: client certificates are only asked for over TLS")
 	}
-	if t.insecurePlainHTTP && t.cert != "" {
+	if t.InsecurePlainHTTP && t.Cert != "" {
 		return errors.New("--insecure-plain-http contradicts --tls-cert: drop one of them")
 	}
-	return mcpserver.CheckListen(mcpserver.Exposure{Addr: f.httpAddr, AllowRemote: f.allowRemote, Token: token,
-		ClientCerts: t.clientCA != "", TLS: t.cert != "", PlainHTTP: t.insecurePlainHTTP})
+	return checkListen(f, token)
 }
 
 // httpSecurity is what the boundary and the listener need from the flags.
@@ -78,32 +44,32 @@ type httpSecurity struct {
 // setupHTTPSecurity loads the certificates, checks that client
 // certificates have a role mapping, and keeps the certificates fresh on
 // SIGHUP until ctx ends. pol is the policy in force (nil without one).
-func setupHTTPSecurity(ctx context.Context, f runFlags, pol *policy.Policy, log *slog.Logger) (httpSecurity, error) {
-	t := f.tls
-	sec := httpSecurity{AllowedHosts: append([]string(nil), t.allowedHosts...), scheme: "http",
-		RequireCredentials: !mcpserver.IsLoopback(f.httpAddr) || t.clientCA != ""}
-	if host, _, err := net.SplitHostPort(f.httpAddr); err == nil && host != "" {
+func setupHTTPSecurity(ctx context.Context, f Config, pol *policy.Policy, log *slog.Logger) (httpSecurity, error) {
+	t := f.TLS
+	sec := httpSecurity{AllowedHosts: append([]string(nil), t.AllowedHosts...), scheme: "http",
+		RequireCredentials: !isLoopback(f.HTTPAddr) || t.ClientCA != ""}
+	if host, _, err := net.SplitHostPort(f.HTTPAddr); err == nil && host != "" {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
 			sec.AllowedHosts = append(sec.AllowedHosts, host) // --http gw1.plant.example:8443
 		}
 	}
 	mapped := pol != nil && len(pol.Identity.MTLS) > 0
 	switch {
-	case t.clientCA != "" && !mapped:
+	case t.ClientCA != "" && !mapped:
 		return sec, fmt.Errorf("--tls-client-ca %s: physd would verify client certificates but no policy maps them to roles; "+
-			"fix: add to --policy  identity: {providers: [{type: mtls, clients: [{cn: <subject CN>, role: operator}]}]}", t.clientCA)
-	case t.clientCA == "" && mapped:
+			"fix: add to --policy  identity: {providers: [{type: mtls, clients: [{cn: <subject CN>, role: operator}]}]}", t.ClientCA)
+	case t.ClientCA == "" && mapped:
 		return sec, fmt.Errorf("policy %s maps client certificates (identity.providers type mtls) but physd does not ask for them; "+
 			"fix: pass --tls-client-ca FILE with --tls-cert and --tls-key", pol.Path)
 	}
-	if !mcpserver.IsLoopback(f.httpAddr) && t.insecurePlainHTTP {
+	if !isLoopback(f.HTTPAddr) && t.InsecurePlainHTTP {
 		log.Warn("plain HTTP on a non-loopback address (--insecure-plain-http): bearer tokens and every value cross the network in the clear; "+
-			"use --tls-cert/--tls-key unless a TLS-terminating proxy or an isolated network protects this link", "addr", f.httpAddr)
+			"use --tls-cert/--tls-key unless a TLS-terminating proxy or an isolated network protects this link", "addr", f.HTTPAddr)
 	}
-	if t.cert == "" {
+	if t.Cert == "" {
 		return sec, nil
 	}
-	cs := &certStore{certFile: t.cert, keyFile: t.key, caFile: t.clientCA}
+	cs := &certStore{certFile: t.Cert, keyFile: t.Key, caFile: t.ClientCA}
 	if err := cs.load(time.Now()); err != nil {
 		return sec, err
 	}
@@ -113,7 +79,7 @@ func setupHTTPSecurity(ctx context.Context, f runFlags, pol *policy.Policy, log 
 		sec.AllowedHosts = append(sec.AllowedHosts, ip.String())
 	}
 	sec.TLS, sec.scheme = cs.config(), "https"
-	log.Info("TLS", "cert", t.cert, "subject", leaf.Subject.CommonName, "not_after", leaf.NotAfter.UTC(), "client_ca", t.clientCA)
+	log.Info("TLS", "cert", t.Cert, "subject", leaf.Subject.CommonName, "not_after", leaf.NotAfter.UTC(), "client_ca", t.ClientCA)
 	go cs.reloadOnHUP(ctx, log)
 	return sec, nil
 }

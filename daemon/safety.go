@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"encoding/hex"
@@ -15,9 +15,9 @@ import (
 	"github.com/physd/physd/store"
 )
 
-// loadPolicy reads the policy and builds its gate; both are validated
+// LoadPolicy reads the policy and builds its gate; both are validated
 // against the manifest, so `validate` and `run` refuse the same files.
-func loadPolicy(path string, m *manifest.Manifest) (*policy.Policy, *gate.Gate, error) {
+func LoadPolicy(path string, m *manifest.Manifest, version string) (*policy.Policy, *gate.Gate, error) {
 	pol, err := policy.Load(path, m)
 	if err != nil {
 		return nil, nil, err
@@ -30,15 +30,15 @@ func loadPolicy(path string, m *manifest.Manifest) (*policy.Policy, *gate.Gate, 
 	} else if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	g, err := gate.New(cfg, buildVersion())
+	g, err := gate.New(cfg, version)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: gate: %w", path, err)
 	}
 	return pol, g, nil
 }
 
-// policyWarnings are legal but probably unintended configurations.
-func policyWarnings(pol *policy.Policy, g *gate.Gate) []string {
+// PolicyWarnings are legal but probably unintended configurations.
+func PolicyWarnings(pol *policy.Policy, g *gate.Gate) []string {
 	var out []string
 	cfg := g.Config()
 	if len(cfg.L0.Allow) == 0 && !cfg.L1.Enabled {

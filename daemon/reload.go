@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,13 +14,9 @@ import (
 	"time"
 
 	"github.com/physd/physd/audit"
-	"github.com/physd/physd/gate"
 	"github.com/physd/physd/manifest"
-	"github.com/physd/physd/mcpserver"
-	"github.com/physd/physd/mesh"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/safety"
 )
 
 // reloadTimeout bounds one reload: the wait for device accesses on a bus
@@ -38,18 +33,9 @@ const reloadTimeout = 30 * time.Second
 // device.id, network: and audit: (the ledger, the mesh identity and the
 // audit trail belong to them) — such a manifest is rejected, saying so.
 type reloader struct {
-	f     runFlags
-	n     *node.Node
-	guard *safety.Guard // the policy in force, or the manifest-only guard
-	// withPolicy: guard holds --policy (else the manifest's own limits).
-	withPolicy bool
-	al         *audit.Log
-	log        *slog.Logger
-	srv        *mcpserver.Server
-	site       *mesh.Mesh // nil without a mesh
-	// hooks follow a manifest now in force (alarms, history, MQTT
-	// discovery, metrics); each must be quick.
-	hooks []func(*manifest.Manifest)
+	d *Daemon
+	// steps apply a prepared change in order (reloadSteps).
+	steps []reloadStep
 
 	mu  sync.Mutex // one reload at a time
 	sum [32]byte   // the manifest file's content in force
@@ -84,10 +70,10 @@ func (r *reloader) run(ctx context.Context, watch time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			data, err := os.ReadFile(r.f.manifest)
+			data, err := os.ReadFile(r.d.cfg.ManifestPath)
 			r.reload(ctx, "SIGHUP", data, err)
 		case <-tick:
-			data, err := os.ReadFile(r.f.manifest)
+			data, err := os.ReadFile(r.d.cfg.ManifestPath)
 			sum := sha256.Sum256(data)
 			if err != nil || sum != seen {
 				seen, seenAt = sum, time.Now()
@@ -120,99 +106,85 @@ func (r *reloader) reload(ctx context.Context, trigger string, data []byte, read
 	}
 	if err != nil {
 		r.rejected = sum
-		r.log.Error("reload rejected; the running manifest and policy stay in force", "trigger", trigger, "manifest", r.f.manifest, "policy", r.f.policy, "err", err.Error())
-		if _, aerr := r.al.Append(&audit.Record{Event: "manifest_reload_rejected", Reason: err.Error(),
-			Data: map[string]any{"manifest": r.f.manifest, "policy": r.f.policy, "trigger": trigger}}); aerr != nil {
-			r.log.Error("reload rejection not audited", "err", aerr.Error())
+		r.d.log.Error("reload rejected; the running manifest and policy stay in force", "trigger", trigger, "manifest", r.d.cfg.ManifestPath, "policy", r.d.cfg.PolicyPath, "err", err.Error())
+		if _, aerr := r.d.al.Append(&audit.Record{Event: "manifest_reload_rejected", Reason: err.Error(),
+			Data: map[string]any{"manifest": r.d.cfg.ManifestPath, "policy": r.d.cfg.PolicyPath, "trigger": trigger}}); aerr != nil {
+			r.d.log.Error("reload rejection not audited", "err", aerr.Error())
 		}
 		return err
 	}
 	r.rejected = [32]byte{}
 	if res != nil {
 		r.sum = sum
-		r.log.Info("manifest reloaded", "trigger", trigger, "added", res.Added, "removed", res.Removed, "changed", res.Changed,
+		r.d.log.Info("manifest reloaded", "trigger", trigger, "added", res.Added, "removed", res.Removed, "changed", res.Changed,
 			"kept", res.Kept, "buses_opened", res.Opened, "buses_closed", res.Closed, "buses_reopened", res.Reopened)
-		if _, aerr := r.al.Append(&audit.Record{Event: "manifest_reload", Data: map[string]any{"manifest": r.f.manifest, "trigger": trigger,
+		if _, aerr := r.d.al.Append(&audit.Record{Event: "manifest_reload", Data: map[string]any{"manifest": r.d.cfg.ManifestPath, "trigger": trigger,
 			"added": res.Added, "removed": res.Removed, "changed": res.Changed, "kept": res.Kept,
 			"buses_opened": res.Opened, "buses_closed": res.Closed, "buses_reopened": res.Reopened}}); aerr != nil {
-			r.log.Error("manifest reload not audited", "err", aerr.Error())
+			r.d.log.Error("manifest reload not audited", "err", aerr.Error())
 		}
 	}
-	if r.withPolicy { // the policy file is re-read by every applied reload
-		r.log.Info("policy reloaded", "policy", r.f.policy, "tools", len(r.guard.Policy().Tools))
-		_, _ = r.al.Append(&audit.Record{Event: "policy_reload", Data: map[string]any{"policy": r.f.policy, "trigger": trigger}})
+	if r.d.guard != nil { // the policy file is re-read by every applied reload
+		r.d.log.Info("policy reloaded", "policy", r.d.cfg.PolicyPath, "tools", len(r.d.inForce.Policy().Tools))
+		_, _ = r.d.al.Append(&audit.Record{Event: "policy_reload", Data: map[string]any{"policy": r.d.cfg.PolicyPath, "trigger": trigger}})
 	}
 	return nil
 }
 
-// apply does the work of reload. res is nil when the manifest is the one
-// in force (a policy-only reload).
-func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (res *node.ReloadResult, err error) {
-	old := r.n.Manifest()
-	m := old
+// apply prepares the change (parse, restart-only fields, policy) and
+// runs it as one transaction over the reload steps. res is nil when the
+// manifest is the one in force (a policy-only reload).
+func (r *reloader) apply(ctx context.Context, sum [32]byte, data []byte) (*node.ReloadResult, error) {
+	c, err := r.prepare(sum, data)
+	if err != nil {
+		return nil, err
+	}
+	if err := transact(ctx, r.steps, c); err != nil {
+		return nil, err
+	}
+	return c.res, nil
+}
+
+// prepare reads the change: the manifest (only when its content changed,
+// or a bus is still to be reopened) and the policy for it.
+func (r *reloader) prepare(sum [32]byte, data []byte) (*change, error) {
+	f := r.d.cfg
+	c := &change{old: r.d.n.Manifest()}
+	c.m = c.old
 	// A bus whose reopening ran out of time is reopened by the next
 	// reload, of the same file too (what the error advised).
-	if sum != r.sum || len(r.n.Reopening()) > 0 {
+	if sum != r.sum || len(r.d.n.Reopening()) > 0 {
 		// The bytes read once: what is validated is what is applied.
-		if m, err = parseManifest(r.f.manifest, data); err != nil {
+		m, err := ParseManifest(f.ManifestPath, data)
+		if err != nil {
 			return nil, err
 		}
-		if err := restartOnly(old, m); err != nil {
+		if err := restartOnly(c.old, m); err != nil {
 			return nil, err
 		}
-		if r.f.view != "" && m.View(r.f.view) == nil {
-			return nil, fmt.Errorf("--view %q: the new manifest no longer declares this view; fix: keep the view, or restart physd with another --view", r.f.view)
+		if f.View != "" && m.View(f.View) == nil {
+			return nil, fmt.Errorf("--view %q: the new manifest no longer declares this view; fix: keep the view, or restart physd with another --view", f.View)
 		}
+		c.m = m
 	}
-	var pol *policy.Policy
-	var g *gate.Gate
-	if r.withPolicy {
-		if pol, g, err = loadPolicy(r.f.policy, m); err != nil {
+	var err error
+	if r.d.guard != nil {
+		if c.pol, c.g, err = LoadPolicy(f.PolicyPath, c.m, f.Version); err != nil {
 			return nil, err
 		}
-		for _, w := range policyWarnings(pol, g) {
-			r.log.Warn("policy", "warning", w)
+		for _, w := range PolicyWarnings(c.pol, c.g) {
+			r.d.log.Warn("policy", "warning", w)
 		}
-	} else if pol, err = policy.ManifestOnly(m); err != nil {
+	} else if c.pol, err = policy.ManifestOnly(c.m); err != nil {
 		return nil, fmt.Errorf("the manifest's limits: %w", err)
 	}
-	if m == old {
-		r.guard.Reload(pol, g)
-	} else {
-		// The new rules go in force just before the new binding (a call
-		// decided between the two is judged by the new policy on the old
-		// binding, and one whose capability the reload redefines never
-		// actuates: node.CodeManifestReloaded), and only when the manifest
-		// could be bound: a rejected manifest leaves the policy that was.
-		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
-		defer cancel()
-		prevPol, prevGate := r.guard.Policy(), r.guard.Gate()
-		rr, err := r.n.ReloadWith(rctx, m, func() { r.guard.Reload(pol, g) })
-		if err != nil && r.n.Manifest() == old {
-			// Not applied, or put back (a reopened bus could not bind
-			// it): the rules in force before go back with it.
-			r.guard.Reload(prevPol, prevGate)
-			return nil, err
-		}
-		if err != nil {
-			r.log.Error("manifest reload: applied with an error", "err", err.Error())
-		}
-		res = &rr
-		if r.site != nil {
-			if err := r.site.UpdateCatalog(mesh.CatalogFromManifest(m)); err != nil {
-				r.log.Error("the mesh catalog was not updated; peers see the previous capabilities until the next reload", "err", err.Error())
-			}
-		}
-		for _, h := range r.hooks {
-			h(m)
-		}
-	}
-	r.srv.ManifestReloaded()
-	return res, nil
+	return c, nil
 }
 
 // restartOnly refuses a manifest whose device id, network or audit
-// section changed: they are read once, at start.
+// section changed: they are read once, at start. It is the one check of
+// the device id (the node's ledger, the audit trail and the mesh identity
+// belong to it); node.Reload trusts its caller for it.
 func restartOnly(old, m *manifest.Manifest) error {
 	var changed []string
 	if old.Device.ID != m.Device.ID {
@@ -234,4 +206,12 @@ func sameJSON(a, b any) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// startReload reloads on SIGHUP and, with --watch-manifest, when the
+// manifest file changes, until the daemon's context ends.
+func (d *Daemon) startReload(ctx context.Context) error {
+	d.rl = &reloader{d: d, steps: d.reloadSteps(), sum: d.cfg.ManifestSum}
+	go d.rl.run(ctx, d.cfg.WatchManifest)
+	return nil
 }
