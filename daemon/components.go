@@ -57,12 +57,35 @@ func (d *Daemon) components() []component {
 		{name: "mdns", start: func(ctx context.Context) error {
 			return d.md.start(ctx, d.cfg.MDNSInterface, d.cfg.Manifest, d.site, d.mcpAddr, d.sec.scheme == "https", d.log)
 		}, stop: func(context.Context) { d.md.Close() }},
+		// Last: READY=1 only once everything above serves.
+		{name: "service manager", start: d.startNotify},
 	}
 }
 
+// startNotify tells the service manager (systemd Type=notify) that physd
+// serves, feeds its watchdog only while the node's actuation path and
+// observation loop are alive (node.Alive), and says STOPPING=1 the moment
+// shutdown begins. Without $NOTIFY_SOCKET it does nothing.
+func (d *Daemon) startNotify(ctx context.Context) error {
+	d.notify.Ready()
+	go d.notify.Watch(ctx, d.n.Alive)
+	context.AfterFunc(ctx, d.notify.Stopping)
+	if iv := d.notify.WatchdogInterval(); iv > 0 {
+		d.log.Info("service manager watchdog", "watchdog_sec", iv.Seconds(), "ping_every_ms", (iv / 3).Milliseconds())
+	}
+	return nil
+}
+
 func (d *Daemon) startStore(context.Context) (err error) {
-	d.st, err = store.Open(d.cfg.StateDir)
-	return err
+	if d.st, err = store.Open(d.cfg.StateDir); err != nil {
+		return err
+	}
+	if prev := d.st.UncleanStop(); prev != nil {
+		// Killed, crashed, hung and restarted by the watchdog, or a power
+		// cut: the ledger recovers what was in flight (node.Open).
+		d.log.Warn("the previous run did not stop cleanly", "previous_pid", prev.PID, "previous_start", prev.Started.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // startAuditSink is the manifest's remote audit sink: unavailable, the

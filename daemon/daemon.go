@@ -25,6 +25,7 @@ import (
 	"github.com/physd/physd/mqtt"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/safety"
+	"github.com/physd/physd/sdnotify"
 	"github.com/physd/physd/store"
 )
 
@@ -74,6 +75,7 @@ type Daemon struct {
 	mcpAddr       net.Addr // the HTTP listener's (nil over stdio only)
 	serving       int
 	served        chan error
+	notify        *sdnotify.Notifier
 }
 
 // New checks what the flags alone decide (the stdio role, the token, the
@@ -101,6 +103,10 @@ func New(cfg Config) (*Daemon, error) {
 		if err := checkExposure(d.cfg, d.token); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if d.notify, err = sdnotify.New(d.log); err != nil {
+		return nil, err
 	}
 	d.parts = d.components()
 	return d, nil
