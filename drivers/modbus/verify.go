@@ -59,16 +59,59 @@ func parseVerify(p *problems, c *manifest.Capability, s *pointSpec, k *bindingKe
 		p.add("verify applies to do capabilities only (a read capability writes nothing to verify)", "remove verify, or make the capability kind: do", "verify")
 		return nil
 	}
-	var addr string
-	var expect, tol *yaml.Node
-	rest := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
+	addr, expect, tol, rest, ok := splitVerify(p, n)
+	if !ok {
+		return nil
+	}
+	if strings.TrimSpace(addr) == "" {
+		p.add("verify has no address", "add address: N (0-based protocol address, with table:) or an address string such as \"slave=1:reg=10021\"", "verify")
+		return nil
+	}
+	verifyDefaults(rest, addr, s)
+
+	v := &verifySpec{tol: c.Tolerance}
+	vc := manifest.Capability{Name: c.Name + " (verify)", Kind: manifest.KindRead, DataType: c.DataType, EnumValues: c.EnumValues,
+		Pos:     manifest.Pos{File: p.file, Line: n.Line, Col: n.Column},
+		Binding: manifest.Binding{Type: "modbus", Bus: c.Binding.Bus, Address: addr, Params: rest, Pos: manifest.Pos{File: p.file, Line: n.Line, Col: n.Column}, Field: p.root + ".verify"}}
+	if expect != nil {
+		v.expect, vc.DataType = parseExpect(p, c, expect)
+		if v.expect == nil {
+			return nil
+		}
+		vc.EnumValues = nil
+	}
+	if tol != nil {
+		verifyTolerance(p, c, tol, v)
+	}
+	vs, err := parseBinding(&vc, busKind)
+	if err != nil {
+		if errs, ok := err.(manifest.Errors); ok {
+			p.errs = append(p.errs, errs...)
+		} else {
+			p.add(err.Error(), "fix the verify point", "verify")
+		}
+		return nil
+	}
+	if vs.unit == s.unit && vs.table == s.table && vs.addr == s.addr && vs.codec.bit == s.codec.bit {
+		p.add(fmt.Sprintf("verify names the written point itself (%s)", s.what()), "name the input or register that shows the command at another address, or remove verify (the written point is read back without it)", "verify")
+		return nil
+	}
+	v.pt = vs
+	return v
+}
+
+// splitVerify takes verify's own keys (address, expect, tolerance) out of
+// the mapping n; rest holds the binding keys of the verify point. It
+// reports false after a key that cannot apply to a verify point.
+func splitVerify(p *problems, n *yaml.Node) (addr string, expect, tol, rest *yaml.Node, ok bool) {
+	rest = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], manifest.Resolve(n.Content[i+1])
 		switch key.Value {
 		case "address":
 			if val == nil || val.Kind != yaml.ScalarNode {
 				p.add("verify.address must be a number or an address string", `write address: 20 (0-based) or address: "slave=1:reg=10021"`, "verify", "address")
-				return nil
+				return "", nil, nil, nil, false
 			}
 			addr = val.Value
 		case "expect":
@@ -77,16 +120,17 @@ func parseVerify(p *problems, c *manifest.Capability, s *pointSpec, k *bindingKe
 			tol = val
 		case "verify", "write_function":
 			p.add(fmt.Sprintf("%s does not apply to a verify point (it is only read)", key.Value), "remove it from verify", "verify", key.Value)
-			return nil
+			return "", nil, nil, nil, false
 		default:
 			rest.Content = append(rest.Content, n.Content[i], n.Content[i+1])
 		}
 	}
-	if strings.TrimSpace(addr) == "" {
-		p.add("verify has no address", "add address: N (0-based protocol address, with table:) or an address string such as \"slave=1:reg=10021\"", "verify")
-		return nil
-	}
-	// Defaults from the binding: the unit, and a register point's encoding.
+	return addr, expect, tol, rest, true
+}
+
+// verifyDefaults adds the keys a verify point takes from the binding: the
+// unit, and a register point's encoding when it names none of its own.
+func verifyDefaults(rest *yaml.Node, addr string, s *pointSpec) {
 	a, _ := parseAddress(addr)
 	if a.unit == nil && !hasKey(rest, "unit") {
 		addKey(rest, "unit", strconv.Itoa(int(s.unit)))
@@ -112,44 +156,19 @@ func parseVerify(p *problems, c *manifest.Capability, s *pointSpec, k *bindingKe
 			addKey(rest, "offset", strconv.FormatFloat(s.conv.offset, 'g', -1, 64))
 		}
 	}
+}
 
-	v := &verifySpec{tol: c.Tolerance}
-	vc := manifest.Capability{Name: c.Name + " (verify)", Kind: manifest.KindRead, DataType: c.DataType, EnumValues: c.EnumValues,
-		Pos:     manifest.Pos{File: p.file, Line: n.Line, Col: n.Column},
-		Binding: manifest.Binding{Type: "modbus", Bus: c.Binding.Bus, Address: addr, Params: rest, Pos: manifest.Pos{File: p.file, Line: n.Line, Col: n.Column}, Field: p.root + ".verify"}}
-	if expect != nil {
-		v.expect, vc.DataType = parseExpect(p, c, expect)
-		if v.expect == nil {
-			return nil
-		}
-		vc.EnumValues = nil
+// verifyTolerance reads verify.tolerance into v.
+func verifyTolerance(p *problems, c *manifest.Capability, tol *yaml.Node, v *verifySpec) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(tol.Value), 64)
+	switch {
+	case tol.Kind != yaml.ScalarNode || err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
+		p.add(fmt.Sprintf("verify.tolerance must be a number ≥ 0, got %q", tol.Value), "write the accepted |shown − expected| in the capability's unit, e.g. tolerance: 0.5", "verify", "tolerance")
+	case c.DataType != manifest.TypeFloat && c.DataType != manifest.TypeInt:
+		p.add(fmt.Sprintf("verify.tolerance applies to float and int capabilities, not %s", c.DataType), "remove it (use expect: to map values)", "verify", "tolerance")
+	default:
+		v.tol = f
 	}
-	if tol != nil {
-		f, err := strconv.ParseFloat(strings.TrimSpace(tol.Value), 64)
-		switch {
-		case tol.Kind != yaml.ScalarNode || err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
-			p.add(fmt.Sprintf("verify.tolerance must be a number ≥ 0, got %q", tol.Value), "write the accepted |shown − expected| in the capability's unit, e.g. tolerance: 0.5", "verify", "tolerance")
-		case c.DataType != manifest.TypeFloat && c.DataType != manifest.TypeInt:
-			p.add(fmt.Sprintf("verify.tolerance applies to float and int capabilities, not %s", c.DataType), "remove it (use expect: to map values)", "verify", "tolerance")
-		default:
-			v.tol = f
-		}
-	}
-	vs, err := parseBinding(&vc, busKind)
-	if err != nil {
-		if errs, ok := err.(manifest.Errors); ok {
-			p.errs = append(p.errs, errs...)
-		} else {
-			p.add(err.Error(), "fix the verify point", "verify")
-		}
-		return nil
-	}
-	if vs.unit == s.unit && vs.table == s.table && vs.addr == s.addr && vs.codec.bit == s.codec.bit {
-		p.add(fmt.Sprintf("verify names the written point itself (%s)", s.what()), "name the input or register that shows the command at another address, or remove verify (the written point is read back without it)", "verify")
-		return nil
-	}
-	v.pt = vs
-	return v
 }
 
 // parseExpect reads verify.expect: every commanded value of a bool or enum
