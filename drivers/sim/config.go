@@ -105,8 +105,37 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 	if errs := manifest.DecodeNode(file, n, root, &cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	v := &validator{file: file, root: root, top: n}
-	spec := &plantSpec{sensorNoise: defaultSensorNoise}
+	pp := &plantParser{v: &validator{file: file, root: root, top: n}, cfg: &cfg, seen: map[string]string{},
+		spec: &plantSpec{sensorNoise: defaultSensorNoise}}
+	pp.plant()
+	if cfg.Zones == nil && cfg.Tanks == nil && cfg.Valves == nil {
+		// Nothing declared: the default greenhouse (three zones, a tank, a valve).
+		cfg.Zones = map[string]*zoneConfig{"zone_a": nil, "zone_b": nil, "zone_c": nil}
+		cfg.Tanks = map[string]*tankConfig{"rain_tank": nil}
+		drains := "rain_tank"
+		cfg.Valves = map[string]*valveConfig{"irrigation_a": {Drains: &drains}}
+	}
+	pp.zones()
+	pp.tanks()
+	pp.valves()
+	if len(pp.v.errs) > 0 {
+		return nil, pp.v.errs
+	}
+	return pp.spec, nil
+}
+
+// plantParser validates a decoded plant section by section into spec.
+type plantParser struct {
+	v         *validator
+	cfg       *plantConfig
+	spec      *plantSpec
+	seen      map[string]string // object name -> its section
+	tankNames []string          // in source order
+}
+
+// plant reads the plant-wide keys: seed, latency_ms, sensor_noise.
+func (pp *plantParser) plant() {
+	cfg, spec, v := pp.cfg, pp.spec, pp.v
 	if cfg.Seed != nil {
 		spec.seed = *cfg.Seed
 	}
@@ -121,31 +150,27 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 		spec.sensorNoise = *cfg.SensorNoise
 		v.between(spec.sensorNoise, 0, 100, "0 for exact sensors, 1 for the default noise", "sensor_noise")
 	}
+}
 
-	if cfg.Zones == nil && cfg.Tanks == nil && cfg.Valves == nil {
-		// Nothing declared: the default greenhouse (three zones, a tank, a valve).
-		cfg.Zones = map[string]*zoneConfig{"zone_a": nil, "zone_b": nil, "zone_c": nil}
-		cfg.Tanks = map[string]*tankConfig{"rain_tank": nil}
-		drains := "rain_tank"
-		cfg.Valves = map[string]*valveConfig{"irrigation_a": {Drains: &drains}}
+// checkName reports a name that is not a valid identifier, or that another
+// zone, tank or valve of the plant already has.
+func (pp *plantParser) checkName(section, name string) {
+	if !nameRE.MatchString(name) {
+		pp.v.failKey(fmt.Sprintf("invalid name %q", name),
+			"use letters, digits, _ and - only (no dots), starting with a letter or _", section, name)
 	}
-
-	seen := map[string]string{} // object name -> its section
-	checkName := func(section, name string) {
-		if !nameRE.MatchString(name) {
-			v.failKey(fmt.Sprintf("invalid name %q", name),
-				"use letters, digits, _ and - only (no dots), starting with a letter or _", section, name)
-		}
-		if other, dup := seen[name]; dup {
-			v.failKey(fmt.Sprintf("name %q is already used in %s", name, other),
-				"give every zone, tank and valve of a plant a distinct name", section, name)
-		}
-		seen[name] = section
+	if other, dup := pp.seen[name]; dup {
+		pp.v.failKey(fmt.Sprintf("name %q is already used in %s", name, other),
+			"give every zone, tank and valve of a plant a distinct name", section, name)
 	}
+	pp.seen[name] = section
+}
 
-	for _, name := range v.order(cfg.Zones, "zones") {
-		checkName("zones", name)
-		c := cfg.Zones[name]
+func (pp *plantParser) zones() {
+	v := pp.v
+	for _, name := range v.order(pp.cfg.Zones, "zones") {
+		pp.checkName("zones", name)
+		c := pp.cfg.Zones[name]
 		if c == nil {
 			c = &zoneConfig{}
 		}
@@ -169,13 +194,16 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 		v.between(z.heaterGainC, 0, 200, "°C added at steady state by the heater at 100 %, e.g. 15", at("heater_gain_c")...)
 		v.between(z.fanCoolingC, 0, 200, "°C removed at steady state by the fan at 100 %, e.g. 2", at("fan_cooling_c")...)
 		v.between(z.ventCoolC, 0, 200, "°C removed at steady state by the vent at 100 %, e.g. 5", at("vent_cooling_c")...)
-		spec.zones = append(spec.zones, z)
+		pp.spec.zones = append(pp.spec.zones, z)
 	}
+}
 
-	tankNames := v.order(cfg.Tanks, "tanks")
-	for _, name := range tankNames {
-		checkName("tanks", name)
-		c := cfg.Tanks[name]
+func (pp *plantParser) tanks() {
+	v := pp.v
+	pp.tankNames = v.order(pp.cfg.Tanks, "tanks")
+	for _, name := range pp.tankNames {
+		pp.checkName("tanks", name)
+		c := pp.cfg.Tanks[name]
 		if c == nil {
 			c = &tankConfig{}
 		}
@@ -191,12 +219,16 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 				fmt.Sprintf("a starting level between 0 and capacity_l (%g)", t.capacityL), at("initial_l")...)
 		}
 		v.between(t.inflowLPM, 0, 1e6, "litres per minute flowing in, e.g. 0.5 (0 for none)", at("inflow_lpm")...)
-		spec.tanks = append(spec.tanks, t)
+		pp.spec.tanks = append(pp.spec.tanks, t)
 	}
+}
 
-	for _, name := range v.order(cfg.Valves, "valves") {
-		checkName("valves", name)
-		c := cfg.Valves[name]
+// valves reads the valves; it runs after tanks, whose names drains: takes.
+func (pp *plantParser) valves() {
+	v := pp.v
+	for _, name := range v.order(pp.cfg.Valves, "valves") {
+		pp.checkName("valves", name)
+		c := pp.cfg.Valves[name]
 		if c == nil {
 			c = &valveConfig{}
 		}
@@ -218,20 +250,16 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 		v.between(vs.initial, 0, 100, "a starting opening in percent, 0..100", at("initial")...)
 		if c.Drains != nil {
 			vs.drains = *c.Drains
-			if _, ok := cfg.Tanks[vs.drains]; !ok {
+			if _, ok := pp.cfg.Tanks[vs.drains]; !ok {
 				fix := "declare the tank under tanks:, or remove drains"
-				if len(tankNames) > 0 {
-					fix = "name one of the tanks: " + strings.Join(tankNames, ", ")
+				if len(pp.tankNames) > 0 {
+					fix = "name one of the tanks: " + strings.Join(pp.tankNames, ", ")
 				}
 				v.fail(fmt.Sprintf("drains names unknown tank %q", vs.drains), fix, at("drains")...)
 			}
 		}
-		spec.valves = append(spec.valves, vs)
+		pp.spec.valves = append(pp.spec.valves, vs)
 	}
-	if len(v.errs) > 0 {
-		return nil, v.errs
-	}
-	return spec, nil
 }
 
 func orDefault(p *float64, def float64) float64 {
