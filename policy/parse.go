@@ -632,133 +632,162 @@ func keysOf(n *yaml.Node) map[string]*yaml.Node {
 	return out
 }
 
+// rule reads one rule of a tool: its type and keys, then what the type
+// says, into tp.
 func (p *parser) rule(n *yaml.Node, field string, tp *ToolPolicy, pol *Policy) {
 	var r rawRule
-	if !p.decode(n, field, &r) {
+	if !p.decode(n, field, &r) || !p.ruleKeys(n, field, r.Type) {
 		return
 	}
-	allowed, known := ruleKeys[r.Type]
+	switch r.Type {
+	case "time_window":
+		p.timeWindowRule(n, field, r, tp, pol)
+	case "permission":
+		p.permissionRule(n, field, r, tp)
+	case "rate":
+		p.rateRule(n, field, r, tp)
+	case "quorum":
+		p.quorumRule(n, field, r, tp)
+	case "range_guard":
+		p.rangeGuard(n, field, r, tp)
+	case "max_change":
+		p.maxChange(n, field, r, tp)
+	case "cooldown":
+		p.cooldownRule(n, field, r, tp)
+	case "approval":
+		p.approvalRule(n, field, r, tp, pol)
+	}
+}
+
+// ruleKeys checks the rule's type and that every key it sets belongs to
+// that type; it reports false for an unknown type.
+func (p *parser) ruleKeys(n *yaml.Node, field, typ string) bool {
+	allowed, known := ruleKeys[typ]
 	if !known {
 		types := make([]string, 0, len(ruleKeys))
 		for t := range ruleKeys {
 			types = append(types, t)
 		}
 		sort.Strings(types)
-		p.add(n, field+".type", "use one of "+strings.Join(types, ", "), "unknown rule type %q", r.Type)
-		return
+		p.add(n, field+".type", "use one of "+strings.Join(types, ", "), "unknown rule type %q", typ)
+		return false
 	}
 	for k, kn := range keysOf(n) {
-		if k == "type" {
-			continue
-		}
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == k
-		}
-		if !ok {
-			p.add(kn, field+"."+k, "keys of a "+r.Type+" rule: "+strings.Join(allowed, ", "), "%q does not belong to a %s rule", k, r.Type)
+		if k != "type" && !slices.Contains(allowed, k) {
+			p.add(kn, field+"."+k, "keys of a "+typ+" rule: "+strings.Join(allowed, ", "), "%q does not belong to a %s rule", k, typ)
 		}
 	}
-	win := func(name, key string) *Window {
-		w := pol.Windows[name]
-		if w == nil && !p.declared[name] { // a declared but invalid window has its own error
-			p.add(elemOf(valueOf(n, key), name), field+"."+key, "declare it under time_windows:", "unknown time window %q", name)
-		}
-		return w
+	return true
+}
+
+// window returns the time window a rule names under key, or nil; an
+// unknown name is reported, a declared but invalid one has its own error.
+func (p *parser) window(n *yaml.Node, field, key, name string, pol *Policy) *Window {
+	w := pol.Windows[name]
+	if w == nil && !p.declared[name] {
+		p.add(elemOf(valueOf(n, key), name), field+"."+key, "declare it under time_windows:", "unknown time window %q", name)
 	}
-	switch r.Type {
-	case "time_window":
-		if len(r.AllowDuring)+len(r.DenyDuring) == 0 {
-			p.add(n, field, "list window names in allow_during and/or deny_during", "the rule names no window")
-		}
-		for _, name := range r.AllowDuring {
-			if w := win(name, "allow_during"); w != nil {
-				tp.AllowDuring = append(tp.AllowDuring, w)
-			}
-		}
-		for _, name := range r.DenyDuring {
-			if w := win(name, "deny_during"); w != nil {
-				tp.DenyDuring = append(tp.DenyDuring, w)
-			}
-		}
-	case "permission":
-		if len(r.Require) == 0 {
-			p.add(n, field+".require", "list the roles allowed, e.g. [operator, supervisor]", "required")
-		}
-		least := ""
-		for _, role := range r.Require {
-			if p.role(n, field+".require", role) && (least == "" || RoleLevel(role) < RoleLevel(least)) {
-				least = role
-			}
-		}
-		// Roles are ordered: naming operator admits supervisors and admins.
-		if least != "" && RoleLevel(least) > RoleLevel(tp.MinRole) {
-			tp.MinRole = least
-		}
-	case "rate":
-		s, ok := r.Max.(string)
-		if !ok {
-			p.add(n, field+".max", `write a rate such as "6/hour"`, "required")
-			return
-		}
-		rl, err := manifest.ParseRate(s, "rate")
-		if err != nil {
-			p.addRate(valueOf(n, "max"), field+".max", err)
-			return
-		}
-		tp.Rates = append(tp.Rates, Rate{rl.Count, rl.Per, rl.Source, "policy"})
-	case "quorum":
-		if r.MinPeers == nil || *r.MinPeers < 1 {
-			p.add(n, field+".min_peers", "set min_peers: 2 or more (self included)", "required and ≥ 1")
-			return
-		}
-		if r.OnFailure != "" && r.OnFailure != "deny" {
-			p.add(n, field+".on_failure", "use deny (the only safe choice)", "unsupported on_failure %q", r.OnFailure)
-		}
-		tp.Quorum = max(tp.Quorum, *r.MinPeers)
-	case "range_guard":
-		p.rangeGuard(n, field, r, tp)
-	case "max_change":
-		p.maxChange(n, field, r, tp)
-	case "cooldown":
-		if r.MS == nil || *r.MS < 1 {
-			p.add(n, field+".ms", "set ms: the minimum time between actuations, e.g. 30000", "required and > 0")
-			return
-		}
-		tp.Cooldown = max(tp.Cooldown, time.Duration(*r.MS)*time.Millisecond)
-	case "approval":
-		a := &Approval{When: r.When}
-		switch r.When {
-		case "always":
-		case "outside_window":
-			if r.Window == "" {
-				p.add(n, field+".window", "name the window inside which no approval is needed", "required for when: outside_window")
-				return
-			}
-			if a.Window = win(r.Window, "window"); a.Window == nil {
-				return
-			}
-		case "above":
-			if r.Above == nil || math.IsNaN(*r.Above) || math.IsInf(*r.Above, 0) {
-				p.add(n, field+".above", "set the value above which a human must approve", "required for when: above")
-				return
-			}
-			a.Above = *r.Above
-			if tp.Cap.Range != nil && a.Above >= tp.Cap.Range.Max {
-				p.add(n, field+".above", fmt.Sprintf("use a value below the physical maximum %g", tp.Cap.Range.Max), "unreachable rule: no value is above %g", a.Above)
-			}
-		default:
-			p.add(n, field+".when", "use always, outside_window or above", "unknown when %q", r.When)
-			return
-		}
-		if !p.approver(n, field, r, a) {
-			return
-		}
-		if tp.Approval != nil {
-			p.add(n, field, "keep one approval rule per tool", "a second approval rule")
-		}
-		tp.Approval = a
+	return w
+}
+
+func (p *parser) timeWindowRule(n *yaml.Node, field string, r rawRule, tp *ToolPolicy, pol *Policy) {
+	if len(r.AllowDuring)+len(r.DenyDuring) == 0 {
+		p.add(n, field, "list window names in allow_during and/or deny_during", "the rule names no window")
 	}
+	for _, name := range r.AllowDuring {
+		if w := p.window(n, field, "allow_during", name, pol); w != nil {
+			tp.AllowDuring = append(tp.AllowDuring, w)
+		}
+	}
+	for _, name := range r.DenyDuring {
+		if w := p.window(n, field, "deny_during", name, pol); w != nil {
+			tp.DenyDuring = append(tp.DenyDuring, w)
+		}
+	}
+}
+
+func (p *parser) permissionRule(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {
+	if len(r.Require) == 0 {
+		p.add(n, field+".require", "list the roles allowed, e.g. [operator, supervisor]", "required")
+	}
+	least := ""
+	for _, role := range r.Require {
+		if p.role(n, field+".require", role) && (least == "" || RoleLevel(role) < RoleLevel(least)) {
+			least = role
+		}
+	}
+	// Roles are ordered: naming operator admits supervisors and admins.
+	if least != "" && RoleLevel(least) > RoleLevel(tp.MinRole) {
+		tp.MinRole = least
+	}
+}
+
+func (p *parser) rateRule(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {
+	s, ok := r.Max.(string)
+	if !ok {
+		p.add(n, field+".max", `write a rate such as "6/hour"`, "required")
+		return
+	}
+	rl, err := manifest.ParseRate(s, "rate")
+	if err != nil {
+		p.addRate(valueOf(n, "max"), field+".max", err)
+		return
+	}
+	tp.Rates = append(tp.Rates, Rate{rl.Count, rl.Per, rl.Source, "policy"})
+}
+
+func (p *parser) quorumRule(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {
+	if r.MinPeers == nil || *r.MinPeers < 1 {
+		p.add(n, field+".min_peers", "set min_peers: 2 or more (self included)", "required and ≥ 1")
+		return
+	}
+	if r.OnFailure != "" && r.OnFailure != "deny" {
+		p.add(n, field+".on_failure", "use deny (the only safe choice)", "unsupported on_failure %q", r.OnFailure)
+	}
+	tp.Quorum = max(tp.Quorum, *r.MinPeers)
+}
+
+func (p *parser) cooldownRule(n *yaml.Node, field string, r rawRule, tp *ToolPolicy) {
+	if r.MS == nil || *r.MS < 1 {
+		p.add(n, field+".ms", "set ms: the minimum time between actuations, e.g. 30000", "required and > 0")
+		return
+	}
+	tp.Cooldown = max(tp.Cooldown, time.Duration(*r.MS)*time.Millisecond)
+}
+
+// approvalRule reads when a human must approve, and who may.
+func (p *parser) approvalRule(n *yaml.Node, field string, r rawRule, tp *ToolPolicy, pol *Policy) {
+	a := &Approval{When: r.When}
+	switch r.When {
+	case "always":
+	case "outside_window":
+		if r.Window == "" {
+			p.add(n, field+".window", "name the window inside which no approval is needed", "required for when: outside_window")
+			return
+		}
+		if a.Window = p.window(n, field, "window", r.Window, pol); a.Window == nil {
+			return
+		}
+	case "above":
+		if r.Above == nil || math.IsNaN(*r.Above) || math.IsInf(*r.Above, 0) {
+			p.add(n, field+".above", "set the value above which a human must approve", "required for when: above")
+			return
+		}
+		a.Above = *r.Above
+		if tp.Cap.Range != nil && a.Above >= tp.Cap.Range.Max {
+			p.add(n, field+".above", fmt.Sprintf("use a value below the physical maximum %g", tp.Cap.Range.Max), "unreachable rule: no value is above %g", a.Above)
+		}
+	default:
+		p.add(n, field+".when", "use always, outside_window or above", "unknown when %q", r.When)
+		return
+	}
+	if !p.approver(n, field, r, a) {
+		return
+	}
+	if tp.Approval != nil {
+		p.add(n, field, "keep one approval rule per tool", "a second approval rule")
+	}
+	tp.Approval = a
 }
 
 // approver reads who may approve: approver_role names the least role of
