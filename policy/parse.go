@@ -377,8 +377,23 @@ func (p *parser) identity(id *rawIdentity, pol *Policy) {
 	if id == nil {
 		return
 	}
+	p.tokens(id.Tokens, pol)
+	for i, n := range id.Providers {
+		field := fmt.Sprintf("identity.providers[%d]", i)
+		if providerType(&n) == "mtls" {
+			p.mtlsProvider(&n, field, pol)
+			continue
+		}
+		p.jwtProvider(&n, field, pol)
+	}
+	p.people(id.People, pol)
+}
+
+// tokens reads identity.tokens: the SHA-256 of each bearer token, its
+// holder and role.
+func (p *parser) tokens(nodes []yaml.Node, pol *Policy) {
 	seen := map[string]bool{}
-	for i, n := range id.Tokens {
+	for i, n := range nodes {
 		field := fmt.Sprintf("identity.tokens[%d]", i)
 		var t rawToken
 		if !p.decode(&n, field, &t) {
@@ -403,57 +418,54 @@ func (p *parser) identity(id *rawIdentity, pol *Policy) {
 		copy(sum[:], b)
 		pol.Identity.Tokens = append(pol.Identity.Tokens, Token{ID: t.ID, SHA256: sum, Role: t.Role})
 	}
-	for i, n := range id.Providers {
-		field := fmt.Sprintf("identity.providers[%d]", i)
-		if providerType(&n) == "mtls" {
-			p.mtlsProvider(&n, field, pol)
-			continue
-		}
-		var r rawProvider
-		if !p.decode(&n, field, &r) {
-			continue
-		}
-		if r.Type != "jwt" {
-			p.add(&n, field+".type", "use jwt or mtls", "unknown provider type %q", r.Type)
-			continue
-		}
-		j := JWTProvider{Issuer: r.Issuer, Audience: r.Audience, RoleClaim: r.RoleClaim}
-		if j.RoleClaim == "" {
-			j.RoleClaim = "role"
-		}
-		if r.Issuer == "" || r.Audience == "" {
-			p.add(&n, field, "set issuer and audience: tokens from anyone else are refused", "issuer and audience are required")
-		}
-		keys := 0
-		if r.HS256SecretEnv != "" {
-			keys++
-			j.HS256Key = []byte(os.Getenv(r.HS256SecretEnv))
-			if len(j.HS256Key) < 32 {
-				p.add(&n, field+".hs256_secret_env", "export at least 32 random bytes in "+r.HS256SecretEnv, "the HS256 secret is missing or shorter than 32 bytes")
-			}
-		}
-		if r.HS256SecretFile != "" {
-			keys++
-			b, err := os.ReadFile(r.HS256SecretFile)
-			j.HS256Key = []byte(strings.TrimSpace(string(b)))
-			if err != nil || len(j.HS256Key) < 32 {
-				p.add(&n, field+".hs256_secret_file", "a file with at least 32 random bytes", "cannot use %s: %v", r.HS256SecretFile, errOr(err, "shorter than 32 bytes"))
-			}
-		}
-		if r.RS256PublicKeyFile != "" {
-			keys++
-			k, err := readRSAPublicKey(r.RS256PublicKeyFile)
-			if err != nil {
-				p.add(&n, field+".rs256_public_key_file", "a PEM RSA public key (PKIX or PKCS#1)", "%v", err)
-			}
-			j.RS256Key = k
-		}
-		if keys != 1 {
-			p.add(&n, field, "set exactly one of hs256_secret_env, hs256_secret_file, rs256_public_key_file", "%d key sources given", keys)
-		}
-		pol.Identity.JWT = append(pol.Identity.JWT, j)
+}
+
+// jwtProvider reads an identity.providers entry of type jwt: issuer,
+// audience, the role claim and exactly one key source.
+func (p *parser) jwtProvider(n *yaml.Node, field string, pol *Policy) {
+	var r rawProvider
+	if !p.decode(n, field, &r) {
+		return
 	}
-	p.people(id.People, pol)
+	if r.Type != "jwt" {
+		p.add(n, field+".type", "use jwt or mtls", "unknown provider type %q", r.Type)
+		return
+	}
+	j := JWTProvider{Issuer: r.Issuer, Audience: r.Audience, RoleClaim: r.RoleClaim}
+	if j.RoleClaim == "" {
+		j.RoleClaim = "role"
+	}
+	if r.Issuer == "" || r.Audience == "" {
+		p.add(n, field, "set issuer and audience: tokens from anyone else are refused", "issuer and audience are required")
+	}
+	keys := 0
+	if r.HS256SecretEnv != "" {
+		keys++
+		j.HS256Key = []byte(os.Getenv(r.HS256SecretEnv))
+		if len(j.HS256Key) < 32 {
+			p.add(n, field+".hs256_secret_env", "export at least 32 random bytes in "+r.HS256SecretEnv, "the HS256 secret is missing or shorter than 32 bytes")
+		}
+	}
+	if r.HS256SecretFile != "" {
+		keys++
+		b, err := os.ReadFile(r.HS256SecretFile)
+		j.HS256Key = []byte(strings.TrimSpace(string(b)))
+		if err != nil || len(j.HS256Key) < 32 {
+			p.add(n, field+".hs256_secret_file", "a file with at least 32 random bytes", "cannot use %s: %v", r.HS256SecretFile, errOr(err, "shorter than 32 bytes"))
+		}
+	}
+	if r.RS256PublicKeyFile != "" {
+		keys++
+		k, err := readRSAPublicKey(r.RS256PublicKeyFile)
+		if err != nil {
+			p.add(n, field+".rs256_public_key_file", "a PEM RSA public key (PKIX or PKCS#1)", "%v", err)
+		}
+		j.RS256Key = k
+	}
+	if keys != 1 {
+		p.add(n, field, "set exactly one of hs256_secret_env, hs256_secret_file, rs256_public_key_file", "%d key sources given", keys)
+	}
+	pol.Identity.JWT = append(pol.Identity.JWT, j)
 }
 
 // people reads identity.people: the credentials that are one person's, so
