@@ -76,6 +76,39 @@ func (p *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		p.decodeDuration(n, v, path)
 		return
 	}
+	if p.decodeUnmarshaler(n, v, path) {
+		return
+	}
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		p.decodeIndirect(n, v, path)
+	case reflect.Struct:
+		p.decodeStruct(n, v, path)
+	case reflect.Map:
+		p.decodeMap(n, v, path)
+	case reflect.Slice, reflect.Array:
+		p.decodeList(n, v, path)
+	case reflect.String:
+		if s, ok := p.pr.Text(n, path); ok {
+			v.SetString(s)
+		}
+	case reflect.Bool:
+		if b, ok := p.pr.Bool(n, path); ok {
+			v.SetBool(b)
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64:
+		p.decodeNumber(n, v, path)
+	default:
+		p.add(n, path, "", "cannot decode into Go type %s", t)
+	}
+}
+
+// decodeUnmarshaler decodes n with v's own UnmarshalYAML or UnmarshalText,
+// reporting whether v has one.
+func (p *decoder) decodeUnmarshaler(n *yaml.Node, v reflect.Value, path string) bool {
+	t := v.Type()
 	if t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && v.CanAddr() {
 		pv := v.Addr()
 		if pv.Type().Implements(unmarshalerType) {
@@ -83,17 +116,24 @@ func (p *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			if err := SafeDecode(func() error { return u.UnmarshalYAML(n) }); err != nil {
 				p.add(n, path, "", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
 			}
-			return
+			return true
 		}
 		if pv.Type().Implements(textType) && n.Kind == yaml.ScalarNode && !IsNull(n) {
 			u := pv.Interface().(encoding.TextUnmarshaler)
 			if err := SafeDecode(func() error { return u.UnmarshalText([]byte(n.Value)) }); err != nil {
 				p.add(n, path, "", "invalid value %s: %v", Quote(n.Value), err)
 			}
-			return
+			return true
 		}
 	}
 
+	return false
+}
+
+// decodeIndirect decodes into a pointer (set only when its value decodes
+// cleanly) or an empty interface (the generic YAML value).
+func (p *decoder) decodeIndirect(n *yaml.Node, v reflect.Value, path string) {
+	t := v.Type()
 	switch t.Kind() {
 	case reflect.Pointer:
 		if IsNull(n) {
@@ -126,10 +166,13 @@ func (p *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		if x != nil {
 			v.Set(reflect.ValueOf(x))
 		}
-	case reflect.Struct:
-		p.decodeStruct(n, v, path)
-	case reflect.Map:
-		p.decodeMap(n, v, path)
+	}
+}
+
+// decodeList decodes a sequence into a slice or a fixed-size array.
+func (p *decoder) decodeList(n *yaml.Node, v reflect.Value, path string) {
+	t := v.Type()
+	switch t.Kind() {
 	case reflect.Slice:
 		if IsNull(n) {
 			v.SetZero()
@@ -152,14 +195,14 @@ func (p *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		for i, e := range n.Content {
 			p.decode(e, v.Index(i), Index(path, i))
 		}
-	case reflect.String:
-		if s, ok := p.pr.Text(n, path); ok {
-			v.SetString(s)
-		}
-	case reflect.Bool:
-		if b, ok := p.pr.Bool(n, path); ok {
-			v.SetBool(b)
-		}
+	}
+}
+
+// decodeNumber decodes an integer or float scalar, range checked for the
+// Go type.
+func (p *decoder) decodeNumber(n *yaml.Node, v reflect.Value, path string) {
+	t := v.Type()
+	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		if i, ok := p.pr.Int(n, path); ok {
 			if v.OverflowInt(i) {
@@ -184,8 +227,6 @@ func (p *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			}
 			v.SetFloat(f)
 		}
-	default:
-		p.add(n, path, "", "cannot decode into Go type %s", t)
 	}
 }
 
