@@ -100,7 +100,7 @@ func Parse(file string, data []byte) (*Manifest, error) {
 		m = p.manifest(root)
 	}
 	if len(p.errs) > 0 {
-		return nil, p.errs.sorted()
+		return nil, p.errs.Sorted()
 	}
 	if m == nil { // cannot happen: no manifest without an error
 		return nil, Errors{{Pos: Pos{File: file}, Msg: "the manifest could not be read"}}

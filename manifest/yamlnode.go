@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/physd/physd/strictyaml"
 	"io"
 	"math"
 	"regexp"
@@ -468,15 +469,7 @@ func (p *parser) scalarBool(n *yaml.Node, field string) (bool, bool) {
 }
 
 // ParseDocument reads one YAML document with the same protections as the
-// manifest (size limit, alias-bomb and depth checks, anchors expanded,
-// positions kept) and returns its root node, for other physd files such as
-// physmcp.policy.yml that decode it with DecodeNode. (Its empty-file message
-// speaks of "the manifest"; callers may reword it.)
+// manifest and returns its root node: strictyaml.ParseDocument.
 func ParseDocument(file string, data []byte) (*yaml.Node, Errors) {
-	p := &parser{file: file}
-	root := p.document(data)
-	if len(p.errs) > 0 {
-		return nil, p.errs.sorted()
-	}
-	return root, nil
+	return strictyaml.ParseDocument(file, data)
 }
