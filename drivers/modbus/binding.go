@@ -8,6 +8,7 @@ import (
 
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/strictyaml"
 )
 
 // bindingKeys are a modbus binding's structured keys (besides type, bus and
@@ -58,33 +59,33 @@ func (s *pointSpec) what() string { return fmt.Sprintf("unit %d %s", s.unit, ref
 func parseBinding(c *manifest.Capability, busKind string) (*pointSpec, error) {
 	b := newBinder(c, busKind)
 	if c.Binding.Type != "modbus" {
-		b.p.add(fmt.Sprintf("a %s bus takes bindings of type modbus, not %q", busKind, c.Binding.Type), "write binding: {type: modbus, bus: ..., ...}")
-		return nil, b.p.err()
+		b.p.Add(fmt.Sprintf("a %s bus takes bindings of type modbus, not %q", busKind, c.Binding.Type), "write binding: {type: modbus, bus: ..., ...}")
+		return nil, b.p.Err()
 	}
-	if errs := manifest.DecodeNode(b.p.file, c.Binding.Params, b.p.root, &b.k); len(errs) > 0 {
+	if errs := strictyaml.Decode(b.p.File, c.Binding.Params, b.p.Root, &b.k); len(errs) > 0 {
 		return nil, errs
 	}
 	if !b.address() {
-		return nil, b.p.err()
+		return nil, b.p.Err()
 	}
 	b.s = &pointSpec{name: c.Name, do: c.Kind == manifest.KindDo}
 	b.unit()
 	b.table()
 	b.register()
 	if !b.dataType() {
-		return nil, b.p.err()
+		return nil, b.p.Err()
 	}
 	b.byteOrder()
 	b.scaling()
 	b.capType()
 	b.span()
 	b.writing()
-	if err := b.p.err(); err != nil {
+	if err := b.p.Err(); err != nil {
 		return nil, err
 	}
 	if b.k.Verify != nil {
 		b.s.verify = parseVerify(b.p, c, b.s, &b.k, busKind)
-		if err := b.p.err(); err != nil {
+		if err := b.p.Err(); err != nil {
 			return nil, err
 		}
 	}
@@ -94,7 +95,7 @@ func parseBinding(c *manifest.Capability, busKind string) (*pointSpec, error) {
 // binder is one binding being parsed: the decoded keys, what the address
 // string says, and the spec the steps fill in.
 type binder struct {
-	p       *problems
+	p       *strictyaml.Problems
 	c       *manifest.Capability
 	busKind string
 	k       bindingKeys
@@ -115,23 +116,23 @@ func newBinder(c *manifest.Capability, busKind string) *binder {
 	if at.Line == 0 {
 		at = c.Pos
 	}
-	return &binder{p: &problems{file: file, root: root, top: c.Binding.Params, at: at}, c: c, busKind: busKind}
+	return &binder{p: &strictyaml.Problems{File: file, Root: root, Top: c.Binding.Params, At: at}, c: c, busKind: busKind}
 }
 
 // capErr reports a problem with a key of the capability itself.
 func (b *binder) capErr(key, msg, fix string) {
-	if strings.HasSuffix(b.p.root, ".verify") {
+	if strings.HasSuffix(b.p.Root, ".verify") {
 		fix = "verify a " + b.c.DataType + " capability with a point that can show its value: a register with data_type: for numbers, a coil, discrete input, bit or integer register for bool and enum"
 	}
-	b.p.errs = append(b.p.errs, &manifest.Error{Pos: manifest.Pos{File: b.p.file, Line: b.c.Pos.Line, Col: b.c.Pos.Col},
-		Field: strings.TrimSuffix(b.p.root, ".binding") + "." + key, Msg: msg, Fix: fix})
+	b.p.Append(&strictyaml.Error{Pos: strictyaml.Pos{File: b.p.File, Line: b.c.Pos.Line, Col: b.c.Pos.Col},
+		Field: strings.TrimSuffix(b.p.Root, ".binding") + "." + key, Msg: msg, Fix: fix})
 }
 
 // addrErr reports a problem with the address string (the parser keeps no
 // position for it, so it points at the binding).
 func (b *binder) addrErr(msg, fix string) {
-	b.p.errs = append(b.p.errs, &manifest.Error{Pos: manifest.Pos{File: b.p.file, Line: b.p.at.Line, Col: b.p.at.Col},
-		Field: b.p.root + ".address", Msg: msg, Fix: fix})
+	b.p.Append(&strictyaml.Error{Pos: strictyaml.Pos{File: b.p.File, Line: b.p.At.Line, Col: b.p.At.Col},
+		Field: b.p.Root + ".address", Msg: msg, Fix: fix})
 }
 
 // address reads the address string and applies a device profile, which
@@ -176,3 +177,8 @@ func BindingSpan(busType string, c *manifest.Capability) (drivers.Spanner, error
 	}
 	return s, nil
 }
+
+// oneOf is the fix for a value outside a fixed list. (strictyaml.OneOf
+// takes the value too, for a "did you mean"; these messages have always
+// listed the options alone.)
+func oneOf(options []string) string { return "use one of " + strings.Join(options, ", ") }

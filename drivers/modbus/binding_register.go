@@ -19,7 +19,7 @@ func (b *binder) unit() {
 	unit := -1
 	switch {
 	case a.unit != nil && k.Unit != nil && *a.unit != *k.Unit:
-		b.p.add(fmt.Sprintf("unit: %d disagrees with slave=%d in the address", *k.Unit, *a.unit), "keep one of them, or make them the same", "unit")
+		b.p.Add(fmt.Sprintf("unit: %d disagrees with slave=%d in the address", *k.Unit, *a.unit), "keep one of them, or make them the same", "unit")
 	case k.Unit != nil:
 		unit = *k.Unit
 	case a.unit != nil:
@@ -27,11 +27,11 @@ func (b *binder) unit() {
 	case b.busKind == TypeTCP:
 		unit = 1 // most TCP devices ignore it; gateways route by it
 	default:
-		b.p.add("a modbus_rtu binding needs its unit (slave) id", "add unit: N (1..247), or slave=N in the address string")
+		b.p.Add("a modbus_rtu binding needs its unit (slave) id", "add unit: N (1..247), or slave=N in the address string")
 	}
 	if unit >= 0 {
 		if unit < unitMin || unit > unitMax {
-			b.p.add(fmt.Sprintf("unit %d is outside %d..%d for %s", unit, unitMin, unitMax, b.busKind), fmt.Sprintf("use a unit id in %d..%d", unitMin, unitMax), "unit")
+			b.p.Add(fmt.Sprintf("unit %d is outside %d..%d for %s", unit, unitMin, unitMax, b.busKind), fmt.Sprintf("use a unit id in %d..%d", unitMin, unitMax), "unit")
 		}
 		b.s.unit = byte(unit)
 	}
@@ -45,16 +45,16 @@ func (b *binder) table() {
 		if a.table != nil {
 			b.s.table = *a.table
 		} else {
-			b.p.add("the binding does not say which table", "add table: coil|discrete|input|holding, or use reg=4xxxx Modicon notation in the address")
+			b.p.Add("the binding does not say which table", "add table: coil|discrete|input|holding, or use reg=4xxxx Modicon notation in the address")
 		}
 		return
 	}
 	t, ok := tableNames[strings.ToLower(strings.TrimSpace(*k.Table))]
 	switch {
 	case !ok:
-		b.p.add(fmt.Sprintf("unknown table %q", *k.Table), "use coil, discrete, input or holding", "table")
+		b.p.Add(fmt.Sprintf("unknown table %q", *k.Table), "use coil, discrete, input or holding", "table")
 	case a.table != nil && *a.table != t:
-		b.p.add(fmt.Sprintf("table: %s disagrees with the address, which names a %s", t, *a.table), "keep one of them, or make them the same", "table")
+		b.p.Add(fmt.Sprintf("table: %s disagrees with the address, which names a %s", t, *a.table), "keep one of them, or make them the same", "table")
 	default:
 		b.s.table = t
 	}
