@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -96,16 +96,16 @@ type plantSpec struct {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
 
-// parseConfig decodes (strictly, with manifest.DecodeNode) and validates a
+// parseConfig decodes (strictly, with strictyaml.Decode) and validates a
 // sim bus entry. root is the field path, e.g. "buses.plant". A nil or empty
 // node gives the default plant.
 func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
-	n = manifest.WithoutKey(manifest.Resolve(n), "type") // tolerate type: left in Config
+	n = strictyaml.WithoutKey(n, "type") // tolerate type: left in Config
 	var cfg plantConfig
-	if errs := manifest.DecodeNode(file, n, root, &cfg); len(errs) > 0 {
+	if errs := strictyaml.Decode(file, n, root, &cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	pp := &plantParser{v: &validator{file: file, root: root, top: n}, cfg: &cfg, seen: map[string]string{},
+	pp := &plantParser{v: &validator{strictyaml.Problems{File: file, Root: root, Top: n, KeyFallback: true}}, cfg: &cfg, seen: map[string]string{},
 		spec: &plantSpec{sensorNoise: defaultSensorNoise}}
 	pp.plant()
 	if cfg.Zones == nil && cfg.Tanks == nil && cfg.Valves == nil {
@@ -118,8 +118,8 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 	pp.zones()
 	pp.tanks()
 	pp.valves()
-	if len(pp.v.errs) > 0 {
-		return nil, pp.v.errs
+	if pp.v.Len() > 0 {
+		return nil, pp.v.Errs
 	}
 	return pp.spec, nil
 }
@@ -142,7 +142,7 @@ func (pp *plantParser) plant() {
 	if cfg.LatencyMS != nil {
 		spec.latencyMS = *cfg.LatencyMS
 		if spec.latencyMS < 0 || spec.latencyMS > maxLatencyMS {
-			v.fail(fmt.Sprintf("latency_ms must be between 0 and %d, got %d", maxLatencyMS, spec.latencyMS),
+			v.Add(fmt.Sprintf("latency_ms must be between 0 and %d, got %d", maxLatencyMS, spec.latencyMS),
 				"use 0 for instant reads and writes, or a small delay such as 20", "latency_ms")
 		}
 	}
@@ -156,11 +156,11 @@ func (pp *plantParser) plant() {
 // zone, tank or valve of the plant already has.
 func (pp *plantParser) checkName(section, name string) {
 	if !nameRE.MatchString(name) {
-		pp.v.failKey(fmt.Sprintf("invalid name %q", name),
+		pp.v.AddKey(fmt.Sprintf("invalid name %q", name),
 			"use letters, digits, _ and - only (no dots), starting with a letter or _", section, name)
 	}
 	if other, dup := pp.seen[name]; dup {
-		pp.v.failKey(fmt.Sprintf("name %q is already used in %s", name, other),
+		pp.v.AddKey(fmt.Sprintf("name %q is already used in %s", name, other),
 			"give every zone, tank and valve of a plant a distinct name", section, name)
 	}
 	pp.seen[name] = section
@@ -242,7 +242,7 @@ func (pp *plantParser) valves() {
 		if c.TravelMS != nil {
 			vs.travelMS = *c.TravelMS
 			if vs.travelMS <= 0 {
-				v.fail(fmt.Sprintf("travel_ms must be > 0, got %d", vs.travelMS),
+				v.Add(fmt.Sprintf("travel_ms must be > 0, got %d", vs.travelMS),
 					"use the time in milliseconds the valve takes from closed to fully open, e.g. 4000", at("travel_ms")...)
 			}
 		}
@@ -255,7 +255,7 @@ func (pp *plantParser) valves() {
 				if len(pp.tankNames) > 0 {
 					fix = "name one of the tanks: " + strings.Join(pp.tankNames, ", ")
 				}
-				v.fail(fmt.Sprintf("drains names unknown tank %q", vs.drains), fix, at("drains")...)
+				v.Add(fmt.Sprintf("drains names unknown tank %q", vs.drains), fix, at("drains")...)
 			}
 		}
 		pp.spec.valves = append(pp.spec.valves, vs)
@@ -272,48 +272,15 @@ func orDefault(p *float64, def float64) float64 {
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // validator reports semantic problems of a decoded config at the position
-// of the offending key in the source node.
+// of the offending text in the source node: Add at the value at a path (or
+// the nearest key written, for a default), AddKey at the key.
 type validator struct {
-	file string
-	root string
-	top  *yaml.Node
-	errs manifest.Errors
-}
-
-func (v *validator) add(n *yaml.Node, msg, fix string, path []string) {
-	field := v.root
-	for _, p := range path {
-		if field != "" {
-			field += "."
-		}
-		field += p
-	}
-	e := &manifest.Error{Pos: manifest.Pos{File: v.file}, Field: field, Msg: msg, Fix: fix}
-	if n != nil {
-		e.Pos.Line, e.Pos.Col = n.Line, n.Column
-	}
-	v.errs = append(v.errs, e)
-}
-
-// fail reports a problem with the value at path (or the nearest ancestor
-// written in the source, for a default).
-func (v *validator) fail(msg, fix string, path ...string) {
-	key, val := lookup(v.top, path)
-	if val == nil {
-		val = key
-	}
-	v.add(val, msg, fix, path)
-}
-
-// failKey reports a problem with the key at path.
-func (v *validator) failKey(msg, fix string, path ...string) {
-	key, _ := lookup(v.top, path)
-	v.add(key, msg, fix, path)
+	strictyaml.Problems
 }
 
 func (v *validator) between(x, lo, hi float64, fix string, path ...string) bool {
 	if !finite(x) || x < lo || x > hi {
-		v.fail(fmt.Sprintf("%s must be between %g and %g, got %v", path[len(path)-1], lo, hi, x), "use "+fix, path...)
+		v.Add(fmt.Sprintf("%s must be between %g and %g, got %v", path[len(path)-1], lo, hi, x), "use "+fix, path...)
 		return false
 	}
 	return true
@@ -321,7 +288,7 @@ func (v *validator) between(x, lo, hi float64, fix string, path ...string) bool 
 
 func (v *validator) positive(x float64, fix string, path ...string) bool {
 	if !finite(x) || x <= 0 {
-		v.fail(fmt.Sprintf("%s must be > 0, got %v", path[len(path)-1], x), "use "+fix, path...)
+		v.Add(fmt.Sprintf("%s must be > 0, got %v", path[len(path)-1], x), "use "+fix, path...)
 		return false
 	}
 	return true
@@ -330,7 +297,7 @@ func (v *validator) positive(x float64, fix string, path ...string) bool {
 // order returns the keys of section in source order, or sorted when the
 // section was not written (defaults).
 func (v *validator) order(m any, section string) []string {
-	if _, n := lookup(v.top, []string{section}); n != nil && n.Kind == yaml.MappingNode {
+	if _, n := strictyaml.Lookup(v.Top, section); n != nil && n.Kind == yaml.MappingNode {
 		keys := make([]string, 0, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			keys = append(keys, n.Content[i].Value)
@@ -354,28 +321,4 @@ func (v *validator) order(m any, section string) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// lookup follows path through mapping nodes. It returns the deepest key
-// node found (the top node when none) and the value node of the full path
-// (nil when the path is not written out).
-func lookup(n *yaml.Node, path []string) (key, val *yaml.Node) {
-	key, cur := n, manifest.Resolve(n)
-	for _, p := range path {
-		if cur == nil || cur.Kind != yaml.MappingNode {
-			return key, nil
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(cur.Content); i += 2 {
-			if cur.Content[i].Value == p {
-				key, next = cur.Content[i], manifest.Resolve(cur.Content[i+1])
-				break
-			}
-		}
-		if next == nil {
-			return key, nil
-		}
-		cur = next
-	}
-	return key, cur
 }
