@@ -299,8 +299,27 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 		return nil
 	}
 	c := &Capability{Pos: p.pos(n)}
+	p.capName(o, c, first)
+	c.Kind, _ = o.enum("kind", true, Kinds)
+	isDo, isRead := c.Kind == KindDo, c.Kind == KindRead
+	c.Description, _ = o.str("description", true)
 
-	// Identity.
+	// Binding.
+	if bn := o.need("binding", "add binding: {type: ..., address: ...} (or bus: and driver keys)"); bn != nil {
+		c.Binding = p.binding(bn, o.field("binding"), m.Buses)
+	}
+
+	p.capValueShape(o, c, isDo)
+	p.capTags(o, c)
+	p.capGuards(o, c, isRead)
+	p.capExtensions(o, c, m, isDo, isRead)
+	p.observe(o, c)
+	return c
+}
+
+// capName checks the capability's name: its form, length and uniqueness
+// (first holds the names seen so far).
+func (p *parser) capName(o *obj, c *Capability, first map[string]*yaml.Node) {
 	if name, ok := o.str("name", true); ok {
 		vn := o.get("name")
 		switch {
@@ -316,16 +335,11 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 		}
 		c.Name = name
 	}
-	c.Kind, _ = o.enum("kind", true, Kinds)
-	isDo, isRead := c.Kind == KindDo, c.Kind == KindRead
-	c.Description, _ = o.str("description", true)
+}
 
-	// Binding.
-	if bn := o.need("binding", "add binding: {type: ..., address: ...} (or bus: and driver keys)"); bn != nil {
-		c.Binding = p.binding(bn, o.field("binding"), m.Buses)
-	}
-
-	// Data type and value shape.
+// capValueShape reads the data type and what constrains the value: range,
+// enum_values, precision.
+func (p *parser) capValueShape(o *obj, c *Capability, isDo bool) {
 	types := ReadDataTypes
 	if isDo {
 		types = DoDataTypes
@@ -381,6 +395,10 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 			p.add(o.key("precision"), o.field("precision"), "remove precision, or use data_type float or int", "precision applies only to data_type float or int")
 		}
 	}
+}
+
+// capTags reads sample_rate_hz and semantic_tags.
+func (p *parser) capTags(o *obj, c *Capability) {
 	c.SampleRateHz, _ = o.floatMin("sample_rate_hz", 0, true)
 	seenTag := map[string]bool{}
 	c.SemanticTags, _ = o.strList("semantic_tags", true, func(e *yaml.Node, f, s string) bool {
@@ -402,8 +420,11 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 	if tn := o.get("semantic_tags"); tn != nil && tn.Kind == yaml.SequenceNode && len(tn.Content) == 0 {
 		p.add(tn, o.field("semantic_tags"), "add at least one tag, e.g. [temperature, air]", "semantic_tags must not be empty")
 	}
+}
 
-	// Actuation guards.
+// capGuards reads the actuation guards: side effects, rate limit,
+// permission, quorum, cooldown, timeout and caching.
+func (p *parser) capGuards(o *obj, c *Capability, isRead bool) {
 	if o.get("side_effects") != nil {
 		c.SideEffects, _ = o.strList("side_effects", false, p.nonEmpty)
 		if isRead {
@@ -436,8 +457,11 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 	if v, ok := o.intIn("cache_ttl_ms", 0, math.MaxInt32); ok {
 		c.CacheTTLMS = v
 	}
+}
 
-	// physd extensions.
+// capExtensions reads the physd extensions: zone, family, compensation,
+// settling, tolerance and adopted_from.
+func (p *parser) capExtensions(o *obj, c *Capability, m *Manifest, isDo, isRead bool) {
 	c.Zone = m.Device.Location.Zone
 	if s, ok := o.str("zone", false); ok {
 		if strings.TrimSpace(s) == "" {
@@ -478,8 +502,6 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 		af.SourceProtocol, _ = a.str("source_protocol", false)
 		c.AdoptedFrom = af
 	}
-	p.observe(o, c)
-	return c
 }
 
 func (p *parser) binding(n *yaml.Node, path string, buses map[string]*Bus) Binding {
