@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -93,14 +94,14 @@ func Load(path string) (*Manifest, error) {
 // positions. On any problem it returns a nil Manifest and an Errors holding
 // every problem found, sorted by position.
 func Parse(file string, data []byte) (*Manifest, error) {
-	p := &parser{file: file}
-	root := p.document(data)
+	p := &parser{Problems: strictyaml.Problems{File: file}}
+	root := strictyaml.Document(&p.Problems, data)
 	var m *Manifest
-	if root != nil && !p.aborted {
+	if root != nil {
 		m = p.manifest(root)
 	}
-	if len(p.errs) > 0 {
-		return nil, p.errs.Sorted()
+	if len(p.Errs) > 0 {
+		return nil, p.Errs.Sorted()
 	}
 	if m == nil { // cannot happen: no manifest without an error
 		return nil, Errors{{Pos: Pos{File: file}, Msg: "the manifest could not be read"}}
@@ -113,7 +114,7 @@ func (p *parser) manifest(root *yaml.Node) *Manifest {
 	if top == nil {
 		return nil
 	}
-	m := &Manifest{Path: p.file}
+	m := &Manifest{Path: p.File}
 	p.version(top, m)
 	m.Device = p.device(top.sub("device", deviceKeys, true))
 	m.Network = p.network(top.sub("network", networkKeys, true), m.Device.ID)
@@ -134,7 +135,7 @@ func (p *parser) version(top *obj, m *Manifest) {
 		p.add(n, "physmcp_version", fix, "the version must be a string, got %s", describe(n))
 		return
 	}
-	s, ok := p.scalarString(n, "physmcp_version")
+	s, ok := p.Text(n, "physmcp_version")
 	if !ok {
 		return
 	}
@@ -160,13 +161,13 @@ func (p *parser) device(o *obj) Device {
 		if c := loc.sub("coordinates", coordKeys, false); c != nil {
 			co := &Coordinates{}
 			if c.need("x", "") != nil {
-				co.X, _ = p.finiteFloat(c.get("x"), c.field("x"))
+				co.X, _ = p.FiniteFloat(c.get("x"), c.field("x"))
 			}
 			if c.need("y", "") != nil {
-				co.Y, _ = p.finiteFloat(c.get("y"), c.field("y"))
+				co.Y, _ = p.FiniteFloat(c.get("y"), c.field("y"))
 			}
 			if c.get("z") != nil {
-				co.Z, _ = p.finiteFloat(c.get("z"), c.field("z"))
+				co.Z, _ = p.FiniteFloat(c.get("z"), c.field("z"))
 			}
 			d.Location.Coordinates = co
 		}
@@ -555,8 +556,8 @@ func (p *parser) valueRange(n *yaml.Node, path string) *Range {
 		p.add(n, path, "write range: {min: 0, max: 100} or [0, 100]", "expected a range, got %s", describe(n))
 		return nil
 	}
-	lo, ok1 := p.finiteFloat(minN, join(path, "min"))
-	hi, ok2 := p.finiteFloat(maxN, join(path, "max"))
+	lo, ok1 := p.FiniteFloat(minN, join(path, "min"))
+	hi, ok2 := p.FiniteFloat(maxN, join(path, "max"))
 	if !ok1 || !ok2 {
 		return nil
 	}
