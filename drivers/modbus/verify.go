@@ -275,19 +275,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func hasKey(m *yaml.Node, key string) bool { return keyNode(m, key) != nil }
-
-func keyNode(m *yaml.Node, key string) *yaml.Node {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
-}
+func hasKey(m *yaml.Node, key string) bool { return strictyaml.ValueOf(m, key) != nil }
 
 func keyValue(m *yaml.Node, key string) string {
-	if n := strictyaml.Resolve(keyNode(m, key)); n != nil && n.Kind == yaml.ScalarNode {
+	if n := strictyaml.Resolve(strictyaml.ValueOf(m, key)); n != nil && n.Kind == yaml.ScalarNode {
 		return n.Value
 	}
 	return ""
