@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -158,28 +159,21 @@ func DecodeConfig(node *yaml.Node) (Config, error) { return DecodeConfigFile("",
 func DecodeConfigFile(file string, node *yaml.Node) (Config, error) {
 	var c Config
 	if node != nil && node.Kind != 0 && !strictyaml.IsNull(node) {
-		node = withoutNull(node, "l0", "l1")
-		if errs := strictyaml.Decode(file, node, "gate", &c); len(errs) > 0 {
+		n, errs := strictyaml.Normalize(file, node)
+		if len(errs) > 0 {
 			return c, errs
 		}
+		compat(n, reflect.TypeFor[Config]())
+		if errs := strictyaml.Decode(file, n, "gate", &c); len(errs) > 0 {
+			return c, errs
+		}
+		node = n
+	} else {
+		node = nil
 	}
 	p := &strictyaml.Problems{File: file, Root: "gate", Top: node}
-	if node == nil || node.Kind == 0 || strictyaml.IsNull(node) {
-		p.Top = nil
-	}
 	c.validate(func(field, msg string) { p.AddAt(locate(p.Top, field), "gate."+field, msg, "") })
 	return c, p.Errs.Sorted().Err()
-}
-
-// withoutNull returns the mapping n without the keys whose value is null
-// (an empty l0: or l1: section means its defaults, as it always did).
-func withoutNull(n *yaml.Node, keys ...string) *yaml.Node {
-	for _, k := range keys {
-		if v := strictyaml.ValueOf(strictyaml.Resolve(n), k); strictyaml.IsNull(v) {
-			n = strictyaml.WithoutKey(n, k)
-		}
-	}
-	return n
 }
 
 // locate returns the node a Validate field path (l0.deny[2].range.min)
@@ -403,4 +397,73 @@ func isLoopbackHost(h string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// compat rewrites, in the normalised copy n, what yaml.v3 (which decoded the
+// gate: section before strictyaml) accepted and strictyaml refuses, so every
+// gate that loaded still loads the same: a null value of a struct, string,
+// number or bool key (the field's zero value: the key is dropped), a YAML
+// 1.1 boolean (yes/no/on/off/y/n) for a bool, and a number for an int
+// (truncated, as yaml.v3 did).
+func compat(n *yaml.Node, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n == nil {
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		_, index := strictyaml.StructKeys(t)
+		kept := n.Content[:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if idx, ok := index[k.Value]; ok {
+				ft := t.FieldByIndex(idx).Type
+				if strictyaml.IsNull(v) && zeroOnNull(ft) {
+					continue
+				}
+				compat(v, ft)
+			}
+			kept = append(kept, k, v)
+		}
+		n.Content = kept
+	case reflect.Slice:
+		if n.Kind == yaml.SequenceNode {
+			for _, e := range n.Content {
+				compat(e, t.Elem())
+			}
+		}
+	case reflect.Bool:
+		if b, ok := yaml11Bool[n.Value]; ok && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			n.Tag, n.Value = "!!bool", strconv.FormatBool(b)
+		}
+	case reflect.Int, reflect.Int64:
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" {
+			var f float64
+			if n.Decode(&f) == nil && f <= math.MaxInt64 && f >= math.MinInt64 {
+				n.Tag, n.Value = "!!int", strconv.FormatInt(int64(f), 10)
+			}
+		}
+	}
+}
+
+// zeroOnNull reports whether yaml.v3 decoded a null into t as t's zero
+// value where strictyaml refuses it (pointers, slices, maps and interfaces
+// are nil in both).
+func zeroOnNull(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		return false
+	}
+	return true
+}
+
+// yaml11Bool is what yaml.v3 accepts for a Go bool besides true and false.
+var yaml11Bool = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }

@@ -522,3 +522,23 @@ func TestDecodeConfigFilePositions(t *testing.T) {
 		}
 	}
 }
+
+// What yaml.v3 accepted before the gate decoded through strictyaml still
+// loads the same.
+func TestDecodeConfigYAMLv3Compat(t *testing.T) {
+	src := "l0:\n  deny: [{name: a, tool: do_a, args: {value: ~}}]\nl1:\n  enabled: yes\n  allow_remote: off\n  timeout_ms: 1500.9\n  server: ~\n  model: &m 1.10\nfail_closed: ~\n"
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeConfigFile("p.yml", &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.L1.Enabled || c.L1.AllowRemote || c.L1.TimeoutMS != 1500 || c.L1.Server != DefaultServer || c.L1.Model != "1.10" || c.FailClosed != Deny {
+		t.Fatalf("%+v", c)
+	}
+	if v, ok := c.L0.Deny[0].Args["value"]; !ok || v != nil {
+		t.Fatalf("args: %#v", c.L0.Deny[0].Args)
+	}
+}

@@ -355,3 +355,22 @@ func StructKeys(t reflect.Type) ([]string, map[string][]int) {
 	}
 	return names, index
 }
+
+// Normalize returns a copy of n as Decode sees it: aliases expanded, merge
+// keys applied, with the same size and depth limits and duplicate-key
+// errors, positions kept. A nil n or empty document gives nil.
+func Normalize(file string, n *yaml.Node) (*yaml.Node, Errors) {
+	if n == nil || n.Kind == yaml.DocumentNode && len(n.Content) == 0 {
+		return nil, nil
+	}
+	pr := &Problems{File: file}
+	p := newDecoder(pr)
+	if !p.checkSize(n) {
+		return nil, pr.Errs.Sorted()
+	}
+	nn := p.normalize(n, "", 0)
+	if p.aborted {
+		nn = nil
+	}
+	return nn, pr.Errs.Sorted()
+}

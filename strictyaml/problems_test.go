@@ -219,3 +219,23 @@ func TestDocument(t *testing.T) {
 		t.Errorf("ParseDocument of bad YAML: %v", errs)
 	}
 }
+
+func TestNormalize(t *testing.T) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("a: &x {b: 1}\nc: *x\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	n, errs := Normalize("f", &doc)
+	if errs != nil || n.Kind != yaml.MappingNode || n.Content[3].Kind != yaml.MappingNode || n.Content[3].Line != 1 {
+		t.Fatalf("%v %v", n, errs)
+	}
+	if n, errs := Normalize("f", nil); n != nil || errs != nil {
+		t.Fatal("nil")
+	}
+	if err := yaml.Unmarshal([]byte("a: 1\na: 2\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := Normalize("f", &doc); len(errs) != 1 {
+		t.Fatalf("duplicate: %v", errs)
+	}
+}
