@@ -24,8 +24,9 @@ func LoadPolicy(path string, m *manifest.Manifest, version string) (*policy.Poli
 	}
 	var cfg gate.Config
 	if pol.Gate != nil {
-		if cfg, err = gate.DecodeConfig(pol.Gate); err != nil {
-			return nil, nil, fmt.Errorf("%s: gate: %w", path, err)
+		// Its errors are positioned (path:line:col: gate.field: …).
+		if cfg, err = gate.DecodeConfigFile(path, pol.Gate); err != nil {
+			return nil, nil, err
 		}
 	} else if err := cfg.Validate(); err != nil {
 		return nil, nil, err

@@ -14,7 +14,6 @@
 package gate
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -23,8 +22,11 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"reflect"
+	"strconv"
 	"strings"
 
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -145,35 +147,78 @@ func (s *secret) value() string {
 // HasToken reports whether a bearer token was loaded.
 func (c *L1Config) HasToken() bool { return c.token.value() != "" }
 
-// DecodeConfig decodes a gate: YAML node strictly (unknown keys are errors,
-// which also catches a token pasted into the policy) and validates it.
-func DecodeConfig(node *yaml.Node) (Config, error) {
+// DecodeConfig decodes a gate: YAML node strictly and validates it, like
+// DecodeConfigFile with no file name (positions print as <input>:line:col).
+func DecodeConfig(node *yaml.Node) (Config, error) { return DecodeConfigFile("", node) }
+
+// DecodeConfigFile decodes the gate: node of file strictly (unknown keys are
+// errors with a "did you mean" from Config's own keys, which also catches a
+// token pasted into the policy) and validates it. Every problem is a
+// strictyaml.Error at the offending text (file:line:col, the gate.* field and
+// the fix); a problem with a default is reported at the nearest key written.
+func DecodeConfigFile(file string, node *yaml.Node) (Config, error) {
 	var c Config
-	if node != nil && node.Kind != 0 {
-		raw, err := yaml.Marshal(node)
-		if err != nil {
-			return c, fmt.Errorf("gate: %w", err)
+	if node != nil && node.Kind != 0 && !strictyaml.IsNull(node) {
+		n, errs := strictyaml.Normalize(file, node)
+		if len(errs) > 0 {
+			return c, errs
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(raw))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil {
-			return c, fmt.Errorf("gate: %w (known keys: fail_closed, l0.deny, l0.allow, l1.enabled, l1.server, l1.model, l1.token_env, l1.token_file, l1.timeout_ms, l1.noul_threshold, l1.ask_at, l1.deny_at, l1.allow_remote, l1.accept_nested)", err)
+		compat(n, reflect.TypeFor[Config]())
+		if errs := strictyaml.Decode(file, n, "gate", &c); len(errs) > 0 {
+			return c, errs
 		}
+		node = n
+	} else {
+		node = nil
 	}
-	if err := c.Validate(); err != nil {
-		return c, err
+	p := &strictyaml.Problems{File: file, Root: "gate", Top: node}
+	c.validate(func(field, msg string) { p.AddAt(locate(p.Top, field), "gate."+field, msg, "") })
+	return c, p.Errs.Sorted().Err()
+}
+
+// locate returns the node a Validate field path (l0.deny[2].range.min)
+// names in the gate: node, or the nearest one written on the way (the gate:
+// node itself when none is; nil without a node).
+func locate(n *yaml.Node, field string) *yaml.Node {
+	cur := strictyaml.Resolve(n)
+	for _, part := range strings.Split(field, ".") {
+		key, idx := part, -1
+		if k, rest, ok := strings.Cut(part, "["); ok {
+			key = k
+			if i, err := strconv.Atoi(strings.TrimSuffix(rest, "]")); err == nil {
+				idx = i
+			}
+		}
+		next := strictyaml.Resolve(strictyaml.ValueOf(cur, key))
+		if next == nil {
+			return cur
+		}
+		if idx >= 0 {
+			if next.Kind != yaml.SequenceNode || idx >= len(next.Content) {
+				return next
+			}
+			next = strictyaml.Resolve(next.Content[idx])
+		}
+		if next == nil {
+			return cur
+		}
+		cur = next
 	}
-	return c, nil
+	return cur
 }
 
 // Validate fills defaults, checks every field and loads the bearer token.
 // Errors name the field and the fix; all problems are reported together.
 func (c *Config) Validate() error {
 	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("gate.%s: %s", field, fmt.Sprintf(format, a...)))
-	}
+	c.validate(func(field, msg string) { errs = append(errs, fmt.Errorf("gate.%s: %s", field, msg)) })
+	return errors.Join(errs...)
+}
 
+// validate is Validate reporting each problem as a field below gate. and
+// its message (which ends with the fix).
+func (c *Config) validate(report func(field, msg string)) {
+	bad := func(field, format string, a ...any) { report(field, fmt.Sprintf(format, a...)) }
 	switch c.FailClosed {
 	case "":
 		c.FailClosed = Deny
@@ -183,7 +228,6 @@ func (c *Config) Validate() error {
 	default:
 		bad("fail_closed", "%q is not a decision; use deny (default) or ask", c.FailClosed)
 	}
-
 	names := map[string]string{}
 	for _, r := range shellRules {
 		names[r.Name] = "the built-in shell blacklist"
@@ -194,8 +238,19 @@ func (c *Config) Validate() error {
 	for i := range c.L0.Allow {
 		validateRule(&c.L0.Allow[i], fmt.Sprintf("l0.allow[%d]", i), true, names, bad)
 	}
-
 	l := &c.L1
+	l.defaults()
+	l.validateRanges(bad)
+	u, err := l.validateServer(bad)
+	l.loadToken(bad)
+	if l.HasToken() && err == nil && u != nil && u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+		bad("l1.server", "a bearer token must not travel over plain http to a non-loopback host; use https://")
+	}
+}
+
+type badFunc = func(field, format string, a ...any)
+
+func (l *L1Config) defaults() {
 	if l.Server == "" {
 		l.Server = DefaultServer
 	}
@@ -214,6 +269,9 @@ func (c *Config) Validate() error {
 	if l.DenyAt == 0 {
 		l.DenyAt = DefaultDenyAt
 	}
+}
+
+func (l *L1Config) validateRanges(bad badFunc) {
 	if l.TimeoutMS < 100 || l.TimeoutMS > 60000 {
 		bad("l1.timeout_ms", "%d is out of range; use 100..60000 (default 2000)", l.TimeoutMS)
 	}
@@ -231,6 +289,10 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(l.Model) != l.Model {
 		bad("l1.model", "%q has surrounding spaces; the server compares the name exactly", l.Model)
 	}
+}
+
+// validateServer checks the server URL; it returns what url.Parse did.
+func (l *L1Config) validateServer(bad badFunc) (*url.URL, error) {
 	u, err := url.Parse(l.Server)
 	switch {
 	case err != nil:
@@ -242,7 +304,11 @@ func (c *Config) Validate() error {
 	case !l.AllowRemote && !isLoopbackHost(u.Hostname()):
 		bad("l1.server", "%q is not a loopback address; run the P0 service on 127.0.0.1 or set l1.allow_remote: true", u.Host)
 	}
+	return u, err
+}
 
+// loadToken reads the bearer token from token_env or token_file.
+func (l *L1Config) loadToken(bad badFunc) {
 	l.token = nil
 	switch {
 	case l.TokenEnv != "" && l.TokenFile != "":
@@ -255,36 +321,38 @@ func (c *Config) Validate() error {
 		}
 		l.token = &secret{v}
 	case l.TokenFile != "":
-		fi, err := os.Stat(l.TokenFile)
-		if err != nil {
-			bad("l1.token_file", "%v; point it at a readable file holding the bearer token", err)
-			break
-		}
-		if fi.Mode().Perm()&0o007 != 0 {
-			bad("l1.token_file", "%s is accessible by other users (mode %v); chmod 600 it", l.TokenFile, fi.Mode().Perm())
-			break
-		}
-		b, err := os.ReadFile(l.TokenFile)
-		if err != nil {
-			bad("l1.token_file", "%v", err)
-			break
-		}
-		v := strings.TrimSpace(string(b))
-		if v == "" {
-			bad("l1.token_file", "%s is empty; write the bearer token into it", l.TokenFile)
-		}
-		l.token = &secret{v}
+		l.token = readTokenFile(l.TokenFile, bad)
 	}
 	if strings.ContainsAny(l.token.value(), "\r\n") {
 		bad("l1.token_env", "the bearer token contains a line break; store a single-line token")
 	}
-	if l.HasToken() && err == nil && u != nil && u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
-		bad("l1.server", "a bearer token must not travel over plain http to a non-loopback host; use https://")
-	}
-	return errors.Join(errs...)
 }
 
-func validateRule(r *Rule, field string, allow bool, names map[string]string, bad func(string, string, ...any)) {
+// readTokenFile reads a token file that only its owner (and group) can read;
+// nil when it cannot be used.
+func readTokenFile(name string, bad badFunc) *secret {
+	fi, err := os.Stat(name)
+	if err != nil {
+		bad("l1.token_file", "%v; point it at a readable file holding the bearer token", err)
+		return nil
+	}
+	if fi.Mode().Perm()&0o007 != 0 {
+		bad("l1.token_file", "%s is accessible by other users (mode %v); chmod 600 it", name, fi.Mode().Perm())
+		return nil
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		bad("l1.token_file", "%v", err)
+		return nil
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		bad("l1.token_file", "%s is empty; write the bearer token into it", name)
+	}
+	return &secret{v}
+}
+
+func validateRule(r *Rule, field string, allow bool, names map[string]string, bad badFunc) {
 	if r.Name == "" {
 		bad(field+".name", "is required; give every rule a unique name")
 	} else if prev, dup := names[r.Name]; dup {
@@ -329,4 +397,73 @@ func isLoopbackHost(h string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// compat rewrites, in the normalised copy n, what yaml.v3 (which decoded the
+// gate: section before strictyaml) accepted and strictyaml refuses, so every
+// gate that loaded still loads the same: a null value of a struct, string,
+// number or bool key (the field's zero value: the key is dropped), a YAML
+// 1.1 boolean (yes/no/on/off/y/n) for a bool, and a number for an int
+// (truncated, as yaml.v3 did).
+func compat(n *yaml.Node, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n == nil {
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		_, index := strictyaml.StructKeys(t)
+		kept := n.Content[:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if idx, ok := index[k.Value]; ok {
+				ft := t.FieldByIndex(idx).Type
+				if strictyaml.IsNull(v) && zeroOnNull(ft) {
+					continue
+				}
+				compat(v, ft)
+			}
+			kept = append(kept, k, v)
+		}
+		n.Content = kept
+	case reflect.Slice:
+		if n.Kind == yaml.SequenceNode {
+			for _, e := range n.Content {
+				compat(e, t.Elem())
+			}
+		}
+	case reflect.Bool:
+		if b, ok := yaml11Bool[n.Value]; ok && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			n.Tag, n.Value = "!!bool", strconv.FormatBool(b)
+		}
+	case reflect.Int, reflect.Int64:
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" {
+			var f float64
+			if n.Decode(&f) == nil && f <= math.MaxInt64 && f >= math.MinInt64 {
+				n.Tag, n.Value = "!!int", strconv.FormatInt(int64(f), 10)
+			}
+		}
+	}
+}
+
+// zeroOnNull reports whether yaml.v3 decoded a null into t as t's zero
+// value where strictyaml refuses it (pointers, slices, maps and interfaces
+// are nil in both).
+func zeroOnNull(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		return false
+	}
+	return true
+}
+
+// yaml11Bool is what yaml.v3 accepts for a Go bool besides true and false.
+var yaml11Bool = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }

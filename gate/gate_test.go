@@ -490,3 +490,55 @@ func TestShellBlacklistOnTheKey(t *testing.T) {
 		t.Errorf("plain keys: %s / %s (%s)", plain.Decision, withOps.Decision, withOps.Reason)
 	}
 }
+
+func TestDecodeConfigFilePositions(t *testing.T) {
+	src := "gate:\n  fail_closed: allow\n  l0:\n    deny:\n      - {tool: do_x}\n  l1:\n    timeout_ms: 5\n    tokn_env: X\n"
+	var doc struct {
+		Gate yaml.Node `yaml:"gate"`
+	}
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		t.Fatal(err)
+	}
+	_, err := DecodeConfigFile("p.yml", &doc.Gate)
+	want := `p.yml:8:5: gate.l1.tokn_env: unknown key "tokn_env"; fix: did you mean "token_env"? valid keys: accept_nested, allow_remote, ask_at, deny_at, enabled, model, noul_threshold, server, timeout_ms, token_env, token_file`
+	if err == nil || err.Error() != want {
+		t.Fatalf("unknown key:\n got %v\nwant %s", err, want)
+	}
+	doc.Gate.Content = doc.Gate.Content[:len(doc.Gate.Content)-2] // drop l1:
+	_, err = DecodeConfigFile("p.yml", &doc.Gate)
+	want = "p.yml:2:16: gate.fail_closed: \"allow\" is never permitted (a gate failure must not actuate); use deny (default) or ask\n" +
+		"p.yml:5:9: gate.l0.deny[0].name: is required; give every rule a unique name"
+	if err == nil || err.Error() != want {
+		t.Fatalf("validation:\n got %v\nwant %s", err, want)
+	}
+	for _, empty := range []string{"gate:\n", "gate:\n  l0:\n  l1:\n"} {
+		var d struct {
+			Gate yaml.Node `yaml:"gate"`
+		}
+		yaml.Unmarshal([]byte(empty), &d)
+		c, err := DecodeConfigFile("p.yml", &d.Gate)
+		if err != nil || c.FailClosed != Deny || c.L1.Server != DefaultServer {
+			t.Fatalf("%q: %+v, %v", empty, c, err)
+		}
+	}
+}
+
+// What yaml.v3 accepted before the gate decoded through strictyaml still
+// loads the same.
+func TestDecodeConfigYAMLv3Compat(t *testing.T) {
+	src := "l0:\n  deny: [{name: a, tool: do_a, args: {value: ~}}]\nl1:\n  enabled: yes\n  allow_remote: off\n  timeout_ms: 1500.9\n  server: ~\n  model: &m 1.10\nfail_closed: ~\n"
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeConfigFile("p.yml", &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.L1.Enabled || c.L1.AllowRemote || c.L1.TimeoutMS != 1500 || c.L1.Server != DefaultServer || c.L1.Model != "1.10" || c.FailClosed != Deny {
+		t.Fatalf("%+v", c)
+	}
+	if v, ok := c.L0.Deny[0].Args["value"]; !ok || v != nil {
+		t.Fatalf("args: %#v", c.L0.Deny[0].Args)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -109,40 +110,12 @@ func (b *BindingErrors) Root() string { return b.root }
 func (b *BindingErrors) Capability() *Capability { return b.c }
 
 // Resolve follows document and alias nodes to the node they stand for.
-func Resolve(n *yaml.Node) *yaml.Node {
-	for n != nil {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			if len(n.Content) == 0 {
-				return nil
-			}
-			n = n.Content[0]
-		case yaml.AliasNode:
-			n = n.Alias
-		default:
-			return n
-		}
-	}
-	return nil
-}
+func Resolve(n *yaml.Node) *yaml.Node { return strictyaml.Resolve(n) }
 
 // WithoutKey returns the mapping n, or a shallow copy of it without key
 // (drivers drop a "type:" key a caller other than the parser left in a
 // bus's Config).
-func WithoutKey(n *yaml.Node, key string) *yaml.Node {
-	n = Resolve(n)
-	if n == nil || n.Kind != yaml.MappingNode {
-		return n
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			c := *n
-			c.Content = append(append([]*yaml.Node(nil), n.Content[:i]...), n.Content[i+2:]...)
-			return &c
-		}
-	}
-	return n
-}
+func WithoutKey(n *yaml.Node, key string) *yaml.Node { return strictyaml.WithoutKey(n, key) }
 
 // DecodeBinding decodes a binding's keys into out: first those parsed from
 // the PhysMCP address string (addrKeys, a mapping node), then the

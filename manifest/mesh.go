@@ -83,7 +83,28 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 		ms.Port = v
 	}
 
-	// bind
+	bindOK, bindIP := p.meshAddress(mo, &ms)
+	p.meshLabel(mo, &ms)
+	p.meshKey(mo, &ms, bindOK, bindIP)
+	others := p.meshSeeds(mo, &ms, deviceID)
+	if v, ok := mo.intIn("expected_size", 1, math.MaxInt32); ok {
+		ms.ExpectedSize = v
+	} else {
+		ms.ExpectedSize = 1 + others
+	}
+	if v, ok := mo.intIn("request_timeout_ms", 1, 60_000); ok {
+		ms.RequestTimeoutMS = v
+	}
+	if v, ok := mo.intIn("reconnect_interval_ms", 100, 86_400_000); ok {
+		ms.ReconnectIntervalMS = v
+	}
+	ms.MDNS = p.mdns(mo, deviceID)
+	return ms
+}
+
+// meshAddress reads bind and advertise; it returns whether bind was valid
+// and the address bound.
+func (p *parser) meshAddress(mo *obj, ms *Mesh) (bool, net.IP) {
 	bindOK := true
 	if s, ok := mo.str("bind", false); ok {
 		if ip := net.ParseIP(strings.TrimSpace(s)); ip == nil {
@@ -95,7 +116,6 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 	}
 	bindIP := net.ParseIP(ms.Bind)
 
-	// advertise
 	if s, ok := mo.str("advertise", false); ok {
 		host, port, err := splitHostMaybePort(strings.TrimSpace(s), ms.Port)
 		ip := net.ParseIP(host)
@@ -114,8 +134,10 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 		p.add(mo.get("bind"), mo.field("bind"), "bind one address of this host, or add advertise: <the address peers dial>",
 			"bind %s listens on every interface and needs advertise", ms.Bind)
 	}
+	return bindOK, bindIP
+}
 
-	// label
+func (p *parser) meshLabel(mo *obj, ms *Mesh) {
 	if s, ok := mo.str("label", false); ok {
 		switch {
 		case strings.TrimSpace(s) == "":
@@ -126,8 +148,11 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 			ms.Label = s
 		}
 	}
+}
 
-	// key
+// meshKey reads key_file / key_env, required when an enabled mesh binds a
+// non-loopback address.
+func (p *parser) meshKey(mo *obj, ms *Mesh, bindOK bool, bindIP net.IP) {
 	if s, ok := mo.str("key_file", false); ok {
 		if strings.TrimSpace(s) == "" {
 			p.add(mo.get("key_file"), mo.field("key_file"), "give the path of the key file", "key_file must not be empty")
@@ -149,8 +174,11 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 		n, field := mo.get("bind"), mo.field("bind")
 		p.add(n, field, fixMeshKey, "bind %s is reachable from the network, so the mesh must be encrypted: no key_file or key_env", ms.Bind)
 	}
+}
 
-	// seeds
+// meshSeeds reads seed_peers and returns how many distinct seeds are not
+// this node.
+func (p *parser) meshSeeds(mo *obj, ms *Mesh, deviceID string) int {
 	self := ms.AdvertiseAddr
 	if self == "" {
 		self = ms.Bind
@@ -176,20 +204,7 @@ func (p *parser) mesh(mo *obj, deviceID string) Mesh {
 		others[addr] = true
 		return true
 	})
-
-	if v, ok := mo.intIn("expected_size", 1, math.MaxInt32); ok {
-		ms.ExpectedSize = v
-	} else {
-		ms.ExpectedSize = 1 + len(others)
-	}
-	if v, ok := mo.intIn("request_timeout_ms", 1, 60_000); ok {
-		ms.RequestTimeoutMS = v
-	}
-	if v, ok := mo.intIn("reconnect_interval_ms", 100, 86_400_000); ok {
-		ms.ReconnectIntervalMS = v
-	}
-	ms.MDNS = p.mdns(mo, deviceID)
-	return ms
+	return len(others)
 }
 
 // DefaultMDNS is network.mesh.mdns with every default: what a present

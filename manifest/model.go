@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -33,11 +34,7 @@ const (
 var Roles = []string{"none", "operator", "supervisor", "admin"}
 
 // Pos is a position in the source file, 1-based.
-type Pos struct {
-	File string `json:"-"`
-	Line int    `json:"-"`
-	Col  int    `json:"-"`
-}
+type Pos = strictyaml.Pos
 
 // Manifest is a validated physmcp.manifest.yml.
 type Manifest struct {

@@ -123,7 +123,7 @@ func (o *obj) str(key string, required bool) (string, bool) {
 	if n == nil {
 		return "", false
 	}
-	s, ok := o.p.scalarString(n, o.field(key))
+	s, ok := o.p.Text(n, o.field(key))
 	if ok && required && strings.TrimSpace(s) == "" {
 		o.p.add(n, o.field(key), "give "+key+" a value", "%s must not be empty", key)
 		return "", false
@@ -163,7 +163,7 @@ func (o *obj) intIn(key string, lo, hi int64) (int, bool) {
 	if n == nil {
 		return 0, false
 	}
-	v, ok := o.p.scalarInt(n, o.field(key))
+	v, ok := o.p.Int(n, o.field(key))
 	if !ok {
 		return 0, false
 	}
@@ -184,7 +184,7 @@ func (o *obj) floatMin(key string, lo float64, strict bool) (float64, bool) {
 	if n == nil {
 		return 0, false
 	}
-	v, ok := o.p.finiteFloat(n, o.field(key))
+	v, ok := o.p.FiniteFloat(n, o.field(key))
 	if !ok {
 		return 0, false
 	}
@@ -204,7 +204,7 @@ func (o *obj) boolean(key string) (bool, bool) {
 	if n == nil {
 		return false, false
 	}
-	return o.p.scalarBool(n, o.field(key))
+	return o.p.Bool(n, o.field(key))
 }
 
 // strList reads a list of strings; each must pass check (when given).
@@ -226,7 +226,7 @@ func (o *obj) strList(key string, required bool, check func(n *yaml.Node, field,
 	ok := true
 	for i, e := range n.Content {
 		f := index(o.field(key), i)
-		s, good := o.p.scalarString(e, f)
+		s, good := o.p.Text(e, f)
 		if good && check != nil {
 			good = check(e, f, s)
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -93,14 +94,14 @@ func Load(path string) (*Manifest, error) {
 // positions. On any problem it returns a nil Manifest and an Errors holding
 // every problem found, sorted by position.
 func Parse(file string, data []byte) (*Manifest, error) {
-	p := &parser{file: file}
-	root := p.document(data)
+	p := &parser{Problems: strictyaml.Problems{File: file}}
+	root := strictyaml.Document(&p.Problems, data)
 	var m *Manifest
-	if root != nil && !p.aborted {
+	if root != nil {
 		m = p.manifest(root)
 	}
-	if len(p.errs) > 0 {
-		return nil, p.errs.sorted()
+	if len(p.Errs) > 0 {
+		return nil, p.Errs.Sorted()
 	}
 	if m == nil { // cannot happen: no manifest without an error
 		return nil, Errors{{Pos: Pos{File: file}, Msg: "the manifest could not be read"}}
@@ -113,7 +114,7 @@ func (p *parser) manifest(root *yaml.Node) *Manifest {
 	if top == nil {
 		return nil
 	}
-	m := &Manifest{Path: p.file}
+	m := &Manifest{Path: p.File}
 	p.version(top, m)
 	m.Device = p.device(top.sub("device", deviceKeys, true))
 	m.Network = p.network(top.sub("network", networkKeys, true), m.Device.ID)
@@ -134,7 +135,7 @@ func (p *parser) version(top *obj, m *Manifest) {
 		p.add(n, "physmcp_version", fix, "the version must be a string, got %s", describe(n))
 		return
 	}
-	s, ok := p.scalarString(n, "physmcp_version")
+	s, ok := p.Text(n, "physmcp_version")
 	if !ok {
 		return
 	}
@@ -160,13 +161,13 @@ func (p *parser) device(o *obj) Device {
 		if c := loc.sub("coordinates", coordKeys, false); c != nil {
 			co := &Coordinates{}
 			if c.need("x", "") != nil {
-				co.X, _ = p.finiteFloat(c.get("x"), c.field("x"))
+				co.X, _ = p.FiniteFloat(c.get("x"), c.field("x"))
 			}
 			if c.need("y", "") != nil {
-				co.Y, _ = p.finiteFloat(c.get("y"), c.field("y"))
+				co.Y, _ = p.FiniteFloat(c.get("y"), c.field("y"))
 			}
 			if c.get("z") != nil {
-				co.Z, _ = p.finiteFloat(c.get("z"), c.field("z"))
+				co.Z, _ = p.FiniteFloat(c.get("z"), c.field("z"))
 			}
 			d.Location.Coordinates = co
 		}
@@ -299,8 +300,27 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 		return nil
 	}
 	c := &Capability{Pos: p.pos(n)}
+	p.capName(o, c, first)
+	c.Kind, _ = o.enum("kind", true, Kinds)
+	isDo, isRead := c.Kind == KindDo, c.Kind == KindRead
+	c.Description, _ = o.str("description", true)
 
-	// Identity.
+	// Binding.
+	if bn := o.need("binding", "add binding: {type: ..., address: ...} (or bus: and driver keys)"); bn != nil {
+		c.Binding = p.binding(bn, o.field("binding"), m.Buses)
+	}
+
+	p.capValueShape(o, c, isDo)
+	p.capTags(o, c)
+	p.capGuards(o, c, isRead)
+	p.capExtensions(o, c, m, isDo, isRead)
+	p.observe(o, c)
+	return c
+}
+
+// capName checks the capability's name: its form, length and uniqueness
+// (first holds the names seen so far).
+func (p *parser) capName(o *obj, c *Capability, first map[string]*yaml.Node) {
 	if name, ok := o.str("name", true); ok {
 		vn := o.get("name")
 		switch {
@@ -316,16 +336,11 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 		}
 		c.Name = name
 	}
-	c.Kind, _ = o.enum("kind", true, Kinds)
-	isDo, isRead := c.Kind == KindDo, c.Kind == KindRead
-	c.Description, _ = o.str("description", true)
+}
 
-	// Binding.
-	if bn := o.need("binding", "add binding: {type: ..., address: ...} (or bus: and driver keys)"); bn != nil {
-		c.Binding = p.binding(bn, o.field("binding"), m.Buses)
-	}
-
-	// Data type and value shape.
+// capValueShape reads the data type and what constrains the value: range,
+// enum_values, precision.
+func (p *parser) capValueShape(o *obj, c *Capability, isDo bool) {
 	types := ReadDataTypes
 	if isDo {
 		types = DoDataTypes
@@ -381,6 +396,10 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 			p.add(o.key("precision"), o.field("precision"), "remove precision, or use data_type float or int", "precision applies only to data_type float or int")
 		}
 	}
+}
+
+// capTags reads sample_rate_hz and semantic_tags.
+func (p *parser) capTags(o *obj, c *Capability) {
 	c.SampleRateHz, _ = o.floatMin("sample_rate_hz", 0, true)
 	seenTag := map[string]bool{}
 	c.SemanticTags, _ = o.strList("semantic_tags", true, func(e *yaml.Node, f, s string) bool {
@@ -402,8 +421,11 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 	if tn := o.get("semantic_tags"); tn != nil && tn.Kind == yaml.SequenceNode && len(tn.Content) == 0 {
 		p.add(tn, o.field("semantic_tags"), "add at least one tag, e.g. [temperature, air]", "semantic_tags must not be empty")
 	}
+}
 
-	// Actuation guards.
+// capGuards reads the actuation guards: side effects, rate limit,
+// permission, quorum, cooldown, timeout and caching.
+func (p *parser) capGuards(o *obj, c *Capability, isRead bool) {
 	if o.get("side_effects") != nil {
 		c.SideEffects, _ = o.strList("side_effects", false, p.nonEmpty)
 		if isRead {
@@ -436,8 +458,11 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 	if v, ok := o.intIn("cache_ttl_ms", 0, math.MaxInt32); ok {
 		c.CacheTTLMS = v
 	}
+}
 
-	// physd extensions.
+// capExtensions reads the physd extensions: zone, family, compensation,
+// settling, tolerance and adopted_from.
+func (p *parser) capExtensions(o *obj, c *Capability, m *Manifest, isDo, isRead bool) {
 	c.Zone = m.Device.Location.Zone
 	if s, ok := o.str("zone", false); ok {
 		if strings.TrimSpace(s) == "" {
@@ -478,8 +503,6 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 		af.SourceProtocol, _ = a.str("source_protocol", false)
 		c.AdoptedFrom = af
 	}
-	p.observe(o, c)
-	return c
 }
 
 func (p *parser) binding(n *yaml.Node, path string, buses map[string]*Bus) Binding {
@@ -533,8 +556,8 @@ func (p *parser) valueRange(n *yaml.Node, path string) *Range {
 		p.add(n, path, "write range: {min: 0, max: 100} or [0, 100]", "expected a range, got %s", describe(n))
 		return nil
 	}
-	lo, ok1 := p.finiteFloat(minN, join(path, "min"))
-	hi, ok2 := p.finiteFloat(maxN, join(path, "max"))
+	lo, ok1 := p.FiniteFloat(minN, join(path, "min"))
+	hi, ok2 := p.FiniteFloat(maxN, join(path, "max"))
 	if !ok1 || !ok2 {
 		return nil
 	}

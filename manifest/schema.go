@@ -8,8 +8,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/physd/physd/strictyaml"
+	"gopkg.in/yaml.v3"
 )
 
 // SchemaDraft is the JSON Schema dialect of the generated schemas: draft-07
@@ -318,9 +321,9 @@ func anyPtr(v any) *any { return &v }
 // schema from their own Go types with it.
 func DecodeSchema(t reflect.Type) *jsonschema.Schema {
 	switch t {
-	case nodeType, reflect.PointerTo(nodeType):
+	case reflect.TypeFor[yaml.Node](), reflect.TypeFor[*yaml.Node]():
 		return &jsonschema.Schema{}
-	case durationType:
+	case reflect.TypeFor[time.Duration]():
 		return &jsonschema.Schema{Type: "string", Pattern: `^([0-9.]+(ns|us|µs|ms|s|m|h))+$`, Description: `A duration such as "250ms" or "1m30s".`}
 	}
 	switch t.Kind() {
@@ -329,10 +332,10 @@ func DecodeSchema(t reflect.Type) *jsonschema.Schema {
 	case reflect.Interface:
 		return &jsonschema.Schema{}
 	case reflect.Struct:
-		fields, names := structFields(t)
+		names, index := strictyaml.StructKeys(t)
 		p := props{}
 		for _, name := range names {
-			p[name] = DecodeSchema(t.FieldByIndex(fields[name].index).Type)
+			p[name] = DecodeSchema(t.FieldByIndex(index[name]).Type)
 		}
 		return object(t.String(), names, nil, p)
 	case reflect.Map:

@@ -66,76 +66,17 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 	if tp == nil {
 		return Outcome{Permission: promcp.PermPolicyDenied, Rule: "unknown_tool", Reason: c.Tool + " has no policy"}
 	}
-	deny := func(perm promcp.Permission, rule, reason, details string) Outcome {
-		return Outcome{Permission: perm, Value: c.Value, Rule: rule, Reason: reason, Details: details}
-	}
 	// 1. role
-	role := c.Role
-	if role == "" {
-		role = "none"
-	}
-	if RoleLevel(role) < RoleLevel(tp.MinRole) {
-		return deny(promcp.PermPermissionInsufficient, "role",
-			fmt.Sprintf("%s needs the %s role or higher; the caller has %s. Ask an operator, or call with a token that carries the role", c.Tool, tp.MinRole, role),
-			"required_role="+tp.MinRole+"; caller_role="+role)
+	if d, denied := checkRole(c, tp); denied {
+		return d
 	}
 	// 2. time windows (an emergency override lifts them, and only them)
-	if c.Override && (len(tp.DenyDuring) > 0 || len(tp.AllowDuring) > 0) {
-		out.Notes = append(out.Notes, "time windows lifted by an emergency override")
-	} else {
-		for _, w := range tp.DenyDuring {
-			if w.Contains(c.Now) {
-				end := w.End(c.Now)
-				return deny(promcp.PermPolicyDenied, "time_window",
-					fmt.Sprintf("%s is not allowed during %s; it is allowed again at %s", c.Tool, w, end.Format(time.RFC3339)),
-					"window="+w.Name+"; window_resets_at="+end.UTC().Format(time.RFC3339)+"; retry_after_ms="+ms(end.Sub(c.Now)))
-			}
-		}
-		if len(tp.AllowDuring) > 0 {
-			inside := false
-			var next time.Time
-			var names []string
-			for _, w := range tp.AllowDuring {
-				names = append(names, w.String())
-				if w.Contains(c.Now) {
-					inside = true
-					break
-				}
-				if s := w.NextStart(c.Now); !s.IsZero() && (next.IsZero() || s.Before(next)) {
-					next = s
-				}
-			}
-			if !inside {
-				return deny(promcp.PermPolicyDenied, "time_window",
-					fmt.Sprintf("%s is allowed only during %s; the next window opens at %s", c.Tool, strings.Join(names, " or "), next.Format(time.RFC3339)),
-					"window_resets_at="+next.UTC().Format(time.RFC3339)+"; retry_after_ms="+ms(next.Sub(c.Now)))
-			}
-		}
+	if d, denied := checkWindows(c, tp, &out); denied {
+		return d
 	}
 	// 3. range guard
-	if g := tp.Range; g != nil {
-		if v, ok := manifest.Number(c.Value); ok && (v < g.Min || v > g.Max) {
-			bounds := fmt.Sprintf("min=%g; max=%g; requested=%s", g.Min, g.Max, promcp.FormatValue(c.Value))
-			switch g.OnViolation {
-			case "deny":
-				return deny(promcp.PermOutOfRange, "range_guard",
-					fmt.Sprintf("%s is outside the allowed range [%g, %g] %s; nothing was actuated", promcp.FormatValue(c.Value), g.Min, g.Max, tp.Cap.Unit), bounds)
-			case "clamp":
-				cv := math.Min(math.Max(v, g.Min), g.Max)
-				if _, isInt := c.Value.(int64); isInt {
-					// Clamp inward to a whole number inside the guard.
-					cv = math.Min(math.Max(math.Ceil(g.Min), math.Round(cv)), math.Floor(g.Max))
-					out.Value = int64(cv)
-				} else {
-					out.Value = cv
-				}
-				out.Notes = append(out.Notes, fmt.Sprintf("clamped %s to %s (range_guard [%g, %g])", promcp.FormatValue(c.Value), promcp.FormatValue(out.Value), g.Min, g.Max))
-				out.Details = "clamped_to=" + promcp.FormatValue(out.Value) + "; " + bounds
-			case "warn":
-				out.Notes = append(out.Notes, fmt.Sprintf("warning: %s is outside the advised range [%g, %g]", promcp.FormatValue(c.Value), g.Min, g.Max))
-				out.Details = "warn=outside_range; " + bounds
-			}
-		}
+	if d, denied := applyRange(c, tp, &out); denied {
+		return d
 	}
 	// 4. rate, 5. cooldown: checked (and, for a real call, recorded) in one step.
 	var lc limitCheck
@@ -165,36 +106,133 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 		validFor = time.Second
 	}
 	// 7. approval
-	if a := tp.Approval; a != nil {
-		need, why := false, ""
-		switch a.When {
-		case "always":
-			need, why = true, "this actuation always needs a human's approval"
-		case "outside_window":
-			if !a.Window.Contains(c.Now) {
-				need, why = true, "outside "+a.Window.String()+" a human must approve this actuation"
-			}
-		case "above":
-			// The value as requested: a clamp must not hide a dangerous
-			// request from the person who approves.
-			if v, ok := manifest.Number(c.Value); ok && v > a.Above {
-				need, why = true, fmt.Sprintf("values above %g %s need a human's approval", a.Above, tp.Cap.Unit)
-			}
-		}
-		if need {
-			out.Permission, out.Rule, out.Reason, out.Approval = promcp.PermRequiresHumanApproval, "approval", why, a
-			if a.ApproverRole != "" {
-				out.Reason += " (a " + a.ApproverRole + " or above"
-				if !a.SelfApproval {
-					out.Reason += " other than the caller"
-				}
-				out.Reason += ")"
-			}
-		}
-	}
+	askApproval(c, tp, &out)
 	out.ValidFor = validFor
 	out.MaxChange = tp.MaxChange
 	return out
+}
+
+// refusal is the Outcome of a refusal of c by rule.
+func refusal(c Check, perm promcp.Permission, rule, reason, details string) Outcome {
+	return Outcome{Permission: perm, Value: c.Value, Rule: rule, Reason: reason, Details: details}
+}
+
+// checkRole refuses a caller below the tool's least role.
+func checkRole(c Check, tp *ToolPolicy) (Outcome, bool) {
+	role := c.Role
+	if role == "" {
+		role = "none"
+	}
+	if RoleLevel(role) < RoleLevel(tp.MinRole) {
+		return refusal(c, promcp.PermPermissionInsufficient, "role",
+			fmt.Sprintf("%s needs the %s role or higher; the caller has %s. Ask an operator, or call with a token that carries the role", c.Tool, tp.MinRole, role),
+			"required_role="+tp.MinRole+"; caller_role="+role), true
+	}
+	return Outcome{}, false
+}
+
+// checkWindows refuses a call inside a deny_during window or outside every
+// allow_during window, unless an emergency override lifts them (noted in
+// out).
+func checkWindows(c Check, tp *ToolPolicy, out *Outcome) (Outcome, bool) {
+	if c.Override && (len(tp.DenyDuring) > 0 || len(tp.AllowDuring) > 0) {
+		out.Notes = append(out.Notes, "time windows lifted by an emergency override")
+		return Outcome{}, false
+	}
+	for _, w := range tp.DenyDuring {
+		if w.Contains(c.Now) {
+			end := w.End(c.Now)
+			return refusal(c, promcp.PermPolicyDenied, "time_window",
+				fmt.Sprintf("%s is not allowed during %s; it is allowed again at %s", c.Tool, w, end.Format(time.RFC3339)),
+				"window="+w.Name+"; window_resets_at="+end.UTC().Format(time.RFC3339)+"; retry_after_ms="+ms(end.Sub(c.Now))), true
+		}
+	}
+	if len(tp.AllowDuring) == 0 {
+		return Outcome{}, false
+	}
+	var next time.Time
+	var names []string
+	for _, w := range tp.AllowDuring {
+		names = append(names, w.String())
+		if w.Contains(c.Now) {
+			return Outcome{}, false
+		}
+		if s := w.NextStart(c.Now); !s.IsZero() && (next.IsZero() || s.Before(next)) {
+			next = s
+		}
+	}
+	return refusal(c, promcp.PermPolicyDenied, "time_window",
+		fmt.Sprintf("%s is allowed only during %s; the next window opens at %s", c.Tool, strings.Join(names, " or "), next.Format(time.RFC3339)),
+		"window_resets_at="+next.UTC().Format(time.RFC3339)+"; retry_after_ms="+ms(next.Sub(c.Now))), true
+}
+
+// applyRange applies the range guard to a value outside it: a refusal, a
+// clamp (out.Value) or a warning.
+func applyRange(c Check, tp *ToolPolicy, out *Outcome) (Outcome, bool) {
+	g := tp.Range
+	if g == nil {
+		return Outcome{}, false
+	}
+	v, ok := manifest.Number(c.Value)
+	if !ok || v >= g.Min && v <= g.Max {
+		return Outcome{}, false
+	}
+	bounds := fmt.Sprintf("min=%g; max=%g; requested=%s", g.Min, g.Max, promcp.FormatValue(c.Value))
+	switch g.OnViolation {
+	case "deny":
+		return refusal(c, promcp.PermOutOfRange, "range_guard",
+			fmt.Sprintf("%s is outside the allowed range [%g, %g] %s; nothing was actuated", promcp.FormatValue(c.Value), g.Min, g.Max, tp.Cap.Unit), bounds), true
+	case "clamp":
+		cv := math.Min(math.Max(v, g.Min), g.Max)
+		if _, isInt := c.Value.(int64); isInt {
+			// Clamp inward to a whole number inside the guard.
+			cv = math.Min(math.Max(math.Ceil(g.Min), math.Round(cv)), math.Floor(g.Max))
+			out.Value = int64(cv)
+		} else {
+			out.Value = cv
+		}
+		out.Notes = append(out.Notes, fmt.Sprintf("clamped %s to %s (range_guard [%g, %g])", promcp.FormatValue(c.Value), promcp.FormatValue(out.Value), g.Min, g.Max))
+		out.Details = "clamped_to=" + promcp.FormatValue(out.Value) + "; " + bounds
+	case "warn":
+		out.Notes = append(out.Notes, fmt.Sprintf("warning: %s is outside the advised range [%g, %g]", promcp.FormatValue(c.Value), g.Min, g.Max))
+		out.Details = "warn=outside_range; " + bounds
+	}
+	return Outcome{}, false
+}
+
+// askApproval turns out into requires_human_approval when the tool's
+// approval rule asks for this call.
+func askApproval(c Check, tp *ToolPolicy, out *Outcome) {
+	a := tp.Approval
+	if a == nil {
+		return
+	}
+	need, why := false, ""
+	switch a.When {
+	case "always":
+		need, why = true, "this actuation always needs a human's approval"
+	case "outside_window":
+		if !a.Window.Contains(c.Now) {
+			need, why = true, "outside "+a.Window.String()+" a human must approve this actuation"
+		}
+	case "above":
+		// The value as requested: a clamp must not hide a dangerous
+		// request from the person who approves.
+		if v, ok := manifest.Number(c.Value); ok && v > a.Above {
+			need, why = true, fmt.Sprintf("values above %g %s need a human's approval", a.Above, tp.Cap.Unit)
+		}
+	}
+	if !need {
+		return
+	}
+	out.Permission, out.Rule, out.Reason, out.Approval = promcp.PermRequiresHumanApproval, "approval", why, a
+	if a.ApproverRole != "" {
+		out.Reason += " (a " + a.ApproverRole + " or above"
+		if !a.SelfApproval {
+			out.Reason += " other than the caller"
+		}
+		out.Reason += ")"
+	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprint(max(d.Milliseconds(), 0)) }

@@ -78,8 +78,25 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 	if k.ActiveLow != nil {
 		s.elec.activeLow = *k.ActiveLow
 	}
+	bindDirection(p, &k, s)
+	bindPull(p, &k, s)
+	bindInitial(p, &k, s)
+	bindEdgeCount(p, &k, s)
+	switch {
+	case s.counting && c.DataType != manifest.TypeInt:
+		p.AddCap("data_type", fmt.Sprintf("an edge counter reads a count, not data_type %q", c.DataType), "use data_type: int")
+	case !s.counting && c.DataType != manifest.TypeBool:
+		p.AddCap("data_type", fmt.Sprintf("a GPIO level is data_type bool, not %q", c.DataType), "use data_type: bool, or add edge_count with data_type: int to count pulses")
+	}
+	if len(p.Errs) > 0 {
+		return nil, p.Errs
+	}
+	return s, nil
+}
 
-	// Direction: explicit, from mode, or from the capability's kind.
+// bindDirection sets whether the pin is an output: from direction:, from
+// mode:, or from the capability's kind. mode: counter implies edge_count.
+func bindDirection(p *manifest.BindingErrors, k *bindingKeys, s *pinSpec) {
 	s.elec.out = s.writable
 	if k.Mode != nil {
 		switch *k.Mode {
@@ -109,71 +126,73 @@ func parseBinding(c *manifest.Capability) (*pinSpec, error) {
 	if s.writable && !s.elec.out {
 		p.Add("direction", "a do capability drives the pin, so it must be an output", "use direction: out (or omit it)")
 	}
+}
 
-	if k.Pull != nil {
-		switch *k.Pull {
-		case "up":
-			s.elec.pull = gpio.PullUp
-		case "down":
-			s.elec.pull = gpio.PullDown
-		case "none", "float":
-			s.elec.pull = gpio.Float
+// bindPull sets an input's pull resistor.
+func bindPull(p *manifest.BindingErrors, k *bindingKeys, s *pinSpec) {
+	if k.Pull == nil {
+		return
+	}
+	switch *k.Pull {
+	case "up":
+		s.elec.pull = gpio.PullUp
+	case "down":
+		s.elec.pull = gpio.PullDown
+	case "none", "float":
+		s.elec.pull = gpio.Float
+	default:
+		p.Add("pull", fmt.Sprintf("pull %q", *k.Pull), "use pull: up, down or none")
+	}
+	if s.elec.out {
+		p.Add("pull", "pull applies to inputs; this pin is an output", "remove pull")
+	}
+}
+
+// bindInitial sets the logical level an output drives when the bus opens.
+func bindInitial(p *manifest.BindingErrors, k *bindingKeys, s *pinSpec) {
+	if k.Initial == nil {
+		return
+	}
+	switch strings.ToLower(*k.Initial) {
+	case "low", "off", "false":
+	case "high", "on", "true":
+		s.elec.initial = true
+	default:
+		p.Add("initial", fmt.Sprintf("initial %q", *k.Initial), "use initial: low (inactive) or initial: high (active)")
+	}
+	if !s.elec.out {
+		p.Add("initial", "initial applies to outputs; this pin is an input", "remove initial, or set direction: out")
+	}
+}
+
+// bindEdgeCount sets an input's edge counter: which edges, and the debounce.
+func bindEdgeCount(p *manifest.BindingErrors, k *bindingKeys, s *pinSpec) {
+	if k.EdgeCount == nil {
+		return
+	}
+	s.counting = true
+	cs := &countSpec{edge: gpio.RisingEdge}
+	if e := k.EdgeCount.Edge; e != nil {
+		switch *e {
+		case "rising":
+		case "falling":
+			cs.edge = gpio.FallingEdge
+		case "both":
+			cs.edge = gpio.BothEdges
 		default:
-			p.Add("pull", fmt.Sprintf("pull %q", *k.Pull), "use pull: up, down or none")
-		}
-		if s.elec.out {
-			p.Add("pull", "pull applies to inputs; this pin is an output", "remove pull")
+			p.Add("edge_count.edge", fmt.Sprintf("edge %q", *e), "use edge: rising, falling or both")
 		}
 	}
-	if k.Initial != nil {
-		switch strings.ToLower(*k.Initial) {
-		case "low", "off", "false":
-		case "high", "on", "true":
-			s.elec.initial = true
-		default:
-			p.Add("initial", fmt.Sprintf("initial %q", *k.Initial), "use initial: low (inactive) or initial: high (active)")
+	if d := k.EdgeCount.DebounceMS; d != nil {
+		if *d < 0 || *d > maxDebounceMS {
+			p.Add("edge_count.debounce_ms", fmt.Sprintf("debounce_ms %d is outside 0..%d", *d, maxDebounceMS), "use the contact's bounce time, e.g. 5 (reed switches) or 0 (clean pulses)")
 		}
-		if !s.elec.out {
-			p.Add("initial", "initial applies to outputs; this pin is an input", "remove initial, or set direction: out")
-		}
+		cs.debounce = time.Duration(*d) * time.Millisecond
 	}
-
-	if k.EdgeCount != nil {
-		s.counting = true
-		cs := &countSpec{edge: gpio.RisingEdge}
-		if e := k.EdgeCount.Edge; e != nil {
-			switch *e {
-			case "rising":
-			case "falling":
-				cs.edge = gpio.FallingEdge
-			case "both":
-				cs.edge = gpio.BothEdges
-			default:
-				p.Add("edge_count.edge", fmt.Sprintf("edge %q", *e), "use edge: rising, falling or both")
-			}
-		}
-		if d := k.EdgeCount.DebounceMS; d != nil {
-			if *d < 0 || *d > maxDebounceMS {
-				p.Add("edge_count.debounce_ms", fmt.Sprintf("debounce_ms %d is outside 0..%d", *d, maxDebounceMS), "use the contact's bounce time, e.g. 5 (reed switches) or 0 (clean pulses)")
-			}
-			cs.debounce = time.Duration(*d) * time.Millisecond
-		}
-		s.elec.counter = cs
-		if s.elec.out {
-			p.Add("edge_count", "edge counting needs an input; this pin is an output", "use direction: in and kind: read")
-		}
+	s.elec.counter = cs
+	if s.elec.out {
+		p.Add("edge_count", "edge counting needs an input; this pin is an output", "use direction: in and kind: read")
 	}
-
-	switch {
-	case s.counting && c.DataType != manifest.TypeInt:
-		p.AddCap("data_type", fmt.Sprintf("an edge counter reads a count, not data_type %q", c.DataType), "use data_type: int")
-	case !s.counting && c.DataType != manifest.TypeBool:
-		p.AddCap("data_type", fmt.Sprintf("a GPIO level is data_type bool, not %q", c.DataType), "use data_type: bool, or add edge_count with data_type: int to count pulses")
-	}
-	if len(p.Errs) > 0 {
-		return nil, p.Errs
-	}
-	return s, nil
 }
 
 // CheckBinding validates a capability's gpio binding keys without opening a

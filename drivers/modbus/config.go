@@ -9,6 +9,7 @@ import (
 
 	"github.com/goburrow/serial"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/strictyaml"
 )
 
 // Bus types this package registers.
@@ -142,14 +143,14 @@ func (s *busSpec) endpoint() string {
 // type's defaults.
 func parseBus(b *manifest.Bus, kind string) (*busSpec, error) {
 	root := b.FieldPath()
-	cfg := manifest.WithoutKey(b.Config, "type")
-	p := &problems{file: b.Pos.File, root: root, top: cfg, at: b.Pos}
+	cfg := strictyaml.WithoutKey(b.Config, "type")
+	p := &strictyaml.Problems{File: b.Pos.File, Root: root, Top: cfg, At: b.Pos}
 	spec := &busSpec{kind: kind, name: b.Name}
 	var eng engineKeys
 	if kind == TypeTCP {
 		spec.Config = DefaultTCPConfig()
 		var k tcpKeys
-		if errs := manifest.DecodeNode(b.Pos.File, cfg, root, &k); len(errs) > 0 {
+		if errs := strictyaml.Decode(b.Pos.File, cfg, root, &k); len(errs) > 0 {
 			return nil, errs
 		}
 		eng = k.engineKeys
@@ -157,27 +158,27 @@ func parseBus(b *manifest.Bus, kind string) (*busSpec, error) {
 	} else {
 		spec.Config = DefaultRTUConfig()
 		var k rtuKeys
-		if errs := manifest.DecodeNode(b.Pos.File, cfg, root, &k); len(errs) > 0 {
+		if errs := strictyaml.Decode(b.Pos.File, cfg, root, &k); len(errs) > 0 {
 			return nil, errs
 		}
 		eng = k.engineKeys
 		parseSerial(p, &k, &spec.Config)
 	}
 	parseEngine(p, &eng, &spec.Config)
-	if err := p.err(); err != nil {
+	if err := p.Err(); err != nil {
 		return nil, err
 	}
 	return spec, nil
 }
 
 // parseEngine applies the worker's keys, shared by both bus types.
-func parseEngine(p *problems, eng *engineKeys, c *Config) {
+func parseEngine(p *strictyaml.Problems, eng *engineKeys, c *Config) {
 	ms := func(v *int, into *time.Duration, lo, hi int, fix, key string) {
 		if v == nil {
 			return
 		}
 		if *v < lo || *v > hi {
-			p.add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
+			p.Add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
 			return
 		}
 		*into = time.Duration(*v) * time.Millisecond
@@ -187,7 +188,7 @@ func parseEngine(p *problems, eng *engineKeys, c *Config) {
 			return
 		}
 		if *v < lo || *v > hi {
-			p.add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
+			p.Add(fmt.Sprintf("%s must be between %d and %d, got %d", key, lo, hi, *v), fix, key)
 			return
 		}
 		*into = *v
@@ -201,7 +202,7 @@ func parseEngine(p *problems, eng *engineKeys, c *Config) {
 	}
 	ms(eng.MaxBackoffMS, &c.MaxBackoff, 1, 3_600_000, "the longest retry delay in ms, e.g. 30000", "max_backoff_ms")
 	if c.MaxBackoff < c.RetryBackoff {
-		p.add(fmt.Sprintf("max_backoff_ms (%d) is below retry_backoff_ms (%d)", c.MaxBackoff.Milliseconds(), c.RetryBackoff.Milliseconds()),
+		p.Add(fmt.Sprintf("max_backoff_ms (%d) is below retry_backoff_ms (%d)", c.MaxBackoff.Milliseconds(), c.RetryBackoff.Milliseconds()),
 			"make max_backoff_ms at least retry_backoff_ms", "max_backoff_ms")
 	}
 	num(eng.QueueSize, &c.QueueSize, 1, 100_000, "the most requests waiting for the bus, e.g. 64", "queue_size")
@@ -214,10 +215,10 @@ func parseEngine(p *problems, eng *engineKeys, c *Config) {
 	ms(eng.BusyBackoffMS, &c.BusyBackoff, 1, 60_000, "the wait in ms before the first resend to a busy device, e.g. 100", "busy_backoff_ms")
 }
 
-func tcpAddress(p *problems, a *string) string {
+func tcpAddress(p *strictyaml.Problems, a *string) string {
 	fix := `write the device's host and port, e.g. address: "10.0.0.5:502"`
 	if a == nil || strings.TrimSpace(*a) == "" {
-		p.add("a modbus_tcp bus needs an address", fix, "address")
+		p.Add("a modbus_tcp bus needs an address", fix, "address")
 		return ""
 	}
 	s := strings.TrimSpace(*a)
@@ -227,12 +228,12 @@ func tcpAddress(p *problems, a *string) string {
 		// No port: the Modbus TCP default.
 		host, port = s, defaultTCPPort
 		if strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
-			p.add(fmt.Sprintf("address %q: IPv6 hosts need brackets", *a), `write e.g. "[fd00::5]:502"`, "address")
+			p.Add(fmt.Sprintf("address %q: IPv6 hosts need brackets", *a), `write e.g. "[fd00::5]:502"`, "address")
 			return ""
 		}
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
-		p.add(fmt.Sprintf("address %q is not host:port", *a), fix, "address")
+		p.Add(fmt.Sprintf("address %q is not host:port", *a), fix, "address")
 		return ""
 	}
 	return net.JoinHostPort(host, port)
@@ -243,10 +244,10 @@ var (
 	baudRates = []int{1200, 2400, 4800, 9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600}
 )
 
-func parseSerial(p *problems, k *rtuKeys, cfg *Config) {
+func parseSerial(p *strictyaml.Problems, k *rtuKeys, cfg *Config) {
 	c := &cfg.Serial
 	if k.Port == nil || strings.TrimSpace(*k.Port) == "" {
-		p.add("a modbus_rtu bus needs a serial port", "write e.g. port: /dev/ttyUSB0 (a stable name from /dev/serial/by-id/ is better)", "port")
+		p.Add("a modbus_rtu bus needs a serial port", "write e.g. port: /dev/ttyUSB0 (a stable name from /dev/serial/by-id/ is better)", "port")
 	} else {
 		c.Address = strings.TrimSpace(*k.Port)
 	}
@@ -257,11 +258,11 @@ func parseSerial(p *problems, k *rtuKeys, cfg *Config) {
 			ok = ok || b == *k.Baud
 		}
 		if !ok {
-			p.add(fmt.Sprintf("unsupported baud %d", *k.Baud), fmt.Sprintf("use one of %v", baudRates), "baud")
+			p.Add(fmt.Sprintf("unsupported baud %d", *k.Baud), fmt.Sprintf("use one of %v", baudRates), "baud")
 		}
 	}
 	if k.DataBits != nil && *k.DataBits != 8 {
-		p.add(fmt.Sprintf("data_bits %d: Modbus RTU uses 8 data bits", *k.DataBits), "use data_bits: 8 (7 is Modbus ASCII, which physd does not speak)", "data_bits")
+		p.Add(fmt.Sprintf("data_bits %d: Modbus RTU uses 8 data bits", *k.DataBits), "use data_bits: 8 (7 is Modbus ASCII, which physd does not speak)", "data_bits")
 	}
 	if k.Parity != nil {
 		c.Parity = strings.ToUpper(strings.TrimSpace(*k.Parity))
@@ -274,18 +275,18 @@ func parseSerial(p *problems, k *rtuKeys, cfg *Config) {
 			c.Parity = "O"
 		}
 		if c.Parity != "N" && c.Parity != "E" && c.Parity != "O" {
-			p.add(fmt.Sprintf("unknown parity %q", *k.Parity), oneOf(parities)+" (none, even, odd)", "parity")
+			p.Add(fmt.Sprintf("unknown parity %q", *k.Parity), oneOf(parities)+" (none, even, odd)", "parity")
 		}
 	}
 	if k.StopBits != nil {
 		c.StopBits = *k.StopBits
 		if c.StopBits != 1 && c.StopBits != 2 {
-			p.add(fmt.Sprintf("stop_bits must be 1 or 2, got %d", *k.StopBits), "use stop_bits: 1 (or 2 with parity N, as the spec asks)", "stop_bits")
+			p.Add(fmt.Sprintf("stop_bits must be 1 or 2, got %d", *k.StopBits), "use stop_bits: 1 (or 2 with parity N, as the spec asks)", "stop_bits")
 		}
 	}
 	if k.SilenceMS != nil {
 		if *k.SilenceMS < 1 || *k.SilenceMS > 60_000 {
-			p.add(fmt.Sprintf("silence_ms must be between 1 and 60000, got %d", *k.SilenceMS),
+			p.Add(fmt.Sprintf("silence_ms must be between 1 and 60000, got %d", *k.SilenceMS),
 				"use at least the slowest reply you expect from any unit on this line, in ms (default: timeout_ms)", "silence_ms")
 		} else {
 			cfg.Silence = time.Duration(*k.SilenceMS) * time.Millisecond
@@ -298,7 +299,7 @@ func parseSerial(p *problems, k *rtuKeys, cfg *Config) {
 				return 0
 			}
 			if *v < 0 || *v > 1000 {
-				p.add(fmt.Sprintf("%s must be between 0 and 1000, got %d", key, *v), "use the transceiver's RTS delay in milliseconds, usually 0", "rs485", key)
+				p.Add(fmt.Sprintf("%s must be between 0 and 1000, got %d", key, *v), "use the transceiver's RTS delay in milliseconds, usually 0", "rs485", key)
 				return 0
 			}
 			return time.Duration(*v) * time.Millisecond

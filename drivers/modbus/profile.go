@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/physd/physd/profiles"
+	"github.com/physd/physd/strictyaml"
 )
 
 // applyProfile fills a binding's register keys from a device profile
@@ -13,10 +14,10 @@ import (
 // of them again in the binding is an error, so a manifest never silently
 // disagrees with its profile. unit, write_function, enum_map and verify
 // stay the binding's. It reports false after adding a problem.
-func applyProfile(p *problems, k *bindingKeys, do bool) (*profiles.ModbusPoint, bool) {
+func applyProfile(p *strictyaml.Problems, k *bindingKeys, do bool) (*profiles.ModbusPoint, bool) {
 	if k.Profile == nil {
 		if k.Point != nil {
-			p.add("point: names a point of a device profile, but the binding has no profile:",
+			p.Add("point: names a point of a device profile, but the binding has no profile:",
 				"add profile: <name> ("+strings.Join(profiles.ModbusNames(), ", ")+"), or remove point:", "point")
 			return nil, false
 		}
@@ -25,17 +26,17 @@ func applyProfile(p *problems, k *bindingKeys, do bool) (*profiles.ModbusPoint, 
 	name := strings.TrimSpace(*k.Profile)
 	prof, err := profiles.LoadModbus(name)
 	if err != nil {
-		p.add(err.Error(), "use one of the Modbus profiles in the library: "+strings.Join(profiles.ModbusNames(), ", "), "profile")
+		p.Add(err.Error(), "use one of the Modbus profiles in the library: "+strings.Join(profiles.ModbusNames(), ", "), "profile")
 		return nil, false
 	}
 	if k.Point == nil {
-		p.add(fmt.Sprintf("profile %s needs point: to say which of its values this capability is", name),
+		p.Add(fmt.Sprintf("profile %s needs point: to say which of its values this capability is", name),
 			"add point: with one of "+strings.Join(prof.PointNames(), ", "), "profile")
 		return nil, false
 	}
 	pt := prof.Points[strings.TrimSpace(*k.Point)]
 	if pt == nil {
-		p.add(fmt.Sprintf("profile %s (%s %s) has no point %q", name, prof.Vendor, prof.Model, *k.Point),
+		p.Add(fmt.Sprintf("profile %s (%s %s) has no point %q", name, prof.Vendor, prof.Model, *k.Point),
 			"use one of its points: "+strings.Join(prof.PointNames(), ", "), "point")
 		return nil, false
 	}
@@ -46,7 +47,7 @@ func applyProfile(p *problems, k *bindingKeys, do bool) (*profiles.ModbusPoint, 
 	}{{"table", k.Table != nil}, {"data_type", k.DataType != nil}, {"byte_order", k.ByteOrder != nil},
 		{"bit", k.Bit != nil}, {"scale", k.Scale != nil}, {"offset", k.Offset != nil}} {
 		if c.set {
-			p.add(fmt.Sprintf("%s is set by profile %s point %s", c.key, name, pt.Name),
+			p.Add(fmt.Sprintf("%s is set by profile %s point %s", c.key, name, pt.Name),
 				fmt.Sprintf("remove %s: (or drop profile: and point: and bind the register by hand)", c.key), c.key)
 			ok = false
 		}
@@ -62,7 +63,7 @@ func applyProfile(p *problems, k *bindingKeys, do bool) (*profiles.ModbusPoint, 
 		if len(writable) > 0 {
 			fix = "make the capability kind: read, or use a point the profile marks writable: " + strings.Join(writable, ", ")
 		}
-		p.add(fmt.Sprintf("profile %s point %s is read-only (%s)", name, pt.Name, pt.Description), fix, "point")
+		p.Add(fmt.Sprintf("profile %s point %s is read-only (%s)", name, pt.Name, pt.Description), fix, "point")
 		ok = false
 	}
 	if !ok {

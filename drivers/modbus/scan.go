@@ -408,126 +408,157 @@ func parseIdent(d []byte) (objs []IdentObject, more bool, next byte, err error) 
 // last address is readable alone. Runs that touch neither edge of a
 // refused chunk are not found (Chunk 1 finds everything, slowly).
 func (s *scanner) probeTable(u *ScannedUnit, t table) {
-	chunk := s.o.Chunk
-	if t.isBit() {
-		chunk *= 4
-	}
-	regs := map[int]uint16{}
-	bits := map[int]bool{}
-	keep := func(addr int, r []uint16, b []bool) {
-		for i, v := range r {
-			regs[addr+i] = v
-		}
-		for i, v := range b {
-			bits[addr+i] = v
-		}
-	}
-	type span struct{ a, n int }
-	var ok, bad []span
-	timeouts := 0
-	var tryRead func(a, n int) (bool, bool)
-	// tryRead reads [a, a+n); stop reports that the table should be given up.
-	tryRead = func(a, n int) (read bool, stop bool) {
-		r, b, err := s.read(u.ID, t, uint16(a), n, true)
-		if err == nil {
-			keep(a, r, b)
-			timeouts = 0
-			return true, false
-		}
-		x := exceptionOf(err)
-		switch {
-		case errors.Is(err, errScanTime):
-			u.Notes = append(u.Notes, fmt.Sprintf("%s: scan time ran out", t))
-			return false, true
-		case x == 1 && len(regs)+len(bits) == 0:
-			u.Notes = append(u.Notes, fmt.Sprintf("%s: function %d refused (illegal function): the unit has no %s table", t, readFunction(t), t))
-			return false, true
-		case x == 3 && n > 1:
-			h := n / 2
-			r1, s1 := tryRead(a, h)
-			if s1 {
-				return false, true
-			}
-			r2, s2 := tryRead(a+h, n-h)
-			return r1 || r2, s2
-		case x == 0:
-			timeouts++
-			if timeouts >= 3 {
-				u.Notes = append(u.Notes, fmt.Sprintf("%s: 3 reads in a row got no valid reply (last: %v); the rest of the table was not probed", t, err))
-				return false, true
-			}
-		}
-		return false, false
-	}
-	from, to := int(s.o.From), int(s.o.To)
-	for a := from; a <= to; a += chunk {
-		n := min(chunk, to-a+1)
-		read, stop := tryRead(a, n)
-		if stop {
-			break
-		}
-		if read {
-			ok = append(ok, span{a, n})
-		} else {
-			bad = append(bad, span{a, n})
-		}
-	}
-	readable := func(a int) bool {
-		if t.isBit() {
-			_, y := bits[a]
-			return y
-		}
-		_, y := regs[a]
-		return y
-	}
-	// one reads a single address, so that a run which starts or ends at
-	// a chunk boundary but is shorter than the chunk is found.
-	one := func(a int) bool {
-		r, b, err := s.read(u.ID, t, uint16(a), 1, true)
-		if err == nil {
-			keep(a, r, b)
-		}
-		return err == nil
-	}
-	// Narrow the edges: a refused chunk next to a readable address (or
-	// starting or ending with one) holds the rest of that run.
-	for _, c := range bad {
+	tp := &tableProbe{s: s, u: u, t: t, regs: map[int]uint16{}, bits: map[int]bool{}}
+	for _, c := range tp.sweep() {
 		if c.n < 2 || s.timeUp() {
 			continue
 		}
-		if readable(c.a-1) || one(c.a) { // longest readable prefix: [c.a, c.a+lo)
-			lo, hi := 0, c.n
-			for hi-lo > 1 {
-				mid := (lo + hi) / 2
-				if r, b, err := s.read(u.ID, t, uint16(c.a), mid, true); err == nil {
-					keep(c.a, r, b)
-					lo = mid
-				} else {
-					hi = mid
-				}
-			}
+		tp.narrow(c)
+	}
+	tp.blocks()
+}
+
+// tableProbe is one table of one unit being probed: the values read so
+// far, by address.
+type tableProbe struct {
+	s        *scanner
+	u        *ScannedUnit
+	t        table
+	regs     map[int]uint16
+	bits     map[int]bool
+	timeouts int // reads in a row without a valid reply
+}
+
+// addrRun is a run of n addresses from a.
+type addrRun struct{ a, n int }
+
+func (tp *tableProbe) keep(addr int, r []uint16, b []bool) {
+	for i, v := range r {
+		tp.regs[addr+i] = v
+	}
+	for i, v := range b {
+		tp.bits[addr+i] = v
+	}
+}
+
+// sweep reads [From, To] chunk by chunk and returns the chunks that were
+// refused; it stops early when the table is given up.
+func (tp *tableProbe) sweep() (bad []addrRun) {
+	chunk := tp.s.o.Chunk
+	if tp.t.isBit() {
+		chunk *= 4
+	}
+	from, to := int(tp.s.o.From), int(tp.s.o.To)
+	for a := from; a <= to; a += chunk {
+		n := min(chunk, to-a+1)
+		read, stop := tp.tryRead(a, n)
+		if stop {
+			break
 		}
-		if readable(c.a+c.n) || (!readable(c.a+c.n-1) && one(c.a+c.n-1)) { // shortest readable suffix: [lo+1 .. end)
-			end := c.a + c.n
-			lo, hi := c.a, end
-			for hi-lo > 1 {
-				mid := (lo + hi) / 2
-				if r, b, err := s.read(u.ID, t, uint16(mid), end-mid, true); err == nil {
-					keep(mid, r, b)
-					hi = mid
-				} else {
-					lo = mid
-				}
+		if !read {
+			bad = append(bad, addrRun{a, n})
+		}
+	}
+	return bad
+}
+
+// tryRead reads [a, a+n), halving a range refused for its size; stop
+// reports that the table should be given up.
+func (tp *tableProbe) tryRead(a, n int) (read bool, stop bool) {
+	u, t := tp.u, tp.t
+	r, b, err := tp.s.read(u.ID, t, uint16(a), n, true)
+	if err == nil {
+		tp.keep(a, r, b)
+		tp.timeouts = 0
+		return true, false
+	}
+	x := exceptionOf(err)
+	switch {
+	case errors.Is(err, errScanTime):
+		u.Notes = append(u.Notes, fmt.Sprintf("%s: scan time ran out", t))
+		return false, true
+	case x == 1 && len(tp.regs)+len(tp.bits) == 0:
+		u.Notes = append(u.Notes, fmt.Sprintf("%s: function %d refused (illegal function): the unit has no %s table", t, readFunction(t), t))
+		return false, true
+	case x == 3 && n > 1:
+		h := n / 2
+		r1, s1 := tp.tryRead(a, h)
+		if s1 {
+			return false, true
+		}
+		r2, s2 := tp.tryRead(a+h, n-h)
+		return r1 || r2, s2
+	case x == 0:
+		tp.timeouts++
+		if tp.timeouts >= 3 {
+			u.Notes = append(u.Notes, fmt.Sprintf("%s: 3 reads in a row got no valid reply (last: %v); the rest of the table was not probed", t, err))
+			return false, true
+		}
+	}
+	return false, false
+}
+
+func (tp *tableProbe) readable(a int) bool {
+	if tp.t.isBit() {
+		_, y := tp.bits[a]
+		return y
+	}
+	_, y := tp.regs[a]
+	return y
+}
+
+// one reads a single address, so that a run which starts or ends at a
+// chunk boundary but is shorter than the chunk is found.
+func (tp *tableProbe) one(a int) bool {
+	r, b, err := tp.s.read(tp.u.ID, tp.t, uint16(a), 1, true)
+	if err == nil {
+		tp.keep(a, r, b)
+	}
+	return err == nil
+}
+
+// narrow bisects the edges of a refused chunk c: next to a readable
+// address (or starting or ending with one), it holds the rest of that run.
+func (tp *tableProbe) narrow(c addrRun) {
+	s, u, t := tp.s, tp.u, tp.t
+	if tp.readable(c.a-1) || tp.one(c.a) { // longest readable prefix: [c.a, c.a+lo)
+		lo, hi := 0, c.n
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if r, b, err := s.read(u.ID, t, uint16(c.a), mid, true); err == nil {
+				tp.keep(c.a, r, b)
+				lo = mid
+			} else {
+				hi = mid
 			}
 		}
 	}
+	if tp.readable(c.a+c.n) || (!tp.readable(c.a+c.n-1) && tp.one(c.a+c.n-1)) { // shortest readable suffix: [lo+1 .. end)
+		end := c.a + c.n
+		lo, hi := c.a, end
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if r, b, err := s.read(u.ID, t, uint16(mid), end-mid, true); err == nil {
+				tp.keep(mid, r, b)
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+	}
+}
+
+// blocks adds the addresses read to the unit as runs of consecutive
+// addresses.
+func (tp *tableProbe) blocks() {
+	u, t := tp.u, tp.t
 	var addrs []int
 	if t.isBit() {
-		for a := range bits {
+		for a := range tp.bits {
 			addrs = append(addrs, a)
 		}
 	} else {
-		for a := range regs {
+		for a := range tp.regs {
 			addrs = append(addrs, a)
 		}
 	}
@@ -538,9 +569,9 @@ func (s *scanner) probeTable(u *ScannedUnit, t table) {
 		}
 		b := &u.Blocks[len(u.Blocks)-1]
 		if t.isBit() {
-			b.Bits = append(b.Bits, bits[a])
+			b.Bits = append(b.Bits, tp.bits[a])
 		} else {
-			b.Regs = append(b.Regs, regs[a])
+			b.Regs = append(b.Regs, tp.regs[a])
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/strictyaml"
 )
 
 // A verify point is another point of the device that shows whether a
@@ -49,26 +50,69 @@ var verifyOnly = []string{"address", "expect", "tolerance"}
 
 // parseVerify validates binding.verify of do capability c whose written
 // point is s; problems go to p.
-func parseVerify(p *problems, c *manifest.Capability, s *pointSpec, k *bindingKeys, busKind string) *verifySpec {
-	n := manifest.Resolve(k.Verify)
+func parseVerify(p *strictyaml.Problems, c *manifest.Capability, s *pointSpec, k *bindingKeys, busKind string) *verifySpec {
+	n := strictyaml.Resolve(k.Verify)
 	if n == nil || n.Kind != yaml.MappingNode {
-		p.add("verify must be a mapping naming the point that shows the command", "write verify: {table: discrete, address: N} (the input or register the device updates)", "verify")
+		p.Add("verify must be a mapping naming the point that shows the command", "write verify: {table: discrete, address: N} (the input or register the device updates)", "verify")
 		return nil
 	}
 	if !s.do {
-		p.add("verify applies to do capabilities only (a read capability writes nothing to verify)", "remove verify, or make the capability kind: do", "verify")
+		p.Add("verify applies to do capabilities only (a read capability writes nothing to verify)", "remove verify, or make the capability kind: do", "verify")
 		return nil
 	}
-	var addr string
-	var expect, tol *yaml.Node
-	rest := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
+	addr, expect, tol, rest, ok := splitVerify(p, n)
+	if !ok {
+		return nil
+	}
+	if strings.TrimSpace(addr) == "" {
+		p.Add("verify has no address", "add address: N (0-based protocol address, with table:) or an address string such as \"slave=1:reg=10021\"", "verify")
+		return nil
+	}
+	verifyDefaults(rest, addr, s)
+
+	v := &verifySpec{tol: c.Tolerance}
+	vc := manifest.Capability{Name: c.Name + " (verify)", Kind: manifest.KindRead, DataType: c.DataType, EnumValues: c.EnumValues,
+		Pos:     manifest.Pos{File: p.File, Line: n.Line, Col: n.Column},
+		Binding: manifest.Binding{Type: "modbus", Bus: c.Binding.Bus, Address: addr, Params: rest, Pos: manifest.Pos{File: p.File, Line: n.Line, Col: n.Column}, Field: p.Root + ".verify"}}
+	if expect != nil {
+		v.expect, vc.DataType = parseExpect(p, c, expect)
+		if v.expect == nil {
+			return nil
+		}
+		vc.EnumValues = nil
+	}
+	if tol != nil {
+		verifyTolerance(p, c, tol, v)
+	}
+	vs, err := parseBinding(&vc, busKind)
+	if err != nil {
+		if errs, ok := err.(strictyaml.Errors); ok {
+			p.Append(errs...)
+		} else {
+			p.Add(err.Error(), "fix the verify point", "verify")
+		}
+		return nil
+	}
+	if vs.unit == s.unit && vs.table == s.table && vs.addr == s.addr && vs.codec.bit == s.codec.bit {
+		p.Add(fmt.Sprintf("verify names the written point itself (%s)", s.what()), "name the input or register that shows the command at another address, or remove verify (the written point is read back without it)", "verify")
+		return nil
+	}
+	v.pt = vs
+	return v
+}
+
+// splitVerify takes verify's own keys (address, expect, tolerance) out of
+// the mapping n; rest holds the binding keys of the verify point. It
+// reports false after a key that cannot apply to a verify point.
+func splitVerify(p *strictyaml.Problems, n *yaml.Node) (addr string, expect, tol, rest *yaml.Node, ok bool) {
+	rest = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, val := n.Content[i], manifest.Resolve(n.Content[i+1])
+		key, val := n.Content[i], strictyaml.Resolve(n.Content[i+1])
 		switch key.Value {
 		case "address":
 			if val == nil || val.Kind != yaml.ScalarNode {
-				p.add("verify.address must be a number or an address string", `write address: 20 (0-based) or address: "slave=1:reg=10021"`, "verify", "address")
-				return nil
+				p.Add("verify.address must be a number or an address string", `write address: 20 (0-based) or address: "slave=1:reg=10021"`, "verify", "address")
+				return "", nil, nil, nil, false
 			}
 			addr = val.Value
 		case "expect":
@@ -76,17 +120,18 @@ func parseVerify(p *problems, c *manifest.Capability, s *pointSpec, k *bindingKe
 		case "tolerance":
 			tol = val
 		case "verify", "write_function":
-			p.add(fmt.Sprintf("%s does not apply to a verify point (it is only read)", key.Value), "remove it from verify", "verify", key.Value)
-			return nil
+			p.Add(fmt.Sprintf("%s does not apply to a verify point (it is only read)", key.Value), "remove it from verify", "verify", key.Value)
+			return "", nil, nil, nil, false
 		default:
 			rest.Content = append(rest.Content, n.Content[i], n.Content[i+1])
 		}
 	}
-	if strings.TrimSpace(addr) == "" {
-		p.add("verify has no address", "add address: N (0-based protocol address, with table:) or an address string such as \"slave=1:reg=10021\"", "verify")
-		return nil
-	}
-	// Defaults from the binding: the unit, and a register point's encoding.
+	return addr, expect, tol, rest, true
+}
+
+// verifyDefaults adds the keys a verify point takes from the binding: the
+// unit, and a register point's encoding when it names none of its own.
+func verifyDefaults(rest *yaml.Node, addr string, s *pointSpec) {
 	a, _ := parseAddress(addr)
 	if a.unit == nil && !hasKey(rest, "unit") {
 		addKey(rest, "unit", strconv.Itoa(int(s.unit)))
@@ -112,51 +157,26 @@ func parseVerify(p *problems, c *manifest.Capability, s *pointSpec, k *bindingKe
 			addKey(rest, "offset", strconv.FormatFloat(s.conv.offset, 'g', -1, 64))
 		}
 	}
+}
 
-	v := &verifySpec{tol: c.Tolerance}
-	vc := manifest.Capability{Name: c.Name + " (verify)", Kind: manifest.KindRead, DataType: c.DataType, EnumValues: c.EnumValues,
-		Pos:     manifest.Pos{File: p.file, Line: n.Line, Col: n.Column},
-		Binding: manifest.Binding{Type: "modbus", Bus: c.Binding.Bus, Address: addr, Params: rest, Pos: manifest.Pos{File: p.file, Line: n.Line, Col: n.Column}, Field: p.root + ".verify"}}
-	if expect != nil {
-		v.expect, vc.DataType = parseExpect(p, c, expect)
-		if v.expect == nil {
-			return nil
-		}
-		vc.EnumValues = nil
+// verifyTolerance reads verify.tolerance into v.
+func verifyTolerance(p *strictyaml.Problems, c *manifest.Capability, tol *yaml.Node, v *verifySpec) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(tol.Value), 64)
+	switch {
+	case tol.Kind != yaml.ScalarNode || err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
+		p.Add(fmt.Sprintf("verify.tolerance must be a number ≥ 0, got %q", tol.Value), "write the accepted |shown − expected| in the capability's unit, e.g. tolerance: 0.5", "verify", "tolerance")
+	case c.DataType != manifest.TypeFloat && c.DataType != manifest.TypeInt:
+		p.Add(fmt.Sprintf("verify.tolerance applies to float and int capabilities, not %s", c.DataType), "remove it (use expect: to map values)", "verify", "tolerance")
+	default:
+		v.tol = f
 	}
-	if tol != nil {
-		f, err := strconv.ParseFloat(strings.TrimSpace(tol.Value), 64)
-		switch {
-		case tol.Kind != yaml.ScalarNode || err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
-			p.add(fmt.Sprintf("verify.tolerance must be a number ≥ 0, got %q", tol.Value), "write the accepted |shown − expected| in the capability's unit, e.g. tolerance: 0.5", "verify", "tolerance")
-		case c.DataType != manifest.TypeFloat && c.DataType != manifest.TypeInt:
-			p.add(fmt.Sprintf("verify.tolerance applies to float and int capabilities, not %s", c.DataType), "remove it (use expect: to map values)", "verify", "tolerance")
-		default:
-			v.tol = f
-		}
-	}
-	vs, err := parseBinding(&vc, busKind)
-	if err != nil {
-		if errs, ok := err.(manifest.Errors); ok {
-			p.errs = append(p.errs, errs...)
-		} else {
-			p.add(err.Error(), "fix the verify point", "verify")
-		}
-		return nil
-	}
-	if vs.unit == s.unit && vs.table == s.table && vs.addr == s.addr && vs.codec.bit == s.codec.bit {
-		p.add(fmt.Sprintf("verify names the written point itself (%s)", s.what()), "name the input or register that shows the command at another address, or remove verify (the written point is read back without it)", "verify")
-		return nil
-	}
-	v.pt = vs
-	return v
 }
 
 // parseExpect reads verify.expect: every commanded value of a bool or enum
 // capability mapped to what the verify point shows, all true/false or all
 // integers. It returns the map and the data type the verify point is read
 // as (bool or int), or nil after reporting a problem.
-func parseExpect(p *problems, c *manifest.Capability, n *yaml.Node) (map[any]any, string) {
+func parseExpect(p *strictyaml.Problems, c *manifest.Capability, n *yaml.Node) (map[any]any, string) {
 	var commands []string
 	switch c.DataType {
 	case manifest.TypeBool:
@@ -164,37 +184,37 @@ func parseExpect(p *problems, c *manifest.Capability, n *yaml.Node) (map[any]any
 	case manifest.TypeEnum:
 		commands = c.EnumValues
 	default:
-		p.add(fmt.Sprintf("verify.expect applies to bool and enum capabilities, not %s", c.DataType),
+		p.Add(fmt.Sprintf("verify.expect applies to bool and enum capabilities, not %s", c.DataType),
 			"remove expect: a number is verified through the verify point's scale, offset and tolerance", "verify", "expect")
 		return nil, ""
 	}
 	if n.Kind != yaml.MappingNode {
-		p.add("verify.expect must map each commanded value to what the verify point shows", "write e.g. expect: {true: true, false: false}", "verify", "expect")
+		p.Add("verify.expect must map each commanded value to what the verify point shows", "write e.g. expect: {true: true, false: false}", "verify", "expect")
 		return nil, ""
 	}
 	out := map[any]any{}
 	kinds := map[string]bool{}
 	ok := true
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, val := n.Content[i], manifest.Resolve(n.Content[i+1])
+		key, val := n.Content[i], strictyaml.Resolve(n.Content[i+1])
 		name := key.Value
 		var cmd any = name
 		if c.DataType == manifest.TypeBool {
 			b, err := strconv.ParseBool(strings.ToLower(name))
 			if err != nil || (name != "true" && name != "false") {
-				p.add(fmt.Sprintf("verify.expect key %q is not a value of a bool capability", name), "use the keys true and false", "verify", "expect", name)
+				p.Add(fmt.Sprintf("verify.expect key %q is not a value of a bool capability", name), "use the keys true and false", "verify", "expect", name)
 				ok = false
 				continue
 			}
 			cmd = b
 		} else if !contains(commands, name) {
-			p.add(fmt.Sprintf("verify.expect names %q, which is not in the capability's enum_values", name), oneOf(commands), "verify", "expect", name)
+			p.Add(fmt.Sprintf("verify.expect names %q, which is not in the capability's enum_values", name), oneOf(commands), "verify", "expect", name)
 			ok = false
 			continue
 		}
 		shown, kind := expectValue(val)
 		if kind == "" {
-			p.add(fmt.Sprintf("verify.expect.%s must be true, false or an integer (what the verify point shows)", name), "write e.g. "+name+": true, or "+name+": 3 for a status register", "verify", "expect", name)
+			p.Add(fmt.Sprintf("verify.expect.%s must be true, false or an integer (what the verify point shows)", name), "write e.g. "+name+": true, or "+name+": 3 for a status register", "verify", "expect", name)
 			ok = false
 			continue
 		}
@@ -202,7 +222,7 @@ func parseExpect(p *problems, c *manifest.Capability, n *yaml.Node) (map[any]any
 		out[cmd] = shown
 	}
 	if len(kinds) > 1 {
-		p.add("verify.expect mixes true/false and integers", "use true/false for a coil or discrete input (or a bit), integers for a register", "verify", "expect")
+		p.Add("verify.expect mixes true/false and integers", "use true/false for a coil or discrete input (or a bit), integers for a register", "verify", "expect")
 		ok = false
 	}
 	var missing []string
@@ -217,7 +237,7 @@ func parseExpect(p *problems, c *manifest.Capability, n *yaml.Node) (map[any]any
 	}
 	sort.Strings(missing)
 	if ok && len(missing) > 0 {
-		p.add(fmt.Sprintf("verify.expect has no entry for %s", strings.Join(missing, ", ")), "map every value the capability can be commanded to", "verify", "expect")
+		p.Add(fmt.Sprintf("verify.expect has no entry for %s", strings.Join(missing, ", ")), "map every value the capability can be commanded to", "verify", "expect")
 		ok = false
 	}
 	if !ok {
@@ -255,19 +275,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func hasKey(m *yaml.Node, key string) bool { return keyNode(m, key) != nil }
-
-func keyNode(m *yaml.Node, key string) *yaml.Node {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
-}
+func hasKey(m *yaml.Node, key string) bool { return strictyaml.ValueOf(m, key) != nil }
 
 func keyValue(m *yaml.Node, key string) string {
-	if n := manifest.Resolve(keyNode(m, key)); n != nil && n.Kind == yaml.ScalarNode {
+	if n := strictyaml.Resolve(strictyaml.ValueOf(m, key)); n != nil && n.Kind == yaml.ScalarNode {
 		return n.Value
 	}
 	return ""

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -96,32 +96,18 @@ type plantSpec struct {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
 
-// parseConfig decodes (strictly, with manifest.DecodeNode) and validates a
+// parseConfig decodes (strictly, with strictyaml.Decode) and validates a
 // sim bus entry. root is the field path, e.g. "buses.plant". A nil or empty
 // node gives the default plant.
 func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
-	n = manifest.WithoutKey(manifest.Resolve(n), "type") // tolerate type: left in Config
+	n = strictyaml.WithoutKey(n, "type") // tolerate type: left in Config
 	var cfg plantConfig
-	if errs := manifest.DecodeNode(file, n, root, &cfg); len(errs) > 0 {
+	if errs := strictyaml.Decode(file, n, root, &cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	v := &validator{file: file, root: root, top: n}
-	spec := &plantSpec{sensorNoise: defaultSensorNoise}
-	if cfg.Seed != nil {
-		spec.seed = *cfg.Seed
-	}
-	if cfg.LatencyMS != nil {
-		spec.latencyMS = *cfg.LatencyMS
-		if spec.latencyMS < 0 || spec.latencyMS > maxLatencyMS {
-			v.fail(fmt.Sprintf("latency_ms must be between 0 and %d, got %d", maxLatencyMS, spec.latencyMS),
-				"use 0 for instant reads and writes, or a small delay such as 20", "latency_ms")
-		}
-	}
-	if cfg.SensorNoise != nil {
-		spec.sensorNoise = *cfg.SensorNoise
-		v.between(spec.sensorNoise, 0, 100, "0 for exact sensors, 1 for the default noise", "sensor_noise")
-	}
-
+	pp := &plantParser{v: &validator{strictyaml.Problems{File: file, Root: root, Top: n, KeyFallback: true}}, cfg: &cfg, seen: map[string]string{},
+		spec: &plantSpec{sensorNoise: defaultSensorNoise}}
+	pp.plant()
 	if cfg.Zones == nil && cfg.Tanks == nil && cfg.Valves == nil {
 		// Nothing declared: the default greenhouse (three zones, a tank, a valve).
 		cfg.Zones = map[string]*zoneConfig{"zone_a": nil, "zone_b": nil, "zone_c": nil}
@@ -129,23 +115,62 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 		drains := "rain_tank"
 		cfg.Valves = map[string]*valveConfig{"irrigation_a": {Drains: &drains}}
 	}
-
-	seen := map[string]string{} // object name -> its section
-	checkName := func(section, name string) {
-		if !nameRE.MatchString(name) {
-			v.failKey(fmt.Sprintf("invalid name %q", name),
-				"use letters, digits, _ and - only (no dots), starting with a letter or _", section, name)
-		}
-		if other, dup := seen[name]; dup {
-			v.failKey(fmt.Sprintf("name %q is already used in %s", name, other),
-				"give every zone, tank and valve of a plant a distinct name", section, name)
-		}
-		seen[name] = section
+	pp.zones()
+	pp.tanks()
+	pp.valves()
+	if pp.v.Len() > 0 {
+		return nil, pp.v.Errs
 	}
+	return pp.spec, nil
+}
 
-	for _, name := range v.order(cfg.Zones, "zones") {
-		checkName("zones", name)
-		c := cfg.Zones[name]
+// plantParser validates a decoded plant section by section into spec.
+type plantParser struct {
+	v         *validator
+	cfg       *plantConfig
+	spec      *plantSpec
+	seen      map[string]string // object name -> its section
+	tankNames []string          // in source order
+}
+
+// plant reads the plant-wide keys: seed, latency_ms, sensor_noise.
+func (pp *plantParser) plant() {
+	cfg, spec, v := pp.cfg, pp.spec, pp.v
+	if cfg.Seed != nil {
+		spec.seed = *cfg.Seed
+	}
+	if cfg.LatencyMS != nil {
+		spec.latencyMS = *cfg.LatencyMS
+		if spec.latencyMS < 0 || spec.latencyMS > maxLatencyMS {
+			v.Add(fmt.Sprintf("latency_ms must be between 0 and %d, got %d", maxLatencyMS, spec.latencyMS),
+				"use 0 for instant reads and writes, or a small delay such as 20", "latency_ms")
+		}
+	}
+	if cfg.SensorNoise != nil {
+		spec.sensorNoise = *cfg.SensorNoise
+		v.between(spec.sensorNoise, 0, 100, "0 for exact sensors, 1 for the default noise", "sensor_noise")
+	}
+}
+
+// checkName reports a name that is not a valid identifier, or that another
+// zone, tank or valve of the plant already has.
+func (pp *plantParser) checkName(section, name string) {
+	if !nameRE.MatchString(name) {
+		pp.v.AddKey(fmt.Sprintf("invalid name %q", name),
+			"use letters, digits, _ and - only (no dots), starting with a letter or _", section, name)
+	}
+	if other, dup := pp.seen[name]; dup {
+		pp.v.AddKey(fmt.Sprintf("name %q is already used in %s", name, other),
+			"give every zone, tank and valve of a plant a distinct name", section, name)
+	}
+	pp.seen[name] = section
+}
+
+func (pp *plantParser) zones() {
+	v := pp.v
+	for _, name := range v.order(pp.cfg.Zones, "zones") {
+		pp.checkName("zones", name)
+		c := pp.cfg.Zones[name]
 		if c == nil {
 			c = &zoneConfig{}
 		}
@@ -169,13 +194,16 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 		v.between(z.heaterGainC, 0, 200, "°C added at steady state by the heater at 100 %, e.g. 15", at("heater_gain_c")...)
 		v.between(z.fanCoolingC, 0, 200, "°C removed at steady state by the fan at 100 %, e.g. 2", at("fan_cooling_c")...)
 		v.between(z.ventCoolC, 0, 200, "°C removed at steady state by the vent at 100 %, e.g. 5", at("vent_cooling_c")...)
-		spec.zones = append(spec.zones, z)
+		pp.spec.zones = append(pp.spec.zones, z)
 	}
+}
 
-	tankNames := v.order(cfg.Tanks, "tanks")
-	for _, name := range tankNames {
-		checkName("tanks", name)
-		c := cfg.Tanks[name]
+func (pp *plantParser) tanks() {
+	v := pp.v
+	pp.tankNames = v.order(pp.cfg.Tanks, "tanks")
+	for _, name := range pp.tankNames {
+		pp.checkName("tanks", name)
+		c := pp.cfg.Tanks[name]
 		if c == nil {
 			c = &tankConfig{}
 		}
@@ -191,12 +219,16 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 				fmt.Sprintf("a starting level between 0 and capacity_l (%g)", t.capacityL), at("initial_l")...)
 		}
 		v.between(t.inflowLPM, 0, 1e6, "litres per minute flowing in, e.g. 0.5 (0 for none)", at("inflow_lpm")...)
-		spec.tanks = append(spec.tanks, t)
+		pp.spec.tanks = append(pp.spec.tanks, t)
 	}
+}
 
-	for _, name := range v.order(cfg.Valves, "valves") {
-		checkName("valves", name)
-		c := cfg.Valves[name]
+// valves reads the valves; it runs after tanks, whose names drains: takes.
+func (pp *plantParser) valves() {
+	v := pp.v
+	for _, name := range v.order(pp.cfg.Valves, "valves") {
+		pp.checkName("valves", name)
+		c := pp.cfg.Valves[name]
 		if c == nil {
 			c = &valveConfig{}
 		}
@@ -210,7 +242,7 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 		if c.TravelMS != nil {
 			vs.travelMS = *c.TravelMS
 			if vs.travelMS <= 0 {
-				v.fail(fmt.Sprintf("travel_ms must be > 0, got %d", vs.travelMS),
+				v.Add(fmt.Sprintf("travel_ms must be > 0, got %d", vs.travelMS),
 					"use the time in milliseconds the valve takes from closed to fully open, e.g. 4000", at("travel_ms")...)
 			}
 		}
@@ -218,20 +250,16 @@ func parseConfig(file, root string, n *yaml.Node) (*plantSpec, error) {
 		v.between(vs.initial, 0, 100, "a starting opening in percent, 0..100", at("initial")...)
 		if c.Drains != nil {
 			vs.drains = *c.Drains
-			if _, ok := cfg.Tanks[vs.drains]; !ok {
+			if _, ok := pp.cfg.Tanks[vs.drains]; !ok {
 				fix := "declare the tank under tanks:, or remove drains"
-				if len(tankNames) > 0 {
-					fix = "name one of the tanks: " + strings.Join(tankNames, ", ")
+				if len(pp.tankNames) > 0 {
+					fix = "name one of the tanks: " + strings.Join(pp.tankNames, ", ")
 				}
-				v.fail(fmt.Sprintf("drains names unknown tank %q", vs.drains), fix, at("drains")...)
+				v.Add(fmt.Sprintf("drains names unknown tank %q", vs.drains), fix, at("drains")...)
 			}
 		}
-		spec.valves = append(spec.valves, vs)
+		pp.spec.valves = append(pp.spec.valves, vs)
 	}
-	if len(v.errs) > 0 {
-		return nil, v.errs
-	}
-	return spec, nil
 }
 
 func orDefault(p *float64, def float64) float64 {
@@ -244,48 +272,15 @@ func orDefault(p *float64, def float64) float64 {
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // validator reports semantic problems of a decoded config at the position
-// of the offending key in the source node.
+// of the offending text in the source node: Add at the value at a path (or
+// the nearest key written, for a default), AddKey at the key.
 type validator struct {
-	file string
-	root string
-	top  *yaml.Node
-	errs manifest.Errors
-}
-
-func (v *validator) add(n *yaml.Node, msg, fix string, path []string) {
-	field := v.root
-	for _, p := range path {
-		if field != "" {
-			field += "."
-		}
-		field += p
-	}
-	e := &manifest.Error{Pos: manifest.Pos{File: v.file}, Field: field, Msg: msg, Fix: fix}
-	if n != nil {
-		e.Pos.Line, e.Pos.Col = n.Line, n.Column
-	}
-	v.errs = append(v.errs, e)
-}
-
-// fail reports a problem with the value at path (or the nearest ancestor
-// written in the source, for a default).
-func (v *validator) fail(msg, fix string, path ...string) {
-	key, val := lookup(v.top, path)
-	if val == nil {
-		val = key
-	}
-	v.add(val, msg, fix, path)
-}
-
-// failKey reports a problem with the key at path.
-func (v *validator) failKey(msg, fix string, path ...string) {
-	key, _ := lookup(v.top, path)
-	v.add(key, msg, fix, path)
+	strictyaml.Problems
 }
 
 func (v *validator) between(x, lo, hi float64, fix string, path ...string) bool {
 	if !finite(x) || x < lo || x > hi {
-		v.fail(fmt.Sprintf("%s must be between %g and %g, got %v", path[len(path)-1], lo, hi, x), "use "+fix, path...)
+		v.Add(fmt.Sprintf("%s must be between %g and %g, got %v", path[len(path)-1], lo, hi, x), "use "+fix, path...)
 		return false
 	}
 	return true
@@ -293,7 +288,7 @@ func (v *validator) between(x, lo, hi float64, fix string, path ...string) bool 
 
 func (v *validator) positive(x float64, fix string, path ...string) bool {
 	if !finite(x) || x <= 0 {
-		v.fail(fmt.Sprintf("%s must be > 0, got %v", path[len(path)-1], x), "use "+fix, path...)
+		v.Add(fmt.Sprintf("%s must be > 0, got %v", path[len(path)-1], x), "use "+fix, path...)
 		return false
 	}
 	return true
@@ -302,7 +297,7 @@ func (v *validator) positive(x float64, fix string, path ...string) bool {
 // order returns the keys of section in source order, or sorted when the
 // section was not written (defaults).
 func (v *validator) order(m any, section string) []string {
-	if _, n := lookup(v.top, []string{section}); n != nil && n.Kind == yaml.MappingNode {
+	if _, n := strictyaml.Lookup(v.Top, section); n != nil && n.Kind == yaml.MappingNode {
 		keys := make([]string, 0, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			keys = append(keys, n.Content[i].Value)
@@ -326,28 +321,4 @@ func (v *validator) order(m any, section string) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// lookup follows path through mapping nodes. It returns the deepest key
-// node found (the top node when none) and the value node of the full path
-// (nil when the path is not written out).
-func lookup(n *yaml.Node, path []string) (key, val *yaml.Node) {
-	key, cur := n, manifest.Resolve(n)
-	for _, p := range path {
-		if cur == nil || cur.Kind != yaml.MappingNode {
-			return key, nil
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(cur.Content); i += 2 {
-			if cur.Content[i].Value == p {
-				key, next = cur.Content[i], manifest.Resolve(cur.Content[i+1])
-				break
-			}
-		}
-		if next == nil {
-			return key, nil
-		}
-		cur = next
-	}
-	return key, cur
 }

@@ -43,6 +43,7 @@ import (
 
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/strictyaml"
 	"gopkg.in/yaml.v3"
 )
 
@@ -260,12 +261,12 @@ func (p *Plant) Point(c *manifest.Capability) (drivers.Point, error) {
 	}
 
 	var params bindingParams
-	if errs := manifest.DecodeNode(file, c.Binding.Params, root, &params); len(errs) > 0 {
+	if errs := strictyaml.Decode(file, c.Binding.Params, root, &params); len(errs) > 0 {
 		return nil, errs
 	}
 	name, key, at := c.Binding.Address, "address", (*yaml.Node)(nil)
 	if params.Point != nil {
-		_, at = lookup(c.Binding.Params, []string{"point"})
+		_, at = strictyaml.Lookup(c.Binding.Params, "point")
 		if name != "" && name != *params.Point {
 			return nil, bad(at, "point", fmt.Sprintf("point %q and address %q disagree", *params.Point, name),
 				"keep one of them, or make them the same")
