@@ -16,7 +16,6 @@ import (
 
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
-	"github.com/physd/physd/policy"
 	"github.com/physd/physd/promcp"
 )
 
@@ -173,27 +172,11 @@ func (sc scope) inView(subjects []manifest.ViewSubject) []string {
 }
 
 // roleMayRun reports whether the caller's role may run this gateway's do_
-// tool under the policy in force: the policy file's, or the manifest-only
-// guard's (always true for a node without either).
+// tool: the node asks the guard in force (the policy file's, or the
+// manifest-only guard's), the same rule the do_ path applies.
 func (s *Server) roleMayRun(sc scope, tool string) bool {
-	var pol *policy.Policy
-	if s.opts.Safety != nil {
-		pol = s.opts.Safety.Policy()
-	} else if pg, ok := s.n.Guard().(interface{ Policy() *policy.Policy }); ok {
-		pol = pg.Policy()
-	}
-	if pol == nil {
-		return true
-	}
-	tp := pol.Tools[tool]
-	if tp == nil {
-		return true
-	}
-	role := sc.caller.Role
-	if role == "" {
-		role = "none"
-	}
-	return policy.RoleLevel(role) >= policy.RoleLevel(tp.MinRole)
+	_, _, ok := s.n.RoleAllows(tool, sc.caller.Role)
+	return ok
 }
 
 // visible reports whether the scope may see tool, and which owners it may

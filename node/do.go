@@ -97,11 +97,9 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 		// A recorded answer goes only to a caller whose role may run the
 		// tool: a viewer who learns an operator's key gets no answer that
 		// reads as if it had actuated.
-		if rc, ok := n.guard.(RoleChecker); ok {
-			if reason, details, allowed := rc.RoleAllows(cs.tool, req.Caller.Role); !allowed {
-				return n.refuse(n.newResult(cs, req.IdempotencyKey, value), req.Caller,
-					refusal{perm: promcp.PermPermissionInsufficient, code: string(promcp.PermPermissionInsufficient), reason: reason, details: details})
-			}
+		if reason, details, allowed := n.RoleAllows(cs.tool, req.Caller.Role); !allowed {
+			return n.refuse(n.newResult(cs, req.IdempotencyKey, value), req.Caller,
+				refusal{perm: promcp.PermPermissionInsufficient, code: string(promcp.PermPermissionInsufficient), reason: reason, details: details})
 		}
 		return replay(e, cs.tool, hash)
 	}

@@ -113,6 +113,17 @@ type RoleChecker interface {
 	RoleAllows(tool, role string) (reason, details string, allowed bool)
 }
 
+// RoleAllows asks the guard in force whether role may run tool — the one
+// role rule (policy.Policy.MayRun through the guard) — for the replay of a
+// recorded answer and for the tool lists each caller is shown. A guard
+// without a role rule (or none) allows every role.
+func (n *Node) RoleAllows(tool, role string) (reason, details string, allowed bool) {
+	if rc, ok := n.guard.(RoleChecker); ok {
+		return rc.RoleAllows(tool, role)
+	}
+	return "", "", true
+}
+
 // Guard is the decision phase of the do_ path: policy, then gate
 // (docs/design.md "The actuation path").
 // Evaluate with dryRun set must not consume anything (rate slots,

@@ -67,7 +67,7 @@ func (p *Policy) Evaluate(ctx context.Context, c Check, lim *Limiter, quorum Quo
 		return Outcome{Permission: promcp.PermPolicyDenied, Rule: "unknown_tool", Reason: c.Tool + " has no policy"}
 	}
 	// 1. role
-	if d, denied := checkRole(c, tp); denied {
+	if d, denied := p.checkRole(c); denied {
 		return d
 	}
 	// 2. time windows (an emergency override lifts them, and only them)
@@ -117,18 +117,32 @@ func refusal(c Check, perm promcp.Permission, rule, reason, details string) Outc
 	return Outcome{Permission: perm, Value: c.Value, Rule: rule, Reason: reason, Details: details}
 }
 
-// checkRole refuses a caller below the tool's least role.
-func checkRole(c Check, tp *ToolPolicy) (Outcome, bool) {
-	role := c.Role
+// MayRun is the one role rule, which every place that asks it shares (the
+// decision here, the guard's replay check, the tool lists each caller is
+// shown): a caller whose role (none when empty) is at least the tool's
+// least role may run it; a tool without a policy entry is not limited by
+// role. It returns the caller's role as judged and the least role.
+func (p *Policy) MayRun(tool, role string) (callerRole, minRole string, ok bool) {
 	if role == "" {
 		role = "none"
 	}
-	if RoleLevel(role) < RoleLevel(tp.MinRole) {
-		return refusal(c, promcp.PermPermissionInsufficient, "role",
-			fmt.Sprintf("%s needs the %s role or higher; the caller has %s. Ask an operator, or call with a token that carries the role", c.Tool, tp.MinRole, role),
-			"required_role="+tp.MinRole+"; caller_role="+role), true
+	tp := p.Tools[tool]
+	if tp == nil {
+		return role, "", true
 	}
-	return Outcome{}, false
+	return role, tp.MinRole, RoleLevel(role) >= RoleLevel(tp.MinRole)
+}
+
+// checkRole refuses a caller below the tool's least role.
+func (p *Policy) checkRole(c Check) (Outcome, bool) {
+	role, minRole, ok := p.MayRun(c.Tool, c.Role)
+	if ok {
+		return Outcome{}, false
+	}
+	return refusal(c, promcp.PermPermissionInsufficient, "role",
+		fmt.Sprintf("%s needs the %s role or higher; the caller has %s. Ask an operator, or call with a credential that carries the role "+
+			"(over HTTP a token, JWT or client certificate the policy maps to it; over stdio physd's --stdio-role)", c.Tool, minRole, role),
+		"required_role="+minRole+"; caller_role="+role), true
 }
 
 // checkWindows refuses a call inside a deny_during window or outside every

@@ -70,18 +70,12 @@ func (g *Guard) Reload(p *policy.Policy, gt *gate.Gate) { g.rules.Store(&rules{p
 
 // RoleAllows implements node.RoleChecker with the policy in force.
 func (g *Guard) RoleAllows(tool, role string) (reason, details string, allowed bool) {
-	tp := g.rules.Load().pol.Tools[tool]
-	if tp == nil {
+	role, minRole, ok := g.rules.Load().pol.MayRun(tool, role)
+	if ok {
 		return "", "", true
 	}
-	if role == "" {
-		role = "none"
-	}
-	if policy.RoleLevel(role) >= policy.RoleLevel(tp.MinRole) {
-		return "", "", true
-	}
-	return fmt.Sprintf("%s needs the %s role or higher; the caller has %s, and a recorded answer of this key is given only to a caller who may run the tool", tool, tp.MinRole, role),
-		"required_role=" + tp.MinRole + "; caller_role=" + role, false
+	return fmt.Sprintf("%s needs the %s role or higher; the caller has %s, and a recorded answer of this key is given only to a caller who may run the tool", tool, minRole, role),
+		"required_role=" + minRole + "; caller_role=" + role, false
 }
 
 // PolicyConfigured reports whether a policy file stands behind the guard
