@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,10 +78,49 @@ func inVocabulary(t *testing.T, what string, a hAnswer) {
 	case a.Status == "success" && a.Verified:
 	case a.Status == "failed" && !a.Verified:
 	case a.Status == "partial" && !a.Verified && (a.Code == "outcome_unknown" || a.Code == "unverified" || a.Code == "mismatch") &&
-		strings.Contains(a.Reason, "read_"):
+		looksFirst(a.Reason):
 	default:
 		t.Errorf("%s: answer outside the outcome vocabulary: %s", what, a.raw)
 	}
+}
+
+// readToolRE finds a read_ tool a reason names.
+var readToolRE = regexp.MustCompile(`\bread_[a-z0-9_]+`)
+
+// looksFirst: a partial answer tells the agent to look before acting
+// again, with a tool that exists — a read_ tool of the greenhouse
+// example, or can_do (whose candidate shows the current value). A do_
+// capability alone has no read_ tool, so "read read_vent_zone_c" would be
+// a dead end.
+func looksFirst(reason string) bool {
+	if !strings.Contains(reason, "before acting again") {
+		return false
+	}
+	if strings.Contains(reason, "call can_do with {") {
+		return true
+	}
+	m := readToolRE.FindString(reason)
+	return m != "" && greenhouseTools()[m]
+}
+
+// greenhouseTools are the tools the greenhouse example serves.
+func greenhouseTools() map[string]bool {
+	raw, err := os.ReadFile(greenhouse)
+	if err != nil {
+		return nil
+	}
+	tools := map[string]bool{}
+	var name string
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "- "))
+		if len(f) == 2 && f[0] == "name:" {
+			name = f[1]
+		}
+		if len(f) == 2 && f[0] == "kind:" && name != "" {
+			tools[f[1]+"_"+name] = true
+		}
+	}
+	return tools
 }
 
 // setFault injects a simulator fault, with a delay for "slow".
@@ -2404,4 +2444,20 @@ func TestHostileMixedBattery250(t *testing.T) {
 		}
 	}
 	d.healthy(t)
+}
+
+// TestLooksFirstIsNotVacuous: the outcome check above refuses the old dead
+// end (a read_ tool the example does not serve) and a reason that names no
+// tool, and takes a real read_ tool or can_do.
+func TestLooksFirstIsNotVacuous(t *testing.T) {
+	for reason, want := range map[string]bool{
+		"… Read read_vent_zone_c before acting again: …":                               false,
+		"… before acting again.":                                                       false,
+		"… Read read_temperature_zone_a before acting again: …":                        true,
+		`… Look before acting again: call can_do with {"intent":{"semantic_tags":[]}}`: true,
+	} {
+		if got := looksFirst(reason); got != want {
+			t.Errorf("looksFirst(%q) = %v, want %v", reason, got, want)
+		}
+	}
 }
