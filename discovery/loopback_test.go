@@ -141,6 +141,7 @@ func TestMulticastAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
+	answered := a.Answers() // before the announcements
 	if ttl, mc := read("announcement"); ttl != 120 || !mc {
 		t.Errorf("announcement: ttl %d multicast %v, want 120 by multicast", ttl, mc)
 	}
@@ -161,11 +162,21 @@ func TestMulticastAnswer(t *testing.T) {
 	// beside this one): what counts is what this advertiser multicasts, so
 	// the check reads the group rather than the answer counter (which also
 	// counts unicast answers to one-shot queriers elsewhere).
+	// If the advertiser answered another program's query meanwhile, the
+	// packet read as the second announcement may have been that answer,
+	// and the announcement itself may still be on its way: then this
+	// check cannot tell, and says so. With no answer sent, the two packets
+	// were the announcements and the check is strict.
+	quiet := a.Answers() == answered
 	if _, err := pc.WriteTo(b0, &ipv4.ControlMessage{IfIndex: ifi.Index}, groupAddr); err != nil {
 		t.Fatal(err)
 	}
 	if ttl, mc, got := readFor(200 * time.Millisecond); got && mc {
-		t.Errorf("answered by multicast within a second of the announcement (ttl %d)", ttl)
+		if quiet {
+			t.Errorf("answered by multicast within a second of the announcement (ttl %d)", ttl)
+		} else {
+			t.Logf("a multicast within a second of the second announcement, but the advertiser also answered another program's query meanwhile: not judged")
+		}
 	}
 	time.Sleep(multicastGap)
 	before := a.Answers() // before the query: its answer may be counted at once
