@@ -30,6 +30,7 @@ import (
 
 	"github.com/physd/physd/drivers/modbus/modbustest"
 	"github.com/physd/physd/gate/p0test"
+	"github.com/physd/physd/manifest"
 )
 
 // hAnswer is a do_ answer with the fields the attacks look at.
@@ -105,20 +106,13 @@ func looksFirst(reason string) bool {
 
 // greenhouseTools are the tools the greenhouse example serves.
 func greenhouseTools() map[string]bool {
-	raw, err := os.ReadFile(greenhouse)
+	m, err := manifest.Load(greenhouse)
 	if err != nil {
 		return nil
 	}
 	tools := map[string]bool{}
-	var name string
-	for _, line := range strings.Split(string(raw), "\n") {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "- "))
-		if len(f) == 2 && f[0] == "name:" {
-			name = f[1]
-		}
-		if len(f) == 2 && f[0] == "kind:" && name != "" {
-			tools[f[1]+"_"+name] = true
-		}
+	for _, c := range m.Capabilities {
+		tools[c.ToolName()] = true
 	}
 	return tools
 }

@@ -239,9 +239,7 @@ func TestMeshCanDoBench(t *testing.T) {
 				}
 			}
 			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			p := func(q float64) time.Duration {
-				return lat[min(len(lat)-1, int(q*float64(len(lat))))].Round(100 * time.Microsecond)
-			}
+			p := func(q float64) time.Duration { return percentile(lat, q, 100*time.Microsecond) }
 			t.Logf("REPORT distributed can_do over %d real gateway processes (max_peers %d), %d calls: p50 %v, p99 %v, max %v",
 				size, maxPeers, n, p(0.50), p(0.99), lat[len(lat)-1].Round(100*time.Microsecond))
 		})

@@ -193,6 +193,11 @@ func TestWatchdogSupervisor(t *testing.T) {
 func quantiles(ds []time.Duration) string {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	q := func(p float64) time.Duration { return s[int(p*float64(len(s)-1)+0.5)].Round(time.Millisecond) }
-	return "p50 " + q(0.5).String() + " p99 " + q(0.99).String() + " max " + s[len(s)-1].Round(time.Millisecond).String()
+	return "p50 " + percentile(s, 0.5, time.Millisecond).String() + " p99 " + percentile(s, 0.99, time.Millisecond).String() +
+		" max " + s[len(s)-1].Round(time.Millisecond).String()
+}
+
+// percentile is the q-quantile of sorted, rounded to round.
+func percentile(sorted []time.Duration, q float64, round time.Duration) time.Duration {
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))].Round(round)
 }
