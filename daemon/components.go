@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mesh"
 	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -37,7 +37,7 @@ func (d *Daemon) components() []component {
 			}
 		}},
 		{name: "audit", start: d.startAudit, stop: func(context.Context) { d.al.Close() }},
-		{name: "safety", start: d.startSafety},
+		{name: "guard", start: d.startGuard},
 		{name: "signals", start: d.startSignals, stop: func(context.Context) { d.cancelSignals() }},
 		{name: "node", start: d.startNode, stop: d.stopNode},
 		{name: "metrics", start: d.startMetrics},
@@ -117,10 +117,10 @@ func (d *Daemon) startAudit(context.Context) (err error) {
 	return err
 }
 
-// startSafety builds the guard: the policy, or without --policy the
+// startGuard builds the guard: the policy, or without --policy the
 // manifest's own limits. Quorum asks the mesh (d.peers, a standalone
 // node has itself).
-func (d *Daemon) startSafety(context.Context) error {
+func (d *Daemon) startGuard(context.Context) error {
 	m := d.cfg.Manifest
 	if m.Network.Mesh.Enabled {
 		d.remote = &meshnode.Remote{Budget: time.Duration(m.Network.Mesh.RequestTimeoutMS) * time.Millisecond, MaxPeers: m.Network.Mesh.MaxPeers}
@@ -131,7 +131,7 @@ func (d *Daemon) startSafety(context.Context) error {
 			d.log.Warn("policy", "warning", w)
 		}
 		var err error
-		if d.guard, d.approvals, err = newSafety(pol, g, d.st, m.Device.ID, d.peers.Quorum); err != nil {
+		if d.guard, d.approvals, err = newGuard(pol, g, d.st, m.Device.ID, d.peers.Quorum); err != nil {
 			return err
 		}
 		d.nodeGuard, d.inForce = d.guard, d.guard
@@ -141,7 +141,7 @@ func (d *Daemon) startSafety(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the manifest's limits: %w", err)
 	}
-	d.inForce = safety.New(safety.Config{Policy: pol, State: d.st, Quorum: d.peers.Quorum, DeviceID: m.Device.ID})
+	d.inForce = guard.New(guard.Config{Policy: pol, State: d.st, Quorum: d.peers.Quorum, DeviceID: m.Device.ID})
 	d.nodeGuard = d.inForce
 	if limited := manifestRulesWithoutPolicy(m); len(limited) > 0 {
 		d.log.Info("no --policy: the manifest's requires_permission, rate_limit, cooldown_ms and requires_quorum are enforced; no gate, approval or time-window rules",

@@ -17,6 +17,7 @@ import (
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/mesh"
@@ -24,7 +25,6 @@ import (
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/mqtt"
 	"github.com/physd/physd/node"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/sdnotify"
 	"github.com/physd/physd/store"
 )
@@ -54,8 +54,8 @@ type Daemon struct {
 	sink          audit.Sink
 	pub           *mqtt.Publisher // nil without --mqtt-url
 	al            *audit.Log
-	guard         *safety.Guard // the policy (nil without --policy)
-	inForce       *safety.Guard // the policy, or the manifest-only guard: reloads replace its rules
+	guard         *guard.Guard // the policy (nil without --policy)
+	inForce       *guard.Guard // the policy, or the manifest-only guard: reloads replace its rules
 	approvals     *approval.Authority
 	nodeGuard     node.Guard
 	peers         peers

@@ -64,7 +64,7 @@ func (d *Daemon) startMCP(context.Context) error {
 	d.srv = mcpserver.New(d.n, mcpserver.Options{AuthToken: d.token, StdioRole: f.StdioRole, View: f.View,
 		Families: f.Families == "on" || f.Families == "auto" && m.Network.Mesh.Enabled, Logger: d.log, SimControls: d.simControls,
 		TLS: d.sec.TLS, AllowedHosts: d.sec.AllowedHosts, RequireCredentials: d.sec.RequireCredentials,
-		Safety: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), MeshReady: meshReady(d.site),
+		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), MeshReady: meshReady(d.site),
 		Router: router, History: d.hist, Alarms: d.alarms})
 	d.creds.set(d.srv)
 	return nil

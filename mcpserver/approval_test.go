@@ -16,11 +16,11 @@ import (
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -100,16 +100,16 @@ func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPa
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: guard.SamePerson, Installation: "test"})
+	gd := guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
+	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: gd.SamePerson, Installation: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: guard, Approvals: ap})
+	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: gd, Approvals: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Safety, opts.Audit = guard, al
+	opts.Guard, opts.Audit = gd, al
 	srv := mcpserver.New(n, opts)
 	ct, stt := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(context.Background(), stt, nil)

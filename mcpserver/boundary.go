@@ -260,7 +260,7 @@ const anonymous = "anonymous"
 // token or policy identities are configured.
 func (s *Server) credentialsRequired() bool {
 	return s.opts.RequireCredentials || s.opts.AuthToken != "" ||
-		(s.opts.Safety != nil && s.opts.Safety.Policy().Identity.Configured())
+		(s.opts.Guard != nil && s.opts.Guard.Policy().Identity.Configured())
 }
 
 // identify establishes the caller of an HTTP request from its bearer token
@@ -281,8 +281,8 @@ func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
 	}
 	chain := r.TLS.VerifiedChains[0]
 	var id policy.Identity
-	if s.opts.Safety != nil {
-		id = s.opts.Safety.Policy().Identity
+	if s.opts.Guard != nil {
+		id = s.opts.Guard.Policy().Identity
 	}
 	p, err := id.AuthenticateCert(chain)
 	switch {
@@ -327,8 +327,8 @@ func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
 	if s.opts.AuthToken != "" && hmac.Equal(sha(bearer), sha(s.opts.AuthToken)) {
 		return node.Caller{ID: "transport-token", Role: "viewer", Transport: "http", Credentials: []string{"transport-token"}}, nil
 	}
-	if s.opts.Safety != nil && s.opts.Safety.Policy().Identity.Configured() {
-		p, err := s.opts.Safety.Policy().Identity.Authenticate(bearer)
+	if s.opts.Guard != nil && s.opts.Guard.Policy().Identity.Configured() {
+		p, err := s.opts.Guard.Policy().Identity.Authenticate(bearer)
 		if err != nil {
 			return c, err
 		}

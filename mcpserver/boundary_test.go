@@ -17,13 +17,13 @@ import (
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/internal/testpki"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -48,7 +48,7 @@ func greenhousePolicy(t *testing.T) string {
 type surface struct {
 	srv   *httptest.Server
 	plant *sim.Plant
-	guard *safety.Guard
+	guard *guard.Guard
 	audit string
 	node  *node.Node
 	mcp   *mcpserver.Server
@@ -86,11 +86,11 @@ func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConf
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts.Safety = safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Safety.SamePerson, Installation: "test"}); err != nil {
+		opts.Guard = guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
+		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Guard.SamePerson, Installation: "test"}); err != nil {
 			t.Fatal(err)
 		}
-		cfg.Guard = opts.Safety
+		cfg.Guard = opts.Guard
 	}
 	n, err := node.Open(context.Background(), cfg)
 	if err != nil {
@@ -113,7 +113,7 @@ func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConf
 		al.Close()
 		st.Close()
 	})
-	return &surface{srv: hs, plant: plant, guard: opts.Safety, audit: filepath.Join(dir, "audit", "audit.jsonl"), node: n, mcp: ms}
+	return &surface{srv: hs, plant: plant, guard: opts.Guard, audit: filepath.Join(dir, "audit", "audit.jsonl"), node: n, mcp: ms}
 }
 
 // route is one request to the surface.

@@ -18,12 +18,12 @@ import (
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
-	"github.com/physd/physd/safety"
 )
 
 // Options configure the MCP surface.
@@ -52,7 +52,7 @@ type Options struct {
 	// Safety is the policy and gate in force (nil: no policy). With it come
 	// approval rounds, bearer identities and the emergency override route.
 	// Approvals come from the node (node.Config.Approvals).
-	Safety *safety.Guard
+	Guard *guard.Guard
 	// Audit records emergency overrides.
 	Audit *audit.Log
 	// Metrics, when set, is served at /metrics and fed by every tool call.
@@ -322,11 +322,11 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Metrics != nil {
 		b.handle("GET /metrics", viewer, s.opts.Metrics.Handler())
 	}
-	if s.opts.Safety != nil {
-		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Safety.Policy().Emergency.OverrideRole }},
+	if s.opts.Guard != nil {
+		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Guard.Policy().Emergency.OverrideRole }},
 			http.HandlerFunc(s.serveOverride))
 	}
-	if s.n.Approvals() != nil && s.opts.Safety != nil {
+	if s.n.Approvals() != nil && s.opts.Guard != nil {
 		// Listing shows what will happen (to those who may approve: it
 		// names callers and keys); deciding always needs an identity
 		// (operator at least; the request's approver_role is checked by

@@ -57,9 +57,9 @@ func (s *Server) status() Status {
 	if st.Recent == nil {
 		st.Recent = []json.RawMessage{}
 	}
-	if s.opts.Safety != nil {
+	if s.opts.Guard != nil {
 		st.Policy = s.opts.PolicyPath
-		if o := s.opts.Safety.ActiveOverride(); o != nil {
+		if o := s.opts.Guard.ActiveOverride(); o != nil {
 			st.Override = o
 		}
 	}

@@ -13,7 +13,7 @@
 //	m.Consult(ctx, nodes, kind, payload, max) // Fanout, at most max in flight; NotConsulted when time runs out
 //	m.Quorum(ctx, need)                       // fresh acks, decided DecisionMargin before RequestTimeout (policy.QuorumFunc)
 //	m.RequireQuorum(ctx, need)                // *QuorumError "partition_no_quorum: alive 2, required 3"
-//	m.Members(), m.Catalogs(), m.Status()     // the view: states, catalogs, partition_state
+//	m.Members(), m.Catalogs(), m.Status()     // the membership: states, catalogs, partition_state
 //	m.PartitionState(), m.SizeEstimate()
 //	m.UpdateCatalog(c), m.OnChange(f)         // re-gossip; membership/catalog change callback
 //	m.Leave(timeout); m.Shutdown()
@@ -88,7 +88,7 @@
 // # Quorum and partition_state
 //
 // Quorum(ctx, need) counts this node plus every live member that answers a
-// quorum_ack request within RequestTimeout. The membership view only
+// quorum_ack request within RequestTimeout. The membership only
 // selects whom to ask; a member counts only if it answers now, so a
 // partition or crash is reflected within RequestTimeout, long before
 // failure detection marks the member dead. policy.QuorumFunc has the same
@@ -96,7 +96,7 @@
 // capability's quorum_size, or a majority of ExpectedSize (RequireQuorum
 // with need ≤ 0).
 //
-// PartitionState classifies the view (see its doc): partitioned when fewer
+// PartitionState classifies the membership (see its doc): partitioned when fewer
 // than a majority of ExpectedSize nodes are alive, suspected_partition when
 // a majority is alive but a member is suspect or dead or an expected node
 // is missing, healthy otherwise. A change is reported once it has held for

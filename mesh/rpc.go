@@ -537,12 +537,12 @@ func (m *Mesh) Consult(ctx context.Context, nodes []string, kind string, payload
 }
 
 // Quorum counts the nodes that are reachable now: this node (1) plus every
-// live member (alive or suspect in the membership view) that answers a
+// live member (alive or suspect in the membership) that answers a
 // fresh quorum_ack request. The round ends DecisionMargin before
 // RequestTimeout (or before ctx's deadline if sooner), so the caller can
 // answer within its deadline; acks are retried on a new connection every
 // RetryInterval while they have not got out. It never trusts the
-// membership view alone: a member the view still lists as alive counts
+// membership alone: a member the membership still lists as alive counts
 // only if it answers. With need > 0 it returns as soon as need is reached
 // (then alive ≥ need); otherwise, or when need is not reached, it returns
 // the full count at the decision time. A member that fails to ack is marked

@@ -11,11 +11,11 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -42,8 +42,8 @@ func owner(t *testing.T) (handle func(from, kind string, payload any) []byte, au
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := safety.New(safety.Config{Policy: pol, State: st, DeviceID: m.Device.ID})
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: guard})
+	gd := guard.New(guard.Config{Policy: pol, State: st, DeviceID: m.Device.ID})
+	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: gd})
 	if err != nil {
 		t.Fatal(err)
 	}

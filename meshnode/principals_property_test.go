@@ -25,13 +25,13 @@ import (
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -229,16 +229,16 @@ func (w *mpWorld) open() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-	appr, err := approval.New(approval.Config{Nonces: mpNonces{st}, Same: guard.SamePerson, Installation: "test"})
+	gd := guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
+	appr, err := approval.New(approval.Config{Nonces: mpNonces{st}, Same: gd.SamePerson, Installation: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: guard, Approvals: appr})
+	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: gd, Approvals: appr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := mcpserver.New(n, mcpserver.Options{Safety: guard, Audit: al, Metrics: metrics.New()})
+	ms := mcpserver.New(n, mcpserver.Options{Guard: gd, Audit: al, Metrics: metrics.New()})
 	w.srv = httptest.NewServer(ms.Handler())
 	t.Cleanup(func() {
 		w.srv.Close()

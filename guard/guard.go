@@ -2,7 +2,7 @@
 // the physmcp.policy.yml rules (package policy) and the phocinae gate
 // (package gate) into the node's Guard, keeps the rate and cooldown
 // history, and holds the emergency override.
-package safety
+package guard
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package safety_test
+package guard_test
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/promcp"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -52,7 +52,7 @@ func buildWith(t *testing.T, policyText string, quorum policy.QuorumFunc) (*node
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := safety.New(safety.Config{Policy: p, Gate: gt, State: st, DeviceID: "dev", Quorum: quorum})
+	g := guard.New(guard.Config{Policy: p, Gate: gt, State: st, DeviceID: "dev", Quorum: quorum})
 	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: g})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package safety_test
+package guard_test
 
 import (
 	"context"
@@ -14,11 +14,11 @@ import (
 	"github.com/physd/physd/audit"
 	_ "github.com/physd/physd/drivers/sim"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/promcp"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -46,14 +46,14 @@ gate:
     allow: [{name: vent, tool: do_vent, range: {arg: value, min: 0, max: 100}}]
 `
 
-func build(t testing.TB, policyText string) (*node.Node, *safety.Guard) {
+func build(t testing.TB, policyText string) (*node.Node, *guard.Guard) {
 	n, g, _ := buildIn(t, t.TempDir(), policyText)
 	return n, g
 }
 
 // buildIn opens a node on dir; the returned func closes it (also run at
 // cleanup, once).
-func buildIn(t testing.TB, dir, policyText string) (*node.Node, *safety.Guard, func()) {
+func buildIn(t testing.TB, dir, policyText string) (*node.Node, *guard.Guard, func()) {
 	t.Helper()
 	m, err := manifest.Parse("m.yml", []byte(man))
 	if err != nil {
@@ -67,7 +67,7 @@ func buildIn(t testing.TB, dir, policyText string) (*node.Node, *safety.Guard, f
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g *safety.Guard
+	var g *guard.Guard
 	var ng node.Guard
 	if policyText != "" {
 		p, err := policy.Parse("p.yml", []byte(policyText), m)
@@ -82,7 +82,7 @@ func buildIn(t testing.TB, dir, policyText string) (*node.Node, *safety.Guard, f
 		if err != nil {
 			t.Fatal(err)
 		}
-		g = safety.New(safety.Config{Policy: p, Gate: gt, State: st, DeviceID: "dev"})
+		g = guard.New(guard.Config{Policy: p, Gate: gt, State: st, DeviceID: "dev"})
 		ng = g
 	}
 	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: ng})
@@ -223,7 +223,7 @@ func BenchmarkGuardEvaluate(b *testing.B) {
 	}
 	cfg, _ := gate.DecodeConfig(p.Gate)
 	gt, _ := gate.New(cfg, "bench")
-	g := safety.New(safety.Config{Policy: p, Gate: gt, DeviceID: "dev"})
+	g := guard.New(guard.Config{Policy: p, Gate: gt, DeviceID: "dev"})
 	a := node.Action{Capability: m.Capabilities[0], Tool: "do_vent", Value: int64(40), Caller: node.Caller{ID: "x", Role: "operator"}}
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -37,7 +37,7 @@ type Member struct {
 }
 
 // Members returns every node this node knows, itself included, sorted by
-// name. State combines memberlist's view (alive/suspect vs dead/left) with
+// name. State combines memberlist's states (alive/suspect vs dead/left) with
 // this node's own evidence: a member memberlist still lists is suspect
 // when this node's last probe of it or quorum ack to it failed after the
 // last positive evidence. Dead members are kept (and retried by the
@@ -91,7 +91,7 @@ type Status struct {
 	Label          string `json:"label"`
 	Encrypted      bool   `json:"encrypted"`
 	PartitionState string `json:"partition_state"`
-	// PartitionStateNow is the state the view shows this instant, before
+	// PartitionStateNow is the state the membership shows this instant, before
 	// the PartitionHold hysteresis; PartitionHoldMS is that hold.
 	PartitionStateNow string `json:"partition_state_now"`
 	PartitionHoldMS   int64  `json:"partition_hold_ms"`
@@ -146,7 +146,7 @@ func (m *Mesh) Status() Status {
 	return s
 }
 
-// holdPartitionState applies the hysteresis: raw (the state the view shows
+// holdPartitionState applies the hysteresis: raw (the state the membership shows
 // now) replaces the reported state only once it has been observed without
 // interruption for PartitionHold. Until the mesh has first been healthy
 // (while joining), the state is reported as is.
@@ -170,7 +170,7 @@ func (m *Mesh) holdPartitionState(raw string) string {
 	return m.psReported
 }
 
-// PartitionState classifies this node's view of the mesh:
+// PartitionState classifies this node's membership of the mesh:
 //
 //   - partitioned: fewer than a majority of ExpectedSize nodes (self
 //     included) are alive — this side cannot form a quorum;
@@ -181,7 +181,7 @@ func (m *Mesh) holdPartitionState(raw string) string {
 //
 // A change is reported once it has held for PartitionHold (hysteresis), so
 // a lossy link that makes a member briefly suspect does not make it flap.
-// It reads the membership view only (no network round trip); use Quorum
+// It reads the membership only (no network round trip); use Quorum
 // for a fresh answer before acting.
 func (m *Mesh) PartitionState() string { return m.Status().PartitionState }
 

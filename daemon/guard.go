@@ -9,9 +9,9 @@ import (
 
 	"github.com/physd/physd/approval"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/safety"
 	"github.com/physd/physd/store"
 )
 
@@ -69,7 +69,7 @@ func (n nonceStore) Consume(nonce string, exp time.Time) (bool, error) {
 	return n.st.ConsumeNonce(nonce, exp)
 }
 
-func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID string, quorum policy.QuorumFunc) (*safety.Guard, *approval.Authority, error) {
+func newGuard(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID string, quorum policy.QuorumFunc) (*guard.Guard, *approval.Authority, error) {
 	key, err := approvalKey()
 	if err != nil {
 		return nil, nil, err
@@ -78,11 +78,11 @@ func newSafety(pol *policy.Policy, g *gate.Gate, st *store.Store, deviceID strin
 	if err != nil {
 		return nil, nil, fmt.Errorf("state database: installation id: %w", err)
 	}
-	guard := safety.New(safety.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID, Quorum: quorum})
+	gd := guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: deviceID, Quorum: quorum})
 	// People are compared under the policy in force (its identity.people).
-	ap, err := approval.New(approval.Config{Key: key, TTL: approval.DefaultTTL, Nonces: nonceStore{st}, Same: guard.SamePerson, Installation: inst})
+	ap, err := approval.New(approval.Config{Key: key, TTL: approval.DefaultTTL, Nonces: nonceStore{st}, Same: gd.SamePerson, Installation: inst})
 	if err != nil {
 		return nil, nil, err
 	}
-	return guard, ap, nil
+	return gd, ap, nil
 }
