@@ -62,6 +62,9 @@ type Engine struct {
 	// listeners see the events in the order they happened (the engine's
 	// goroutine and Reload both emit).
 	emitMu sync.Mutex
+
+	safeTools  map[string]bool // do_ tools with a safe state (safe.go)
+	safeActive map[safeKey]*safeAlarm
 }
 
 type capAlarms struct {
@@ -83,7 +86,8 @@ type cond struct {
 // declared it has nothing to evaluate, but it exists: a manifest reload
 // may declare some (Reload).
 func New(m *manifest.Manifest) *Engine {
-	e := &Engine{caps: map[string]*capAlarms{}, tick: time.Second, stop: make(chan struct{}), done: make(chan struct{})}
+	e := &Engine{caps: map[string]*capAlarms{}, tick: time.Second, stop: make(chan struct{}), done: make(chan struct{}),
+		safeTools: safeTools(m), safeActive: map[safeKey]*safeAlarm{}}
 	for _, c := range m.Capabilities {
 		if c.Alarms == nil {
 			continue
@@ -166,7 +170,7 @@ func (e *Engine) reload(m *manifest.Manifest, now time.Time) []Event {
 		}
 	}
 	e.caps = next
-	return evs
+	return append(evs, e.reloadSafe(m, now)...)
 }
 
 // definition is what the condition of kind on ca depends on: equal
@@ -221,6 +225,9 @@ func (e *Engine) Declared() [][2]string {
 			out = append(out, [2]string{ca.c.ToolName(), k})
 		}
 	}
+	for tool := range e.safeTools {
+		out = append(out, [2]string{tool, KindSafeState}, [2]string{tool, KindSafeFailed})
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0]+out[i][1] < out[j][0]+out[j][1] })
 	return out
 }
@@ -243,7 +250,11 @@ func (e *Engine) Follow(n *node.Node) {
 	for _, ca := range e.caps {
 		ca.lastRead = now // stale counts from the start
 	}
+	seeded := e.seedSafe(n)
 	e.mu.Unlock()
+	e.emitMu.Lock()
+	e.emit(seeded)
+	e.emitMu.Unlock()
 	go e.run()
 }
 
@@ -301,6 +312,13 @@ func (e *Engine) Observe(o node.Observed) []Event {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if o.Safe != nil {
+		at := o.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		return e.observeSafe(o.Safe, at)
+	}
 	ca := e.caps[o.Cap.Name]
 	if ca == nil {
 		return nil
@@ -423,6 +441,9 @@ func (e *Engine) Active() []Active {
 				out = append(out, Active{Capability: ca.c.ToolName(), Kind: k, Since: c.raised.UTC(), Value: c.value, Message: c.message})
 			}
 		}
+	}
+	for k, a := range e.safeActive {
+		out = append(out, Active{Capability: k.tool, Kind: k.kind, Since: a.since.UTC(), Value: a.value, Message: a.message})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Capability != out[j].Capability {

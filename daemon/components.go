@@ -172,9 +172,16 @@ func (d *Daemon) startNode(ctx context.Context) (err error) {
 	return nil
 }
 
-// stopNode lets in-flight actuations finish (within the grace) and closes
-// the buses.
+// stopNode drives the outputs whose safe state is on shutdown to safe,
+// lets in-flight actuations finish and closes the buses, all within the
+// grace. The drives run while the node drains (no do_ starts) and each is
+// audited; one that is not verified is logged with its error.
 func (d *Daemon) stopNode(ctx context.Context) {
+	for _, st := range d.n.DriveSafeAll(ctx, manifest.SafeOnShutdown, "physd is stopping") {
+		if st.State != node.SafeReached {
+			d.log.Error("SHUTDOWN SAFE STATE NOT VERIFIED", "tool", st.Tool, "state", st.State, "err", st.Error)
+		}
+	}
 	if err := d.n.Close(ctx); err != nil {
 		d.log.Error("shutdown", "err", err.Error())
 	}
@@ -241,6 +248,7 @@ func (d *Daemon) startMesh(context.Context) error {
 	}
 	d.site, d.remote.Mesh = site, site
 	d.peers.set(site)
+	go watchQuorum(d.ctx, site, d.n, d.log)
 	registerMeshMetrics(d.mx, site)
 	d.log.Info("mesh joined", "node", site.Name(), "addr", site.SelfAddr(), "expected_size", site.ExpectedSize())
 	return nil

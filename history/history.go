@@ -351,7 +351,7 @@ func numeric(v any) (float64, bool) {
 // Record adds one observation (the writer calls it for each observation
 // of the stream).
 func (h *History) Record(o node.Observed) {
-	if o.Cap == nil {
+	if o.Cap == nil || o.Safe != nil {
 		return
 	}
 	name := o.Cap.Name

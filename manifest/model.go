@@ -272,7 +272,10 @@ type Capability struct {
 	PollMS   int       `json:"poll_ms,omitempty"`
 	Deadband *Deadband `json:"deadband,omitempty"`
 	Alarms   *Alarms   `json:"alarms,omitempty"`
-	Pos      Pos       `json:"-"`
+	// Safe and Lease are the fail-safe keys (safe.go).
+	Safe  *Safe  `json:"safe,omitempty"`
+	Lease *Lease `json:"lease,omitempty"`
+	Pos   Pos    `json:"-"`
 }
 
 // AdoptedFrom is capabilities[].adopted_from (PhysMCP proxy mode).

@@ -63,7 +63,7 @@ var (
 		"rate_limit", "requires_permission", "requires_quorum", "quorum_size",
 		"cooldown_ms", "timeout_ms", "cacheable", "cache_ttl_ms", "zone",
 		"compensable", "settle_ms", "tolerance", "adopted_from", "family",
-		"poll_ms", "deadband", "alarms",
+		"poll_ms", "deadband", "alarms", "safe", "lease",
 	}
 )
 
@@ -315,6 +315,7 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 	p.capGuards(o, c, isRead)
 	p.capExtensions(o, c, m, isDo, isRead)
 	p.observe(o, c)
+	p.failSafe(o, c, isDo)
 	return c
 }
 

@@ -164,6 +164,7 @@ func capabilitySchema() *jsonschema.Schema {
 		}),
 	}
 	maps.Copy(cp, observeSchema())
+	maps.Copy(cp, failSafeSchema())
 	c := object("capabilities[]", capKeys, []string{"name", "kind", "description", "binding", "data_type", "semantic_tags"}, cp)
 	// What the parser ties to kind and data_type.
 	c.AllOf = []*jsonschema.Schema{

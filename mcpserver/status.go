@@ -29,6 +29,10 @@ type Status struct {
 	Mesh         any                     `json:"mesh"`
 	// Alarms are the alarms raised now (none without declared alarms).
 	Alarms []alarms.Active `json:"alarms"`
+	// SafeStates are the outputs physd drove to safe (until a do_
+	// commands them again); Leases the holds in force.
+	SafeStates []node.SafeStatus `json:"safe_states"`
+	Leases     []node.Lease      `json:"leases"`
 }
 
 // pageData is the status page: the status and each capability's chart.
@@ -45,7 +49,13 @@ func (s *Server) status() Status {
 		Started: s.start.UTC(), UptimeS: int64(time.Since(s.start).Seconds()),
 		Ready: ready, Checks: checks, Policy: "none (" + node.NoPolicyNote + ")",
 		Capabilities: s.n.Capabilities(), Recent: s.n.RecentActuations(),
-		Mesh: map[string]any{"enabled": false},
+		Mesh:       map[string]any{"enabled": false},
+		SafeStates: []node.SafeStatus{}, Leases: s.n.Leases(),
+	}
+	for _, ss := range s.n.SafeStatuses() {
+		if ss.State != node.SafeCleared {
+			st.SafeStates = append(st.SafeStates, ss)
+		}
 	}
 	if s.opts.Mesh != nil {
 		st.Mesh = s.opts.Mesh()

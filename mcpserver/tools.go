@@ -183,18 +183,25 @@ func doTool(c *manifest.Capability) *mcp.Tool {
 	b.WriteString(" Call can_do first; pass a new idempotency_key per operation (repeats within 24 h return the recorded result without actuating again).")
 	b.WriteString(" The device is read before and after the write: the response carries previous_value, applied_value and a compensation_hint;")
 	b.WriteString(" status success = applied and verified, failed = nothing applied, partial = read the device before acting again.")
+	props := promcp.Schema{
+		"value": val,
+		"idempotency_key": promcp.Schema{"type": "string", "minLength": 1, "maxLength": node.MaxKeyLen,
+			"description": "A new UUID for each operation; reuse it only when retrying that same operation."},
+	}
+	if l := c.Lease; l != nil && c.Safe != nil {
+		fmt.Fprintf(&b, " Leased: the value holds for hold_s seconds (default %d, at most %d), then the output goes to its safe value %s unless another do_ renews it before lease_expires_at (the answer says when).",
+			l.DefaultS, l.MaxS, promcp.FormatValue(c.Safe.Value))
+		props["hold_s"] = promcp.Schema{"type": "integer", "minimum": 1, "maximum": l.MaxS,
+			"description": fmt.Sprintf("How long the value holds, in seconds (default %d, at most %d); then the output goes to its safe value.", l.DefaultS, l.MaxS)}
+	}
 	destructive := true
 	return &mcp.Tool{
 		Name:        c.ToolName(),
 		Title:       "Actuate " + strings.ReplaceAll(c.Name, "_", " "),
 		Description: b.String(),
 		InputSchema: raw(promcp.Schema{
-			"type": "object",
-			"properties": promcp.Schema{
-				"value": val,
-				"idempotency_key": promcp.Schema{"type": "string", "minLength": 1, "maxLength": node.MaxKeyLen,
-					"description": "A new UUID for each operation; reuse it only when retrying that same operation."},
-			},
+			"type":                 "object",
+			"properties":           props,
 			"required":             []any{"value", "idempotency_key"},
 			"additionalProperties": false,
 		}),
@@ -399,6 +406,7 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 		var in struct {
 			Value          json.RawMessage `json:"value"`
 			IdempotencyKey *string         `json:"idempotency_key"`
+			HoldS          *int            `json:"hold_s"`
 			Source         string          `json:"source"` // this node (routedLocal took the others)
 		}
 		if err := decodeArgs(req.Params.Arguments, &in); err != nil {
@@ -416,6 +424,12 @@ func (ts *toolSet) handleDo(tool string) mcp.ToolHandler {
 			return toolError(err), nil
 		}
 		dr := node.DoRequest{Tool: tool, Value: in.Value, IdempotencyKey: key, Caller: caller}
+		if in.HoldS != nil {
+			if *in.HoldS < 1 {
+				return toolError(&node.InputError{Field: "hold_s", Msg: fmt.Sprintf("%d: a hold is at least 1 second; leave hold_s out for the default", *in.HoldS)}), nil
+			}
+			dr.HoldS = *in.HoldS
+		}
 		switch state := req.Params.RequestState; {
 		case approval.IsGrant(state):
 			// Another person's grant: the node redeems it against this

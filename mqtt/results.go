@@ -13,7 +13,8 @@ import (
 type Result struct {
 	Capability string `json:"capability"`
 	// Event is the audit's: do (the actuation ran), do_refused (refused,
-	// nothing applied), recovery (settled after a crash).
+	// nothing applied), recovery (settled after a crash), safe_state (physd
+	// drove the output to its safe value; Reason names the event).
 	Event          string    `json:"event"`
 	Status         string    `json:"status"`
 	Verified       bool      `json:"verified"`
@@ -69,7 +70,7 @@ func (p *Publisher) auditLines() {
 // resultOf reads a do_ result from an audit line (false for other events).
 func resultOf(line []byte) (Result, bool) {
 	var rec audit.Record
-	if json.Unmarshal(line, &rec) != nil || rec.Tool == "" || rec.Event != "do" && rec.Event != "do_refused" && rec.Event != "recovery" {
+	if json.Unmarshal(line, &rec) != nil || rec.Tool == "" || rec.Event != "do" && rec.Event != "do_refused" && rec.Event != "recovery" && rec.Event != "safe_state" {
 		return Result{}, false
 	}
 	r := Result{Capability: rec.Tool, Event: rec.Event, Status: rec.Status, IdempotencyKey: rec.IdempotencyKey, RequestedValue: rec.Requested,

@@ -43,6 +43,8 @@ type job struct {
 	slot   Slot   // the rate slot, or nil
 	// maxChange > 0 bounds the step from the device's current value.
 	maxChange float64
+	// hold is the lease the actuation starts (capabilities with lease).
+	hold time.Duration
 }
 
 // execute runs an allowed job on cs's device.
@@ -96,9 +98,21 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	// the caller hangs up.
 	entry := store.LedgerEntry{Key: j.res.IdempotencyKey, Tool: cs.tool, ArgsHash: j.hash, Created: j.res.Timestamp}
 	entry.Pending, _ = json.Marshal(pendingRecord{Value: j.value, Caller: j.caller})
+	// The hold counts from the call's timestamp (the answer's): an agent
+	// reads lease_expires_at as timestamp + hold_s, never later.
+	ls := n.planLease(cs, j.value, j.res.IdempotencyKey, j.hold, j.res.Timestamp)
 	var begin func() []store.KV
-	if j.slot != nil {
-		begin = func() []store.KV { return j.slot.Begin(time.Now()) }
+	if j.slot != nil || ls != nil {
+		begin = func() []store.KV {
+			var kvs []store.KV
+			if j.slot != nil {
+				kvs = j.slot.Begin(time.Now())
+			}
+			if ls != nil {
+				kvs = append(kvs, ls.begin)
+			}
+			return kvs
+		}
 	}
 	if e, err := n.store.Begin(entry, begin); err != nil {
 		releaseSlot(j.slot)
@@ -115,8 +129,17 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 		// Nothing was written, or the device rejected the write: the key
 		// and the slot are given back in one commit.
 		var release func() []store.KV
-		if j.slot != nil {
-			release = j.slot.Release
+		if j.slot != nil || ls != nil {
+			release = func() []store.KV {
+				var kvs []store.KV
+				if j.slot != nil {
+					kvs = j.slot.Release()
+				}
+				if ls != nil {
+					kvs = append(kvs, ls.restore)
+				}
+				return kvs
+			}
 		}
 		if err := n.store.Forget(entry.Key, release); err != nil {
 			n.log.Error("ledger forget", "key", entry.Key, "err", err)
@@ -128,6 +151,10 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	res.Status, res.Verified, res.Code = a.status, a.verified, a.code
 	res.AppliedValue, res.PreviousValue = a.applied, a.previous
 	res.VerificationMS = a.verifyMS
+	// The output is commanded again: its safe state (if any) is over, and
+	// the lease this do_ asked for starts.
+	n.superseded(cs)
+	res.LeaseExpiresAt = n.applyLease(cs, ls, a.status)
 	res.Reason = joinReason(res.Reason, a.reason)
 	res.Details = joinDetails(res.Details, a.details)
 	res.SideEffects = append(res.SideEffects, cs.cap.SideEffects...)

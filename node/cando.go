@@ -116,6 +116,7 @@ func (n *Node) judge(ctx context.Context, rep *promcp.CapabilityReport, m match,
 		Permission: promcp.PermAllowed, MatchReasons: m.reasons, Kind: c.Kind, Zone: c.Zone,
 		SideEffects: c.SideEffects, EstimatedLatencyMS: estimateMS(m.cs),
 		Constraints: constraints(c),
+		FailSafe:    n.failSafeNote(m.cs),
 	}
 	if o != nil {
 		cand.CurrentState = &promcp.State{Value: o.Value, Unit: o.Unit, Timestamp: o.Timestamp, Quality: o.Quality}

@@ -35,6 +35,9 @@ type DoRequest struct {
 	// that definition is in force.
 	Approved    bool
 	ApprovedFor string
+	// HoldS is the lease the call asks for, in seconds (0: the
+	// capability's lease.default_s); only for capabilities with a lease.
+	HoldS int
 }
 
 // PendingApproval is a registered two-person request.
@@ -85,12 +88,21 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	hold, err := holdOf(cs.cap, cs.tool, req.HoldS)
+	if err != nil {
+		return nil, err
+	}
 	release, err := n.acquireKey(ctx, req.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	hash := argsHash(cs.tool, value)
+	if req.HoldS != 0 {
+		// The hold is an argument: a retry of the key with another hold is
+		// a different call.
+		hash = argsHash(cs.tool, fmt.Sprintf("%s\x00hold_s=%d", promcp.FormatValue(value), req.HoldS))
+	}
 	if e, err := n.store.Lookup(req.IdempotencyKey); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	} else if e != nil {
@@ -133,7 +145,7 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 	if ap.grant {
 		res.Details = joinDetails(res.Details, "approved_by="+ap.by.ID+"; approver_role="+ap.by.Role)
 	}
-	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot, maxChange: v.MaxChange})
+	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot, maxChange: v.MaxChange, hold: hold})
 }
 
 // doArgs checks a do_ call's arguments: the tool, the key and the value.

@@ -107,6 +107,8 @@ type Node struct {
 
 	born time.Time // when Open began: the liveness marks count from here (liveness.go)
 
+	fs failSafe // safe states and leases (safe.go, lease.go)
+
 	obs      stream         // the observation stream (observe.go)
 	stopPoll chan struct{}  // closed by Close: background polls end
 	polls    sync.WaitGroup // background polls running
@@ -134,6 +136,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		stopPrune:   make(chan struct{}),
 		pruned:      make(chan struct{}),
 		stopPoll:    make(chan struct{}),
+		fs:          newFailSafe(),
 	}
 	if n.guard == nil {
 		n.guard = NoPolicy{}
@@ -153,6 +156,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.prune()
 	go n.pruneLoop()
 	n.startPolls(b)
+	if err := n.startFailSafe(ctx); err != nil {
+		_ = n.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	n.polls.Add(1)
+	go n.watchBuses()
 	return n, nil
 }
 
@@ -271,6 +280,10 @@ func (n *Node) Ready() (bool, []Readiness) {
 	} else {
 		out = append(out, Readiness{Name: "audit", OK: true})
 	}
+	for _, r := range n.safeReadiness() {
+		ok = false
+		out = append(out, r)
+	}
 	b := n.bound()
 	names := make([]string, 0, len(b.m.Buses))
 	for name := range b.m.Buses {
@@ -321,6 +334,7 @@ func (n *Node) Close(ctx context.Context) error {
 		<-n.pruned
 		close(n.stopPoll)
 		n.polls.Wait()
+		n.closeFailSafe()
 		n.obs.close()
 	}
 	done := make(chan struct{})

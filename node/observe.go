@@ -24,6 +24,9 @@ type Observed struct {
 	// deadband from the last observation that counted as a change, or
 	// the quality changed; the first observation of a capability counts.
 	Changed bool
+	// Safe, when set, makes this entry a change of the output's fail-safe
+	// state (safe.go) rather than a device read: Obs is empty.
+	Safe *SafeStatus
 }
 
 // DefaultSubscriptionBuffer is how many observations a subscriber may fall

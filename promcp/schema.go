@@ -86,6 +86,7 @@ func DoOutputSchema(dataType string, enumValues []string) Schema {
 			"requested_value":   Schema{},
 			"verified":          Schema{"type": "boolean"},
 			"verification_ms":   Schema{"type": "integer", "minimum": 0, "description": "how long the verification took after the write: settle_ms and the read-back"},
+			"lease_expires_at":  Schema{"type": "string", "format": "date-time", "description": "leased capabilities: when the value's hold runs out and the output goes to its safe value unless another do_ renews it"},
 			"permission":        Schema{"type": "string", "enum": enumOf(Permissions)},
 			"code":              Schema{"type": "string", "description": "partial: outcome_unknown | unverified | mismatch (read the device before retrying); failed: the refusal's or the device's code"},
 			"reason":            Schema{"type": "string"},

@@ -123,6 +123,10 @@ type DoResult struct {
 	Policy  PolicyNote `json:"policy"`
 	Gate    *GateNote  `json:"gate,omitempty"`
 	Audit   *AuditNote `json:"audit,omitempty"`
+	// LeaseExpiresAt is when the value's lease runs out and the output
+	// goes to its safe value unless a later do_ renews it (physd,
+	// capabilities with lease).
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
 }
 
 // PolicyNote says which policy decided the call.
@@ -197,6 +201,39 @@ type Candidate struct {
 	Reason             string       `json:"reason,omitempty"`
 	// RateLimit is the tightest rate rule's state (PhysMCP), when one applies.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// FailSafe (physd) is the output's safe state and lease terms, and
+	// what physd did about them last.
+	FailSafe *FailSafe `json:"fail_safe,omitempty"`
+}
+
+// FailSafe is a do_ capability's safe state (manifest safe:) and lease
+// (manifest lease:), with their state now.
+type FailSafe struct {
+	SafeValue any      `json:"safe_value"`
+	On        []string `json:"on"`
+	// Lease is set for leased capabilities: every do_ holds its value for
+	// hold_s (default_s, at most max_s), then the output goes safe.
+	Lease *LeaseTerms `json:"lease,omitempty"`
+	// State is the last drive to safe (driving, safe, failed), until a
+	// do_ commands the output again; empty when it was never driven.
+	State string     `json:"state,omitempty"`
+	Event string     `json:"event,omitempty"`
+	Since *time.Time `json:"since,omitempty"`
+	Error string     `json:"error,omitempty"`
+}
+
+// LeaseTerms are a leased capability's terms and its active lease.
+type LeaseTerms struct {
+	DefaultS int          `json:"default_s"`
+	MaxS     int          `json:"max_s"`
+	Active   *ActiveLease `json:"active,omitempty"`
+}
+
+// ActiveLease is the hold in force.
+type ActiveLease struct {
+	Value          any       `json:"value"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	ExpiresAt      time.Time `json:"expires_at"`
 }
 
 // RateLimit is how many actuations a rate rule still allows in its window.

@@ -187,3 +187,19 @@ func (s *Store) ConsumeNonce(nonce string, exp time.Time) (bool, error) {
 	})
 	return fresh, err
 }
+
+// All reads every key of a named bucket (empty when it does not exist).
+func (s *Store) All(bucket string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(bucketPrefixKV + bucket))
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			out[string(k)] = append([]byte(nil), v...)
+			return nil
+		})
+	})
+	return out, err
+}
