@@ -1823,8 +1823,14 @@ func TestHostileKillMidActuationKeepsQuota(t *testing.T) {
 	if a := doCall(t, cs2, "do_vent_zone_c", map[string]any{"value": 22, "idempotency_key": "q-v2"}); a.Permission != "cooldown_active" {
 		t.Errorf("vent inside its cooldown, after a kill mid-actuation: %s %s%s; want cooldown_active", a.Status, a.Permission, a.toolErr)
 	}
-	if w := d2.totalWrites(t); w != 0 {
-		t.Errorf("%d writes after the restart", w)
+	// The restart's only writes are the drives of the greenhouse's
+	// start_after_crash outputs to safe (heater_zone_a, irrigation_valve).
+	s := d2.sim(t)
+	if w := d2.totalWrites(t) - s.writes("zone_a.heater") - s.writes("irrigation_a.command"); w != 0 {
+		t.Errorf("%d writes after the restart besides the safe states", w)
+	}
+	if got := safeAudit(t, state); got["start_after_crash/success"] != 2 {
+		t.Errorf("start_after_crash safe states after the kill: %v; want 2 verified", got)
 	}
 }
 

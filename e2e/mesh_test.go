@@ -13,7 +13,14 @@ import (
 
 func meshNode(t *testing.T, n, ip, state string) *daemon {
 	t.Helper()
-	args := []string{"run", "--manifest", repoPath("examples/mesh-3node/node_" + n + ".yml"), "--state", state, "--http", ip + ":0", "--sim-control"}
+	return meshNodeWith(t, repoPath("examples/mesh-3node/node_"+n+".yml"), ip, state)
+}
+
+// meshNodeWith runs one gateway of the three-gateway site on its own
+// manifest.
+func meshNodeWith(t *testing.T, manifest, ip, state string) *daemon {
+	t.Helper()
+	args := []string{"run", "--manifest", manifest, "--state", state, "--http", ip + ":0", "--sim-control"}
 	d := &daemon{cmd: exec.Command(physdBin, args...), state: state, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -426,22 +425,6 @@ func waitAuditAny(t *testing.T, state string, events ...string) map[string]any {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// meshNodeWith runs a mesh gateway on the manifest at path.
-func meshNodeWith(t *testing.T, path, ip, state string) *daemon {
-	t.Helper()
-	args := []string{"run", "--manifest", path, "--state", state, "--http", ip + ":0", "--sim-control"}
-	d := &daemon{cmd: exec.Command(physdBin, args...), state: state, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd.Stderr = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() { d.stop(t) })
-	d.addr = d.stderr.logValue(t, "listening", "addr")
-	d.stderr.logValue(t, "mesh joined", "node")
-	return d
 }
 
 // TestMeshSeesAReload: gw_zone_c reloads a manifest that removes

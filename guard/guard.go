@@ -14,6 +14,7 @@ import (
 
 	"github.com/physd/physd/approval"
 	"github.com/physd/physd/gate"
+	"github.com/physd/physd/interlock"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/promcp"
@@ -54,19 +55,28 @@ func New(c Config) *Guard {
 		q = policy.Standalone
 	}
 	g := &Guard{lim: policy.NewLimiter(c.State), quorum: q, device: c.DeviceID}
-	g.rules.Store(&rules{c.Policy, c.Gate})
+	g.rules.Store(newRules(c.Policy, c.Gate))
 	return g
 }
 
 // rules is a policy and its gate, replaced together.
 type rules struct {
-	pol  *policy.Policy
-	gate *gate.Gate
+	pol   *policy.Policy
+	gate  *gate.Gate
+	locks *interlock.Set // the policy's interlocks, indexed
+}
+
+func newRules(p *policy.Policy, gt *gate.Gate) *rules {
+	return &rules{pol: p, gate: gt, locks: interlock.NewSet(p.Interlocks)}
 }
 
 // Reload puts a new (validated) policy and gate in force for every call
 // that starts after it returns. Rate and cooldown history is kept.
-func (g *Guard) Reload(p *policy.Policy, gt *gate.Gate) { g.rules.Store(&rules{p, gt}) }
+func (g *Guard) Reload(p *policy.Policy, gt *gate.Gate) { g.rules.Store(newRules(p, gt)) }
+
+// Interlocks are the policy's interlocks in force (node.InterlockSource):
+// a reload swaps them with the rest of the policy.
+func (g *Guard) Interlocks() *interlock.Set { return g.rules.Load().locks }
 
 // RoleAllows implements node.RoleChecker with the policy in force.
 func (g *Guard) RoleAllows(tool, role string) (reason, details string, allowed bool) {

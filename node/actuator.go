@@ -93,6 +93,13 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	}
 	defer cs.bus.leave()
 
+	// The interlocks are judged here, under the turn and right before the
+	// commit: the readings they rest on are as fresh as the actuation.
+	if r := n.checkInterlocks(ctx, cs, j.value); r != nil {
+		releaseSlot(j.slot)
+		return n.refuse(j.res, j.caller, *r)
+	}
+
 	// begin: from here on the device may be touched, so the key is durable
 	// first, with the rate slot, and the actuation is not abandoned when
 	// the caller hangs up.

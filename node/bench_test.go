@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -102,5 +103,32 @@ func BenchmarkReload(b *testing.B) {
 		if res, err := n.Reload(ctx, m); err != nil || res.Kept != 49 {
 			b.Fatalf("%+v %v", res, err)
 		}
+	}
+}
+
+// BenchmarkDoLeased measures a leased do_ (one lease record written with
+// the pending ledger entry, one timer re-armed) on one output while 0 or
+// 1000 other outputs hold active leases.
+func BenchmarkDoLeased(b *testing.B) {
+	for _, held := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("active_leases_%d", held), func(b *testing.B) {
+			f := openLeased(b, b.TempDir(), held+1)
+			for i := 1; i <= held; i++ {
+				doHold(b, f.n, fmt.Sprintf("do_heater_z%d", i), 50, fmt.Sprint("hold-", i), 600)
+			}
+			if got := len(f.n.Leases()); got != held {
+				b.Fatalf("%d leases; want %d", got, held)
+			}
+			ctx := context.Background()
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				raw := []byte(fmt.Sprint(10 + i%50))
+				if _, err := f.n.Do(ctx, node.DoRequest{Tool: "do_heater_z0", Value: raw, IdempotencyKey: fmt.Sprint("k", i), HoldS: 600}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

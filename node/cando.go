@@ -184,6 +184,14 @@ func (n *Node) judge(ctx context.Context, rep *promcp.CapabilityReport, m match,
 			}
 			cand.MatchReasons = append(cand.MatchReasons, fmt.Sprintf("max_change: at most %g %s from the current value per actuation", v.MaxChange, c.Unit))
 		}
+		if in.Value != nil {
+			// The interlocks a do_ of this value meets under its turn,
+			// judged on the same readings now.
+			if r := n.checkInterlocks(ctx, m.cs, v.Value); r != nil {
+				block(r.perm, r.code, r.reason, r.details)
+				return
+			}
+		}
 	}
 	cand.ValidUntil = time.Now().Add(validFor).UTC()
 	rep.Candidates = append(rep.Candidates, cand)

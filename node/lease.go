@@ -255,6 +255,7 @@ func (n *Node) failSafeNote(cs *capState) *promcp.FailSafe {
 			fs.Lease.Active = &promcp.ActiveLease{Value: l.Value, IdempotencyKey: l.IdempotencyKey, ExpiresAt: l.ExpiresAt}
 		}
 	}
+	fs.Interlocks = n.interlockNotes(cs)
 	if st := n.SafeStatusOf(cs.tool); st.State != "" && st.State != SafeCleared {
 		since := st.Since
 		fs.State, fs.Event, fs.Since, fs.Error = st.State, st.Event, &since, st.Error

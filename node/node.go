@@ -160,8 +160,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		_ = n.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	n.polls.Add(1)
+	n.polls.Add(2)
 	go n.watchBuses()
+	go n.superviseInterlocks()
 	return n, nil
 }
 

@@ -156,6 +156,7 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 			n.onDeviceErr(cs.cap.Binding.Bus, err)
 		}
 		n.publishRead(cs, nil, err)
+		n.afterRead(cs)
 		return nil, err
 	}
 	if r.At.IsZero() {
@@ -165,6 +166,7 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	cs.remember(s)
 	cs.lastErr.Store(nil)
 	n.publishRead(cs, s, nil)
+	n.afterRead(cs)
 	return s, nil
 }
 

@@ -83,11 +83,13 @@ type failSafe struct {
 	gen    map[string]uint64
 	retry  map[string]*time.Timer
 	leases map[string]*lease
-	closed bool // Close: no retry or lease timer starts
+	// tripping: an interlock's drive of the tool is starting (interlocks.go).
+	tripping map[string]bool
+	closed   bool // Close: no retry or lease timer starts
 }
 
 func newFailSafe() failSafe {
-	return failSafe{status: map[string]*SafeStatus{}, gen: map[string]uint64{}, retry: map[string]*time.Timer{}, leases: map[string]*lease{}}
+	return failSafe{status: map[string]*SafeStatus{}, gen: map[string]uint64{}, retry: map[string]*time.Timer{}, leases: map[string]*lease{}, tripping: map[string]bool{}}
 }
 
 // SafeValue is the safe value of a do_ capability, decoded as a do_

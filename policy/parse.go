@@ -29,6 +29,7 @@ type rawPolicy struct {
 	Identity     *rawIdentity  `yaml:"identity"`
 	Emergency    *rawEmergency `yaml:"emergency"`
 	Gate         *yaml.Node    `yaml:"gate"`
+	Interlocks   *yaml.Node    `yaml:"interlocks"`
 }
 
 type rawDefaults struct {
@@ -107,6 +108,7 @@ func Parse(file string, data []byte, m *manifest.Manifest) (*Policy, error) {
 	p.emergency(raw.Emergency, pol)
 	p.identity(raw.Identity, pol)
 	p.capabilities(raw.Capabilities, pol, m)
+	p.interlocks(raw.Interlocks, pol, m)
 	if p.Len() > 0 {
 		return nil, p.Errs.SortByLine()
 	}

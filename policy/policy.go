@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/physd/physd/interlock"
 	"github.com/physd/physd/manifest"
 )
 
@@ -50,6 +51,9 @@ type Policy struct {
 	// Gate is the raw gate: section; the safety layer decodes it into the
 	// phocinae gate's configuration.
 	Gate *yaml.Node
+	// Interlocks are the interlocks: section's permissives, interlocks and
+	// trips, in file order (policy/interlocks.go).
+	Interlocks []*interlock.Rule
 }
 
 // Defaults is the defaults: section.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/physd/physd/interlock"
 	"github.com/physd/physd/manifest"
 )
 
@@ -80,6 +81,7 @@ func Schema(gate *jsonschema.Schema) *jsonschema.Schema {
 	p["capabilities"] = &jsonschema.Schema{Type: "object", AdditionalProperties: capability,
 		PropertyNames: &jsonschema.Schema{Pattern: "^do_"}, Description: "Rules keyed by the full do_ tool name."}
 	p["gate"] = gate
+	p["interlocks"] = interlocksSchema()
 	return s
 }
 
@@ -157,3 +159,32 @@ func anySlice(ss []string) []any {
 func anyOf(v any) *any { return &v }
 
 func ptr[T any](v T) *T { return &v }
+
+// interlocksSchema is the interlocks: list (policy/interlocks.go).
+func interlocksSchema() *jsonschema.Schema {
+	il := manifest.DecodeSchema(reflect.TypeFor[rawInterlock]())
+	il.Required = []string{"name", "kind"}
+	kinds := make([]any, len(interlock.Kinds))
+	for i, k := range interlock.Kinds {
+		kinds[i] = string(k)
+	}
+	il.Properties["name"] = &jsonschema.Schema{Type: "string", Pattern: ruleNameRE.String(), Description: "The rule's name, in refusals, audit lines and can_do."}
+	il.Properties["kind"] = &jsonschema.Schema{Type: "string", Enum: kinds,
+		Description: "permissive: the output may leave its safe value only while requires: holds; interlock: the output keeps max/min while while: holds; trip: the safe: outputs are held safe while while: holds."}
+	il.Properties["tool"] = &jsonschema.Schema{Type: "string", Pattern: "^do_", Description: "The do_ tool a permissive or interlock guards (its manifest safe.on must list interlock_trip)."}
+	il.Properties["safe"] = &jsonschema.Schema{Type: "array", MinItems: ptr(1), Items: &jsonschema.Schema{Type: "string", Pattern: "^do_"}, Description: "A trip's outputs, held at their safe values while the condition holds."}
+	il.Properties["applies_above"].Description = "Permissive: the values above this need the condition (default: every value but the safe value)."
+	il.Properties["max"].Description = "Interlock: the most the output may be while the condition holds."
+	il.Properties["min"].Description = "Interlock: the least the output may be while the condition holds."
+	il.Properties["max_age_ms"] = &jsonschema.Schema{Type: "integer", Minimum: ptr(1.0), Maximum: ptr(3_600_000.0),
+		Description: "How old the reading may be to count (default: 2 × poll_ms + timeout_ms for a polled read, else 5000 or cache_ttl_ms); an older, stale, degraded or failed reading counts as the unsafe side."}
+	cond := manifest.DecodeSchema(reflect.TypeFor[rawCondition]())
+	cond.Required = []string{"read"}
+	cond.Properties["read"] = &jsonschema.Schema{Type: "string", Pattern: "^read_", Description: "A read_ tool of this gateway."}
+	cond.Properties["equals"] = &jsonschema.Schema{Types: []string{"number", "boolean", "string"}, Description: "The reading equals this value (bool, enum, int)."}
+	cond.Properties["above"].Description = "The reading is above this number."
+	cond.Properties["below"].Description = "The reading is below this number."
+	il.Properties["requires"] = cond
+	il.Properties["while"] = cond
+	return &jsonschema.Schema{Type: "array", Items: il, Description: "Permissives, interlocks and trips: rules that tie an output to an observation (docs/safety.md)."}
+}

@@ -220,6 +220,18 @@ type FailSafe struct {
 	Event string     `json:"event,omitempty"`
 	Since *time.Time `json:"since,omitempty"`
 	Error string     `json:"error,omitempty"`
+	// Interlocks are the policy's rules on this output, each with its
+	// condition's reading now.
+	Interlocks []InterlockNote `json:"interlocks,omitempty"`
+}
+
+// InterlockNote is one permissive, interlock or trip on an output.
+type InterlockNote struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Condition string `json:"condition"`
+	Bound     string `json:"bound,omitempty"`
+	Reading   string `json:"reading"`
 }
 
 // LeaseTerms are a leased capability's terms and its active lease.

@@ -1,0 +1,420 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/drivers/modbus/modbustest"
+)
+
+// The fail-safe chaos battery (docs/safety.md): each test triggers one
+// safe-state event against the built binary and a Modbus TCP device (the
+// in-process modbustest bank, which the test reads directly), and measures
+// the time from the trigger to the safe value at the device. Each runs
+// PHYSD_CHAOS_ROUNDS rounds (default 2); every round must end safe.
+//
+//	PHYSD_CHAOS_ROUNDS=20 go test -race -run 'TestFailSafe' -v ./e2e
+//
+// prints p50/p99 per trigger (the README's figures).
+
+// failSafeCaps are the outputs: a heater setpoint (holding 10, leased,
+// safe 0) and a pump (coil 5, safe off), and a polled status read so the
+// bus notices an outage by itself.
+var failSafeCaps = []string{
+	doCap("heater", "int", `{type: modbus, bus: plc, table: holding, address: 10, data_type: uint16}`,
+		"    range: {min: 0, max: 100}\n    safe: {value: 0, on: [shutdown, start_after_crash, lease_expiry, bus_restored]}\n    lease: {default_s: 60, max_s: 600}\n"),
+	doCap("pump", "bool", `{type: modbus, bus: plc, table: coil, address: 5}`,
+		"    safe: {value: false, on: [shutdown, start_after_crash]}\n"),
+	`  - name: status
+    kind: read
+    description: status word
+    data_type: int
+    semantic_tags: [plc]
+    binding: {type: modbus, bus: plc, table: holding, address: 20, data_type: uint16}
+    poll_ms: 100
+`,
+}
+
+func chaosRounds(t *testing.T) int {
+	if s := os.Getenv("PHYSD_CHAOS_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("PHYSD_CHAOS_ROUNDS=%q: want a whole number ≥ 1", s)
+		}
+		return n
+	}
+	return 2
+}
+
+// failSafeManifest writes the manifest for the device at addr.
+func failSafeManifest(t *testing.T, addr string) string {
+	t.Helper()
+	src := strings.NewReplacer("ADDR", addr, "BUSEXTRA", "", "CAPS", strings.Join(failSafeCaps, "")).Replace(modbusManifest)
+	p := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startDevice(t *testing.T, addr string) (*modbustest.Bank, *modbustest.Server) {
+	t.Helper()
+	bank := modbustest.NewBank(100)
+	srv, err := modbustest.StartTCP(addr, bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	return bank, srv
+}
+
+// awaitDevice polls the bank every millisecond until ok holds, and returns
+// when it first did (the test fails after limit).
+func awaitDevice(t *testing.T, limit time.Duration, what string, ok func() bool) time.Time {
+	t.Helper()
+	end := time.Now().Add(limit)
+	for time.Now().Before(end) {
+		if ok() {
+			return time.Now()
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v", what, limit)
+	return time.Time{}
+}
+
+func heaterAt(bank *modbustest.Bank) uint16 { return bank.Holding(1, 10, 1)[0] }
+
+// leaseAnswer is a do_ answer with the lease fields.
+type leaseAnswer struct {
+	doAnswer
+	Timestamp      time.Time  `json:"timestamp"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+}
+
+func doLease(t *testing.T, cs *mcp.ClientSession, tool string, value any, key string, holdS int) leaseAnswer {
+	t.Helper()
+	args := map[string]any{"value": value, "idempotency_key": key}
+	if holdS > 0 {
+		args["hold_s"] = holdS
+	}
+	res := call(t, cs, tool, args)
+	if res.IsError {
+		t.Fatalf("%s(%v): tool error: %s", tool, value, text(res))
+	}
+	var a leaseAnswer
+	if err := json.Unmarshal([]byte(text(res)), &a); err != nil {
+		t.Fatalf("%s: %v: %s", tool, err, text(res))
+	}
+	if a.Status != "success" {
+		t.Fatalf("%s(%v): %+v", tool, value, a)
+	}
+	return a
+}
+
+// safeAudit counts the audit's safe_state lines by event and status.
+func safeAudit(t *testing.T, state string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	files, _ := filepath.Glob(filepath.Join(state, "audit", "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var r struct {
+				Event  string         `json:"event"`
+				Status string         `json:"status"`
+				Data   map[string]any `json:"data"`
+			}
+			if json.Unmarshal([]byte(line), &r) == nil && r.Event == "safe_state" {
+				out[fmt.Sprint(r.Data["event"], "/", r.Status)]++
+			}
+		}
+	}
+	return out
+}
+
+// TestFailSafeSIGTERM: a SIGTERM drives the shutdown outputs to safe before
+// the process exits, each audited.
+func TestFailSafeSIGTERM(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	manifest := failSafeManifest(t, srv.Addr)
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		d := startHTTP(t, daemonOpts{manifest: manifest})
+		cs := connectHTTP(t, d, "2026-07-28")
+		doLease(t, cs, "do_heater", 70, fmt.Sprint("h", round), 0)
+		doLease(t, cs, "do_pump", true, fmt.Sprint("p", round), 0)
+		if heaterAt(bank) != 70 || !bank.Coil(1, 5) {
+			t.Fatalf("round %d: the device does not show the commands", round)
+		}
+		cs.Close()
+		t0 := time.Now()
+		if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		at := awaitDevice(t, 10*time.Second, "SIGTERM → heater 0 and pump off", func() bool { return heaterAt(bank) == 0 && !bank.Coil(1, 5) })
+		took = append(took, at.Sub(t0))
+		select {
+		case <-d.done:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("physd did not exit after SIGTERM; stderr:\n%s", d.stderr.String())
+		}
+		if a := safeAudit(t, d.state); a["shutdown/success"] != 2 {
+			t.Fatalf("round %d: safe_state audit %v; want 2 shutdown/success", round, a)
+		}
+	}
+	t.Logf("SIGTERM → safe value at the device over %d rounds: %s", len(took), quantiles(took))
+}
+
+// TestFailSafeStartAfterCrash: after a SIGKILL the outputs stay where they
+// were (no device watchdog here); the restart drives the start_after_crash
+// outputs safe before /readyz answers 200 and before any call is served.
+func TestFailSafeStartAfterCrash(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	manifest := failSafeManifest(t, srv.Addr)
+	state := t.TempDir()
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		d := startHTTP(t, daemonOpts{manifest: manifest, state: state})
+		cs := connectHTTP(t, d, "2026-07-28")
+		doLease(t, cs, "do_heater", 70, fmt.Sprint("h", round), 0)
+		doLease(t, cs, "do_pump", true, fmt.Sprint("p", round), 0)
+		cs.Close()
+		if err := d.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-d.done
+		if heaterAt(bank) != 70 || !bank.Coil(1, 5) {
+			t.Fatalf("round %d: the outputs moved after SIGKILL with no device watchdog", round)
+		}
+		t0 := time.Now()
+		ready := make(chan time.Time, 1)
+		safe := make(chan time.Time, 1)
+		go func() {
+			safe <- awaitDevice(t, 30*time.Second, "restart → heater 0 and pump off", func() bool { return heaterAt(bank) == 0 && !bank.Coil(1, 5) })
+		}()
+		r := startHTTP(t, daemonOpts{manifest: manifest, state: state})
+		// The first answer of /readyz: by then the device must be safe.
+		for {
+			code, body := r.request(t, "GET", "/readyz", "")
+			if code == 200 {
+				ready <- time.Now()
+				break
+			}
+			if time.Since(t0) > 30*time.Second {
+				t.Fatalf("/readyz never 200: %s", body)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if heaterAt(bank) != 0 || bank.Coil(1, 5) {
+			t.Fatalf("round %d: /readyz answered 200 while the device showed heater %d pump %v", round, heaterAt(bank), bank.Coil(1, 5))
+		}
+		st, rd := <-safe, <-ready
+		if st.After(rd) {
+			t.Fatalf("round %d: safe at %v, after /readyz 200 at %v", round, st, rd)
+		}
+		took = append(took, st.Sub(t0))
+		if a := safeAudit(t, state); a["start_after_crash/success"] != 2*(round+1) {
+			t.Fatalf("round %d: safe_state audit %v", round, a)
+		}
+		r.stop(t) // a clean stop: shutdown drives them (already safe) again
+	}
+	t.Logf("restart after SIGKILL → safe value at the device over %d rounds: %s", len(took), quantiles(took))
+}
+
+// TestFailSafeLeaseExpiry: an agent that goes silent past its lease finds
+// the output at its safe value when the lease ends.
+func TestFailSafeLeaseExpiry(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, srv.Addr)})
+	cs := connectHTTP(t, d, "2026-07-28")
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		a := doLease(t, cs, "do_heater", 60+round%30, fmt.Sprint("lease-", round), 1)
+		if a.LeaseExpiresAt == nil || !a.LeaseExpiresAt.Equal(a.Timestamp.Add(time.Second)) {
+			t.Fatalf("round %d: lease_expires_at %v for timestamp %v and hold_s 1", round, a.LeaseExpiresAt, a.Timestamp)
+		}
+		if time.Now().After(*a.LeaseExpiresAt) {
+			t.Fatalf("round %d: the answer came after its own lease ended", round)
+		}
+		if v := heaterAt(bank); v == 0 {
+			t.Fatalf("round %d: heater 0 within the lease", round)
+		}
+		at := awaitDevice(t, 5*time.Second, "lease end → heater 0", func() bool { return heaterAt(bank) == 0 })
+		if at.Before(*a.LeaseExpiresAt) {
+			t.Fatalf("round %d: the output went safe %v before the lease ended", round, a.LeaseExpiresAt.Sub(at))
+		}
+		took = append(took, at.Sub(*a.LeaseExpiresAt))
+	}
+	// can_do shows the terms and, after expiry, the safe state.
+	res := call(t, cs, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"plc"}}})
+	if !strings.Contains(text(res), `"fail_safe":{"safe_value":0,"on":["shutdown","start_after_crash","lease_expiry","bus_restored"],"lease":{"default_s":60,"max_s":600}`) ||
+		!strings.Contains(text(res), `"state":"safe","event":"lease_expiry"`) {
+		t.Errorf("can_do does not show the heater's lease terms and safe state: %s", text(res))
+	}
+	if a := safeAudit(t, d.state); a["lease_expiry/success"] != len(took) {
+		t.Errorf("safe_state audit %v; want %d lease_expiry/success", a, len(took))
+	}
+	t.Logf("lease end → safe value at the device over %d rounds: %s", len(took), quantiles(took))
+}
+
+// TestFailSafeWriteFailsThenSucceeds: the device refuses the safe write
+// (exception 04); physd keeps /readyz 503 naming the output and retries
+// with backoff, and the output is safe once the device takes writes again.
+func TestFailSafeWriteFailsThenSucceeds(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, srv.Addr)})
+	cs := connectHTTP(t, d, "2026-07-28")
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		a := doLease(t, cs, "do_heater", 55, fmt.Sprint("f", round), 1)
+		bank.SetFault(func(r modbustest.Request) error {
+			if r.Write && r.Table == modbustest.HoldingRegisters && r.Addr == 10 {
+				return modbustest.Exception(4)
+			}
+			return nil
+		})
+		// The lease ends, the drive fails: not ready, the output named.
+		end := time.Now().Add(10 * time.Second)
+		for {
+			code, body := d.request(t, "GET", "/readyz", "")
+			if code == 503 && strings.Contains(string(body), "safe:do_heater") {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("round %d: /readyz %d %s; want 503 naming safe:do_heater after the lease %v", round, code, body, a.LeaseExpiresAt)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if heaterAt(bank) != 55 {
+			t.Fatalf("round %d: heater %d under the fault", round, heaterAt(bank))
+		}
+		t0 := time.Now()
+		bank.SetFault(nil)
+		at := awaitDevice(t, 40*time.Second, "fault cleared → heater 0", func() bool { return heaterAt(bank) == 0 })
+		took = append(took, at.Sub(t0))
+		end = time.Now().Add(5 * time.Second)
+		for {
+			if code, _ := d.request(t, "GET", "/readyz", ""); code == 200 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("round %d: /readyz not 200 after the verified drive", round)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if a := safeAudit(t, d.state); a["lease_expiry/success"] != len(took) || a["lease_expiry/partial"] < len(took) {
+		t.Errorf("safe_state audit %v", a)
+	}
+	t.Logf("device accepts writes again → safe value (retry backoff) over %d rounds: %s", len(took), quantiles(took))
+}
+
+// TestFailSafeBusRestored: the device goes away and comes back holding a
+// value nobody commanded; physd drives the bus_restored outputs safe as
+// soon as the bus answers again.
+func TestFailSafeBusRestored(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	addr := srv.Addr
+	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, addr)})
+	cs := connectHTTP(t, d, "2026-07-28")
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		doLease(t, cs, "do_heater", 40, fmt.Sprint("b", round), 600)
+		_ = srv.Stop()
+		end := time.Now().Add(10 * time.Second)
+		for {
+			code, body := d.request(t, "GET", "/readyz", "")
+			if code == 503 && strings.Contains(string(body), "bus:plc") {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("round %d: the bus outage never showed in /readyz: %d %s", round, code, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		bank.SetHolding(1, 10, 77) // the device came back with its own idea
+		var err error
+		t0 := time.Now()
+		if srv, err = modbustest.StartTCP(addr, bank); err != nil {
+			t.Fatal(err)
+		}
+		at := awaitDevice(t, 15*time.Second, "bus restored → heater 0", func() bool { return heaterAt(bank) == 0 })
+		took = append(took, at.Sub(t0))
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	if a := safeAudit(t, d.state); a["bus_restored/success"] < len(took) {
+		t.Errorf("safe_state audit %v", a)
+	}
+	t.Logf("bus answers again → safe value over %d rounds: %s", len(took), quantiles(took))
+}
+
+// TestFailSafeQuorumLoss: three gateways; two are SIGKILLed, so the third
+// is in a minority partition; once that has held for the partition hold,
+// its quorum_loss output goes safe. The time is from the kill to the safe
+// value at the survivor's plant (memberlist's failure detection, the 3 s
+// partition hold, the drive).
+func TestFailSafeQuorumLoss(t *testing.T) {
+	src, err := os.ReadFile(repoPath("examples/mesh-3node/node_a.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const anchor = "    side_effects: [zone_a_temperature_change, energy_consumption]\n"
+	if !strings.Contains(string(src), anchor) {
+		t.Fatal("examples/mesh-3node/node_a.yml changed: no heater_zone_a side_effects line to add the safe state after")
+	}
+	withSafe := strings.Replace(string(src), anchor, anchor+"    safe: {value: 0, on: [quorum_loss]}\n", 1)
+	manifestA := filepath.Join(t.TempDir(), "node_a.yml")
+	if err := os.WriteFile(manifestA, []byte(withSafe), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		dir := t.TempDir()
+		a := meshNodeWith(t, manifestA, "127.0.0.2", dir+"/a")
+		b := meshNode(t, "b", "127.0.0.3", dir+"/b")
+		c := meshNode(t, "c", "127.0.0.4", dir+"/c")
+		cs := connectHTTP(t, a, "2026-07-28")
+		res := call(t, cs, "do_heater_zone_a", map[string]any{"value": 60, "idempotency_key": fmt.Sprint("q", round)})
+		if r := structured(t, res); r["status"] != "success" {
+			t.Fatalf("round %d: do_heater_zone_a: %v", round, r)
+		}
+		cs.Close()
+		// Wait for a healthy mesh before cutting it.
+		end := time.Now().Add(20 * time.Second)
+		for {
+			_, body := get(t, a.url("/status"))
+			if strings.Contains(body, `"partition_state":"healthy"`) {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("round %d: the mesh never became healthy: %s", round, body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t0 := time.Now()
+		for _, d := range []*daemon{b, c} {
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		at := awaitDevice(t, 30*time.Second, "minority partition → heater 0", func() bool { return a.sim(t).Signals["zone_a.heater"] == 0 })
+		took = append(took, at.Sub(t0))
+		if got := safeAudit(t, a.state); got["quorum_loss/success"] != 1 {
+			t.Fatalf("round %d: safe_state audit %v", round, got)
+		}
+		a.stop(t)
+	}
+	t.Logf("two of three gateways killed → safe value at the survivor over %d rounds: %s", len(took), quantiles(took))
+}

@@ -1,0 +1,228 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/physd/physd/interlock"
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/promcp"
+)
+
+// The policy's interlocks (package interlock) on the node:
+//
+//   - Every do_ is judged under its capability's turn, right before the
+//     pending ledger commit: the reading the decision rests on and the
+//     actuation are one step (a condition that starts to hold while the
+//     call waited for its turn is seen). A stale or missing cached reading
+//     is read from the device first, within the call's deadline.
+//   - can_do judges the same way (a dry run that says allowed is allowed,
+//     unless the plant changes in between).
+//   - The plant is watched: every device read of a condition's capability
+//     judges the outputs of its rules against their current values, and
+//     a tick each second catches readings that went stale. A broken rule
+//     drives the output to its safe value (event interlock_trip).
+//
+// Safe drives are never judged: a safe value keeps every rule (the policy
+// parser checks it).
+
+// InterlockSource is implemented by guards that carry the policy's
+// interlocks (guard.Guard): a policy reload swaps them.
+type InterlockSource interface {
+	Interlocks() *interlock.Set
+}
+
+// interlocks are the rules in force (nil without a policy that has some).
+func (n *Node) interlocks() *interlock.Set {
+	if s, ok := n.guard.(InterlockSource); ok {
+		return s.Interlocks()
+	}
+	return nil
+}
+
+// interlockTick is how often the rules are judged without a new reading.
+const interlockTick = time.Second
+
+// cachedReading is a condition's reading from the cache: no device access.
+func (n *Node) cachedReading(tool string) interlock.Reading {
+	cs := n.bound().byTool[tool]
+	if cs == nil {
+		return interlock.Reading{Error: tool + " is not a capability of the manifest in force"}
+	}
+	s := cs.last.Load()
+	var rerr error
+	if p := cs.lastErr.Load(); p != nil {
+		rerr = *p
+	}
+	if s == nil {
+		r := interlock.Reading{}
+		if rerr != nil {
+			r.Error = rerr.Error()
+		}
+		return r
+	}
+	o := n.observation(cs, s, false, rerr)
+	r := interlock.Reading{Known: o.Value != nil, Value: o.Value, Quality: o.Quality, Age: time.Since(s.at)}
+	if rerr != nil {
+		r.Error = rerr.Error()
+	}
+	return r
+}
+
+// liveReading is the cached reading when it is good and within maxAge,
+// else the device's (a shared read, within ctx).
+func (n *Node) liveReading(ctx context.Context, tool string, maxAge time.Duration) interlock.Reading {
+	r := n.cachedReading(tool)
+	if r.Known && r.Quality == promcp.QualityGood && r.Age <= maxAge {
+		return r
+	}
+	cs := n.bound().byTool[tool]
+	if cs == nil || cs.point == nil {
+		return r
+	}
+	_, _ = n.refresh(ctx, cs)
+	return n.cachedReading(tool)
+}
+
+// checkInterlocks judges value for cs: nil, or the refusal naming the rule.
+func (n *Node) checkInterlocks(ctx context.Context, cs *capState, value any) *refusal {
+	set := n.interlocks()
+	if len(set.On(cs.tool)) == 0 {
+		return nil
+	}
+	safe, _ := SafeValue(cs.cap)
+	v := set.Check(interlock.Output{Tool: cs.tool, Safe: safe, Value: value, Known: true}, func(tool string, maxAge time.Duration) interlock.Reading {
+		return n.liveReading(ctx, tool, maxAge)
+	})
+	if v == nil {
+		return nil
+	}
+	return &refusal{perm: promcp.PermPolicyDenied, code: interlock.Code, details: v.Details(),
+		reason: v.Reason() + ". Nothing was actuated: the rule allows the safe value " + promcp.FormatValue(safe) + ", or retry once the condition has changed"}
+}
+
+// afterRead judges the rules whose condition reads cs (every device read
+// of it, good or not).
+func (n *Node) afterRead(cs *capState) {
+	set := n.interlocks()
+	if set.Len() == 0 {
+		return
+	}
+	if rules := set.Reading(cs.tool); len(rules) > 0 {
+		n.judgePlant(rules, false)
+	}
+}
+
+// judgePlant judges each rule's outputs at their current values and drives
+// the ones that break a rule to safe. onTick: a reading never taken is not
+// judged until the rule's max_age has passed since the node opened (the
+// first polls come in).
+func (n *Node) judgePlant(rules []*interlock.Rule, onTick bool) {
+	b := n.bound()
+	for _, r := range rules {
+		reading := n.cachedReading(r.Cond.Read)
+		if onTick && !reading.Known && time.Since(n.born) < r.MaxAge {
+			continue
+		}
+		for _, tool := range r.Outputs {
+			cs := b.byTool[tool]
+			if cs == nil || cs.cap.Kind != manifest.KindDo {
+				continue
+			}
+			safe, _ := SafeValue(cs.cap)
+			out := interlock.Output{Tool: tool, Safe: safe}
+			if s := cs.last.Load(); s != nil {
+				out.Value, out.Known = s.value, true
+			}
+			if v := r.Judge(out, reading); v != nil {
+				n.trip(cs, v)
+			}
+		}
+	}
+}
+
+// trip drives cs safe for v unless a drive of it is under way or retrying.
+func (n *Node) trip(cs *capState, v *interlock.Violation) {
+	n.fs.mu.Lock()
+	if n.fs.closed || n.fs.tripping[cs.tool] {
+		n.fs.mu.Unlock()
+		return
+	}
+	if st := n.fs.status[cs.tool]; st != nil && (st.State == SafeDriving || st.State == SafeFailed) {
+		n.fs.mu.Unlock()
+		return
+	}
+	n.fs.tripping[cs.tool] = true
+	n.fs.mu.Unlock()
+	go func() {
+		defer func() {
+			n.fs.mu.Lock()
+			delete(n.fs.tripping, cs.tool)
+			n.fs.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), safeStepBound(cs.cap))
+		defer cancel()
+		reason := v.Reason()
+		// Under the turn, the rule is judged again on the output's value
+		// then: a do_ that won the turn may have made it safe already.
+		_, _ = n.driveSafe(ctx, cs.tool, manifest.SafeOnInterlockTrip, reason, time.Now(), func() bool {
+			out := interlock.Output{Tool: cs.tool, Safe: mustSafe(cs.cap)}
+			if s := cs.last.Load(); s != nil {
+				out.Value, out.Known = s.value, true
+			}
+			return v.Rule.Judge(out, n.cachedReading(v.Rule.Cond.Read)) != nil
+		})
+	}()
+}
+
+func mustSafe(c *manifest.Capability) any {
+	v, _ := SafeValue(c)
+	return v
+}
+
+// superviseInterlocks judges every rule each tick until Close.
+func (n *Node) superviseInterlocks() {
+	defer n.polls.Done()
+	t := time.NewTicker(interlockTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopPoll:
+			return
+		case <-t.C:
+		}
+		if set := n.interlocks(); set.Len() > 0 {
+			n.judgePlant(set.Rules, true)
+		}
+	}
+}
+
+// interlockNotes are can_do's view of the rules on an output: each rule
+// with its condition's reading now.
+func (n *Node) interlockNotes(cs *capState) []promcp.InterlockNote {
+	rules := n.interlocks().On(cs.tool)
+	if len(rules) == 0 {
+		return nil
+	}
+	out := make([]promcp.InterlockNote, 0, len(rules))
+	for _, r := range rules {
+		rd := n.cachedReading(r.Cond.Read)
+		note := promcp.InterlockNote{Name: r.Name, Kind: string(r.Kind), Condition: r.Cond.String(), Reading: rd.String()}
+		if r.Max != nil || r.Min != nil {
+			note.Bound = fmt.Sprintf("%s while %s", boundOf(r), r.Cond)
+		}
+		out = append(out, note)
+	}
+	return out
+}
+
+func boundOf(r *interlock.Rule) string {
+	switch {
+	case r.Max != nil && r.Min != nil:
+		return fmt.Sprintf("%g..%g", *r.Min, *r.Max)
+	case r.Max != nil:
+		return fmt.Sprintf("at most %g", *r.Max)
+	}
+	return fmt.Sprintf("at least %g", *r.Min)
+}
