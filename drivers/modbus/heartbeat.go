@@ -208,6 +208,7 @@ type heartbeat struct {
 	stop chan struct{}
 	done chan struct{} // closed when run returns
 
+	opened    bool   // the first tick has run
 	count     uint16 // value: counter
 	armed     bool   // the watchdog time is written (since the last reconnect, and the device answered since)
 	armedConn int64  // st.reconnects when it was written
@@ -253,12 +254,18 @@ func (h *heartbeat) run() {
 	}
 }
 
-// tick writes the watchdog time when the device may have lost it (at open,
-// after a reconnect, after a heartbeat it did not answer: it may have
-// restarted), then one heartbeat; a heartbeat that had to reconnect, or
-// found the device silent, re-arms the watchdog right after it.
+// tick writes one heartbeat. The watchdog time goes first at open, and
+// after any heartbeat that the device answered when it may have lost its
+// time: after a reconnect, or after heartbeats it did not answer (it may
+// have restarted). So a silent device costs one timed-out write per tick,
+// never two.
 func (h *heartbeat) tick() {
-	h.arming()
+	if !h.opened {
+		h.opened = true
+		if err := h.arming(); err != nil && !isExceptionErr(err) {
+			return // no answer: a heartbeat now would only wait the timeout again
+		}
+	}
 	v := h.cfg.Value
 	if h.cfg.Counter {
 		v = h.count
@@ -275,26 +282,29 @@ func (h *heartbeat) tick() {
 		h.armed = false // no answer: the device may restart without its watchdog time
 	}
 	h.result(&h.beat, err)
-	h.arming()
+	if err == nil {
+		_ = h.arming()
+	}
 }
 
 // arming writes the watchdog time unless it is known to be in place.
-func (h *heartbeat) arming() {
+func (h *heartbeat) arming() error {
 	if !h.cfg.HasTimeoutReg || h.cfg.TimeoutTicks == 0 || h.closing() {
-		return
+		return nil
 	}
 	if h.armed && h.st.reconnects.Load() == h.armedConn {
-		return
+		return nil
 	}
 	err := h.write(h.cfg.TimeoutAddr, h.cfg.TimeoutTicks)
 	if h.closing() {
-		return
+		return nil
 	}
 	if err == nil {
 		h.armed, h.armedConn = true, h.st.reconnects.Load()
 		h.st.hbArmed.Add(1)
 	}
 	h.result(&h.arm, err)
+	return err
 }
 
 func (h *heartbeat) closing() bool {
