@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
@@ -23,6 +24,7 @@ type Bus struct {
 	name string // "modbus_tcp plc1 (10.0.0.5:502)"
 	spec *busSpec
 	w    *worker
+	hb   *heartbeat // nil: no heartbeat: key
 	st   *counters
 	stop chan struct{}
 	once sync.Once
@@ -102,6 +104,12 @@ func start(name string, spec *busSpec, l link, st *counters, stop chan struct{})
 		_ = b.Close()
 		return nil, err
 	}
+	if spec.Heartbeat != nil {
+		// After the worker: its first write (the watchdog time) queues
+		// like any request, so Open does not wait for an unreachable peer.
+		b.hb = newHeartbeat(*spec.Heartbeat, name, w, st, spec.log, stop)
+		go b.hb.run()
+	}
 	return b, nil
 }
 
@@ -132,11 +140,16 @@ func (b *Bus) Health() error {
 	return b.w.endpointHealth()
 }
 
-// Close stops the worker (queued requests fail with drivers.ErrOffline) and
-// closes the link. It waits for a request on the wire to finish.
+// Close stops the heartbeat and the worker (queued requests fail with
+// drivers.ErrOffline) and closes the link. It waits for a request on the
+// wire to finish. With a heartbeat, the device's watchdog then runs out:
+// a bus that closes for good leaves the device to its safe state.
 func (b *Bus) Close() error {
 	b.once.Do(func() { close(b.stop) })
 	<-b.w.done
+	if b.hb != nil {
+		<-b.hb.done
+	}
 	return nil
 }
 
@@ -159,6 +172,13 @@ type Stats struct {
 	Discarded  int64 `json:"discarded"`  // RTU: bytes thrown away by flushes
 	Probes     int64 `json:"probes"`     // RTU: re-synchronisation probes (function 8) sent
 	QueueDepth int   `json:"queue_depth"`
+
+	// The heartbeat (zero without a heartbeat: key).
+	HeartbeatsSent  int64     `json:"heartbeats_sent"`           // heartbeat writes the device acknowledged
+	HeartbeatErrors int64     `json:"heartbeat_errors"`          // heartbeat and watchdog time writes that failed
+	WatchdogArmed   int64     `json:"watchdog_armed"`            // watchdog time writes acknowledged (open, reconnects, recoveries)
+	LastHeartbeat   time.Time `json:"last_heartbeat,omitzero"`   // when the last heartbeat was acknowledged
+	HeartbeatError  string    `json:"heartbeat_error,omitempty"` // the last failure, until a write works again
 }
 
 // Counters implements drivers.Counters (/metrics).
@@ -171,10 +191,18 @@ func (b *Bus) Counters() drivers.BusCounters {
 // Stats returns the counters.
 func (b *Bus) Stats() Stats {
 	s := b.st
-	return Stats{
+	st := Stats{
 		Requests: s.requests.Load(), Reads: s.reads.Load(), Writes: s.writes.Load(), Coalesced: s.coalesced.Load(),
 		Failures: s.failures.Load(), Exceptions: s.exceptions.Load(), Timeouts: s.timeouts.Load(),
 		Rejected: s.rejected.Load(), Reconnects: s.reconnects.Load(), Flushes: s.flushes.Load(),
 		Strays: s.strays.Load(), Discarded: s.discarded.Load(), Probes: s.probes.Load(), QueueDepth: len(b.w.queue),
+		HeartbeatsSent: s.hbSent.Load(), HeartbeatErrors: s.hbErrors.Load(), WatchdogArmed: s.hbArmed.Load(),
 	}
+	if ns := s.hbLast.Load(); ns != 0 {
+		st.LastHeartbeat = time.Unix(0, ns)
+	}
+	if e := s.hbErr.Load(); e != nil {
+		st.HeartbeatError = *e
+	}
+	return st
 }

@@ -2,6 +2,7 @@ package modbus
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -30,6 +31,8 @@ type engineKeys struct {
 	CoalesceGap    *int  `yaml:"coalesce_gap"`
 	BusyRetries    *int  `yaml:"busy_retries"`
 	BusyBackoffMS  *int  `yaml:"busy_backoff_ms"`
+
+	Heartbeat *heartbeatKeys `yaml:"heartbeat"`
 }
 
 type tcpKeys struct {
@@ -77,6 +80,7 @@ type Config struct {
 	CoalesceGap  int           // coalesce_gap: unused registers (or bits) a merged read may span
 	BusyRetries  int           // busy_retries: resends after exception 06 (busy), within the caller's deadline
 	BusyBackoff  time.Duration // busy_backoff_ms: wait before the first resend, doubling
+	Heartbeat    *Heartbeat    // heartbeat: the host heartbeat that feeds the device's watchdog (heartbeat.go); nil: none
 
 	Address string // modbus_tcp address: host:port
 
@@ -130,6 +134,7 @@ type busSpec struct {
 	kind string // TypeTCP or TypeRTU
 	name string
 	Config
+	log *slog.Logger // the heartbeat's logger; nil: slog.Default() (tests set it)
 }
 
 func (s *busSpec) endpoint() string {
@@ -165,6 +170,7 @@ func parseBus(b *manifest.Bus, kind string) (*busSpec, error) {
 		parseSerial(p, &k, &spec.Config)
 	}
 	parseEngine(p, &eng, &spec.Config)
+	parseHeartbeat(p, eng.Heartbeat, kind, &spec.Config)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}

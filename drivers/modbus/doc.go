@@ -20,6 +20,8 @@
 //	    coalesce_gap: 4           # unused registers (or bits) a merged read may span
 //	    busy_retries: 3           # resends after exception 06, within the caller's deadline
 //	    busy_backoff_ms: 100      # wait before the first resend, doubling
+//	    heartbeat: {unit: 1, register: 40022, every_ms: 1000, value: counter,   # feed the device's host watchdog
+//	                timeout_register: 40021, timeout_ms: 5000, timeout_scale_ms: 100}
 //	  line1:
 //	    type: modbus_rtu
 //	    port: /dev/ttyUSB0        # better: /dev/serial/by-id/...

@@ -24,6 +24,7 @@ type fakeLink struct {
 	c    gb.Client
 
 	timeout time.Duration
+	st      *counters // counts opens as reconnects, as the real links do (nil: not counted)
 
 	mu      sync.Mutex
 	refuse  bool // open fails as a refused dial
@@ -61,6 +62,9 @@ func (l *fakeLink) open() error {
 	}
 	l.open_ = true
 	l.opens++
+	if l.st != nil {
+		l.st.reconnects.Add(1)
+	}
 	return nil
 }
 
@@ -123,7 +127,8 @@ func fakeBus(t testing.TB, bank *modbustest.Bank, extra string) (*Bus, *fakeLink
 		t.Fatal(err)
 	}
 	l := newFakeLink(bank)
-	b, err := start("modbus_tcp plc (fake)", spec, l, &counters{}, make(chan struct{}))
+	l.st = &counters{}
+	b, err := start("modbus_tcp plc (fake)", spec, l, l.st, make(chan struct{}))
 	if err != nil {
 		t.Fatal(err)
 	}

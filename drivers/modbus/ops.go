@@ -130,7 +130,9 @@ func (w *worker) write(r *request) {
 		r.reply(result{err: notSent("%s: %s: expired in the queue: %w", w.name, r.what(), drivers.ErrTimeout)})
 		return
 	}
-	w.st.writes.Add(1)
+	if !r.internal {
+		w.st.writes.Add(1)
+	}
 	ctxs := []context.Context{r.ctx}
 	var err error
 	if r.op == opWriteBit {

@@ -70,6 +70,14 @@ func TestREADMEBusReference(t *testing.T) {
 		"retry_backoff_ms": ms(tcp.RetryBackoff), "max_backoff_ms": ms(tcp.MaxBackoff), "queue_size": fmt.Sprint(tcp.QueueSize),
 		"coalesce": fmt.Sprint(tcp.Coalesce), "coalesce_gap": fmt.Sprint(tcp.CoalesceGap),
 		"busy_retries": fmt.Sprint(tcp.BusyRetries), "busy_backoff_ms": ms(tcp.BusyBackoff),
+		// The heartbeat's keys (heartbeat.go): off unless given.
+		"heartbeat.unit": "1 on tcp, required on rtu", "heartbeat.register": "required",
+		"heartbeat.every_ms": ms(defaultHeartbeatEvery), "heartbeat.value": heartbeatCounter,
+		"heartbeat.timeout_register": "none", "heartbeat.timeout_ms": "none",
+		"heartbeat.timeout_scale_ms": "required with timeout_register",
+	}
+	if tcp.Heartbeat != nil || rtu.Heartbeat != nil {
+		t.Fatal("a bus without heartbeat: has a heartbeat: the docs/manifest.md table says it is off unless given")
 	}
 	if rtu.Silence == 0 {
 		want["silence_ms"] = "timeout_ms"

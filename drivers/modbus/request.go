@@ -98,6 +98,8 @@ type request struct {
 	set  bool     // opWriteBit: the new state
 	swap bool     // opWriteBit: the register's bytes are swapped on the wire
 
+	internal bool // the bus's own write (the heartbeat), not a point's: not counted in Writes
+
 	done chan result // buffered (1): the worker never blocks on a gone caller
 
 	// state settles, for a write whose caller gives up, whether it was

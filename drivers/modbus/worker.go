@@ -43,6 +43,7 @@ type counters struct {
 	failures, exceptions, timeouts     atomic.Int64
 	rejected, reconnects               atomic.Int64
 	flushes, strays, discarded, probes atomic.Int64
+	heartbeatCounters
 }
 
 func newWorker(name string, spec *busSpec, l link, st *counters, stop chan struct{}) *worker {

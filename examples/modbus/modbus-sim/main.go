@@ -37,7 +37,10 @@
 // burner disabled (coil 00001 off) and the mode off (40003 = 0), status
 // bit 4 set. The next heartbeat clears bit 4; the outputs stay safe until
 // written again, so nothing restarts by itself. -watchdog sets the time at
-// start, as a module's stored configuration would.
+// start, as a module's stored configuration would; a host may write it
+// itself (physd's bus key heartbeat: with timeout_register: 40021 does, at
+// every connect). The watchdog keeps its own 100 ms clock, apart from the
+// model's -step.
 package main
 
 import (
@@ -95,6 +98,10 @@ func main() {
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	tick := time.NewTicker(*step)
 	defer tick.Stop()
+	// The watchdog keeps its own 100 ms clock, apart from the model's
+	// step (which tests hold still with -step 1h), as a module's does.
+	wd := time.NewTicker(watchdogStep)
+	defer wd.Stop()
 	for {
 		select {
 		case <-stop:
@@ -102,6 +109,8 @@ func main() {
 			return
 		case <-tick.C:
 			b.step(step.Seconds())
+		case <-wd.C:
+			b.watch()
 		}
 	}
 }
@@ -110,8 +119,10 @@ func main() {
 const (
 	regWatchdogTime  = 20 // 40021
 	regWatchdogBeat  = 21 // 40022
+	regStatus        = 10 // 40011
 	statusSafeMode   = 1 << 4
 	maxWatchdogTicks = 600 // 60 s in 100 ms steps
+	watchdogStep     = 100 * time.Millisecond
 )
 
 // boiler is the plant model behind the registers.
@@ -162,6 +173,9 @@ func newBoiler() *boiler {
 				if v > maxWatchdogTicks {
 					return modbustest.IllegalDataValue
 				}
+				if old := b.bank.Holding(unit, regWatchdogTime, 1)[0]; old != v {
+					log.Printf("modbus-sim: host watchdog time set to %v (was %v)", time.Duration(v)*watchdogStep, time.Duration(old)*watchdogStep)
+				}
 				b.heartbeat()
 			case regWatchdogBeat:
 				b.heartbeat()
@@ -179,7 +193,18 @@ func newBoiler() *boiler {
 func (b *boiler) heartbeat() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.safeMode {
+		b.setStatus(0, statusSafeMode)
+		log.Printf("modbus-sim: host watchdog: heartbeat; safe mode left (the outputs stay safe until written)")
+	}
 	b.lastBeat, b.safeMode = b.now(), false
+}
+
+// setStatus sets and clears bits of the status word at once, between the
+// model's steps (which write all of it).
+func (b *boiler) setStatus(set, clear uint16) {
+	s := b.bank.Holding(unit, regStatus, 1)[0]
+	b.bank.SetHolding(unit, regStatus, s&^clear|set)
 }
 
 // watch trips the host watchdog when the host has not written the
@@ -195,6 +220,7 @@ func (b *boiler) watch() bool {
 		b.safeMode = true
 		b.bank.SetCoil(unit, 0, false)
 		b.bank.SetHolding(unit, 2, 0)
+		b.setStatus(statusSafeMode, 1) // bit 0: the burner is off now
 		log.Printf("modbus-sim: host watchdog: no heartbeat for %v; safe mode (burner off, mode off)", time.Duration(ticks)*100*time.Millisecond)
 	}
 	return b.safeMode
@@ -235,7 +261,7 @@ func (b *boiler) step(dt float64) {
 	if safe {
 		status |= statusSafeMode
 	}
-	b.bank.SetHolding(unit, 10, status)
+	b.bank.SetHolding(unit, regStatus, status)
 	b.bank.SetDiscrete(unit, 0, burnerOn)
 	b.publish()
 }

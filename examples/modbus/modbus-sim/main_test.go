@@ -335,3 +335,32 @@ func TestHostWatchdog(t *testing.T) {
 		t.Fatalf("watchdog off, an hour without heartbeat: status %b, burner %v; want running", s, b.bank.Coil(unit, 0))
 	}
 }
+
+// TestHostWatchdogOwnClock: the watchdog trips on its own clock (watch),
+// with the model held still (no step, as under -step 1h): the status word
+// shows safe mode (bit 4) and the burner off (bit 0) at once, and the next
+// heartbeat clears bit 4 at once.
+func TestHostWatchdogOwnClock(t *testing.T) {
+	b := newBoiler()
+	clock := time.Unix(1_700_000_000, 0)
+	b.now = func() time.Time { return clock }
+	b.step(0.2)
+	status := func() uint16 { return b.bank.Holding(unit, regStatus, 1)[0] }
+	if status()&1 == 0 {
+		t.Fatalf("status %b: the burner should be on", status())
+	}
+	b.bank.SetHolding(unit, regWatchdogTime, 10) // 1 s
+	b.heartbeat()
+	clock = clock.Add(999 * time.Millisecond)
+	if b.watch() || status()&statusSafeMode != 0 {
+		t.Fatalf("999 ms after a heartbeat: safe mode, status %b", status())
+	}
+	clock = clock.Add(time.Millisecond)
+	if !b.watch() || status()&statusSafeMode == 0 || status()&1 != 0 || b.bank.Coil(unit, 0) {
+		t.Fatalf("1 s after the last heartbeat: status %b, burner enable %v; want bit 4 set, bit 0 clear, burner off", status(), b.bank.Coil(unit, 0))
+	}
+	b.heartbeat()
+	if status()&statusSafeMode != 0 || b.bank.Coil(unit, 0) {
+		t.Fatalf("after a heartbeat: status %b, burner enable %v; want bit 4 clear, the burner still off", status(), b.bank.Coil(unit, 0))
+	}
+}
