@@ -37,4 +37,6 @@ func registerBusMetrics(mx *metrics.Metrics, n *node.Node) {
 	stat("physd_bus_failures", "Requests that failed other than by a Modbus exception.", func(s drivers.BusCounters) float64 { return float64(s.Failures) })
 	stat("physd_bus_timeouts", "Requests without a timely reply.", func(s drivers.BusCounters) float64 { return float64(s.Timeouts) })
 	stat("physd_bus_exceptions", "Modbus exception replies.", func(s drivers.BusCounters) float64 { return float64(s.Exceptions) })
+	stat("physd_bus_heartbeats", "Device-watchdog heartbeats the device acknowledged (a Modbus bus's heartbeat:).", func(s drivers.BusCounters) float64 { return float64(s.Heartbeats) })
+	stat("physd_bus_heartbeat_errors", "Device-watchdog heartbeat and watchdog-time writes that failed.", func(s drivers.BusCounters) float64 { return float64(s.HeartbeatErrors) })
 }

@@ -182,6 +182,10 @@ type BusCounters struct {
 	Failures   int64 // requests that failed other than by a device exception
 	Timeouts   int64 // requests without a timely reply
 	Exceptions int64 // device exception replies
+	// The device-watchdog heartbeat (a Modbus bus's heartbeat:), zero
+	// without one.
+	Heartbeats      int64 // heartbeat writes the device acknowledged
+	HeartbeatErrors int64 // heartbeat and watchdog-time writes that failed
 }
 
 // Types lists the registered bus types, sorted.

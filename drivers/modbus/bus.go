@@ -185,7 +185,7 @@ type Stats struct {
 func (b *Bus) Counters() drivers.BusCounters {
 	s := b.Stats()
 	return drivers.BusCounters{QueueDepth: s.QueueDepth, Requests: s.Requests, Coalesced: s.Coalesced, Failures: s.Failures,
-		Timeouts: s.Timeouts, Exceptions: s.Exceptions}
+		Timeouts: s.Timeouts, Exceptions: s.Exceptions, Heartbeats: s.HeartbeatsSent, HeartbeatErrors: s.HeartbeatErrors}
 }
 
 // Stats returns the counters.
