@@ -418,3 +418,127 @@ func TestFailSafeQuorumLoss(t *testing.T) {
 	}
 	t.Logf("two of three gateways killed → safe value at the survivor over %d rounds: %s", len(took), quantiles(took))
 }
+
+// interlockCaps: a heater (holding 10) and an irrigation valve (holding
+// 12), both safe at 0 on interlock_trip, and the vent position (holding
+// 30) and tank level (holding 31) they depend on, polled every 100 ms.
+var interlockCaps = []string{
+	doCap("heater", "int", `{type: modbus, bus: plc, table: holding, address: 10, data_type: uint16}`,
+		"    range: {min: 0, max: 100}\n    safe: {value: 0, on: [interlock_trip]}\n"),
+	doCap("valve", "int", `{type: modbus, bus: plc, table: holding, address: 12, data_type: uint16}`,
+		"    range: {min: 0, max: 100}\n    safe: {value: 0, on: [interlock_trip]}\n"),
+	`  - name: vent
+    kind: read
+    description: vent position
+    data_type: int
+    semantic_tags: [plc]
+    binding: {type: modbus, bus: plc, table: holding, address: 30, data_type: uint16}
+    poll_ms: 100
+  - name: tank
+    kind: read
+    description: tank level
+    data_type: int
+    semantic_tags: [plc]
+    binding: {type: modbus, bus: plc, table: holding, address: 31, data_type: uint16}
+    poll_ms: 100
+`,
+}
+
+const interlockPolicy = `physmcp_policy_version: "0.1"
+interlocks:
+  - name: vent_open
+    kind: interlock
+    tool: do_heater
+    while: {read: read_vent, above: 80}
+    max: 20
+  - name: tank_low
+    kind: permissive
+    tool: do_valve
+    applies_above: 0
+    requires: {read: read_tank, above: 10}
+gate:
+  fail_closed: deny
+  l0:
+    allow:
+      - {name: heater, tool: do_heater}
+      - {name: valve, tool: do_valve}
+`
+
+func startInterlocked(t *testing.T) (*modbustest.Bank, *daemon, *mcp.ClientSession) {
+	t.Helper()
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	src := strings.NewReplacer("ADDR", srv.Addr, "BUSEXTRA", "", "CAPS", strings.Join(interlockCaps, "")).Replace(modbusManifest)
+	dir := t.TempDir()
+	mp, pp := filepath.Join(dir, "physmcp.manifest.yml"), filepath.Join(dir, "physmcp.policy.yml")
+	if err := os.WriteFile(mp, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pp, []byte(interlockPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startHTTP(t, daemonOpts{manifest: mp, extra: []string{"--policy", pp}})
+	return bank, d, connectHTTP(t, d, "2026-07-28")
+}
+
+// doRaw calls a do_ tool and returns its answer (tool errors fail).
+func doRaw(t *testing.T, cs *mcp.ClientSession, tool string, v any, key string) leaseAnswer {
+	t.Helper()
+	res := call(t, cs, tool, map[string]any{"value": v, "idempotency_key": key})
+	if res.IsError {
+		t.Fatalf("%s(%v): %s", tool, v, text(res))
+	}
+	var a leaseAnswer
+	_ = json.Unmarshal([]byte(text(res)), &a)
+	return a
+}
+
+// TestFailSafeInterlockTrip: a fault opens the vent while the heater runs
+// above the interlock's bound: the heater goes safe within an observation;
+// while the vent is open a do_ above the bound is refused, naming the rule.
+func TestFailSafeInterlockTrip(t *testing.T) {
+	bank, _, cs := startInterlocked(t)
+	bank.SetHolding(1, 31, 50)
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		bank.SetHolding(1, 30, 40)
+		time.Sleep(250 * time.Millisecond) // polled
+		if a := doRaw(t, cs, "do_heater", 60, fmt.Sprint("h", round)); a.Status != "success" {
+			t.Fatalf("round %d: heater 60 with the vent at 40: %+v", round, a)
+		}
+		t0 := time.Now()
+		bank.SetHolding(1, 30, 95) // the fault
+		at := awaitDevice(t, 5*time.Second, "vent open → heater 0", func() bool { return heaterAt(bank) == 0 })
+		took = append(took, at.Sub(t0))
+		a := doRaw(t, cs, "do_heater", 30, fmt.Sprint("h2-", round))
+		if a.Status != "failed" || a.Code != "interlock_active" || !strings.Contains(a.Reason, "vent_open") || !strings.Contains(a.Reason, "read_vent is 95 (good") {
+			t.Fatalf("round %d: heater 30 with the vent at 95: %+v", round, a)
+		}
+		if heaterAt(bank) != 0 {
+			t.Fatalf("round %d: a refused do_ moved the heater", round)
+		}
+	}
+	t.Logf("interlock condition starts to hold → safe value at the device over %d rounds: %s", len(took), quantiles(took))
+}
+
+// TestFailSafePermissiveStops: the tank falls below the permissive's level
+// while the valve is open: the valve goes safe within an observation.
+func TestFailSafePermissiveStops(t *testing.T) {
+	bank, _, cs := startInterlocked(t)
+	valve := func() uint16 { return bank.Holding(1, 12, 1)[0] }
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		bank.SetHolding(1, 31, 50)
+		time.Sleep(250 * time.Millisecond)
+		if a := doRaw(t, cs, "do_valve", 40, fmt.Sprint("v", round)); a.Status != "success" {
+			t.Fatalf("round %d: valve 40 with the tank at 50: %+v", round, a)
+		}
+		t0 := time.Now()
+		bank.SetHolding(1, 31, 4)
+		at := awaitDevice(t, 5*time.Second, "tank low → valve 0", func() bool { return valve() == 0 })
+		took = append(took, at.Sub(t0))
+		if a := doRaw(t, cs, "do_valve", 40, fmt.Sprint("v2-", round)); a.Code != "interlock_active" || !strings.Contains(a.Reason, "tank_low") {
+			t.Fatalf("round %d: valve 40 with the tank at 4: %+v", round, a)
+		}
+	}
+	t.Logf("permissive stops holding → safe value at the device over %d rounds: %s", len(took), quantiles(took))
+}
