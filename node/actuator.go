@@ -108,19 +108,7 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	// The hold counts from the call's timestamp (the answer's): an agent
 	// reads lease_expires_at as timestamp + hold_s, never later.
 	ls := n.planLease(cs, j.value, j.res.IdempotencyKey, j.hold, j.res.Timestamp)
-	var begin func() []store.KV
-	if j.slot != nil || ls != nil {
-		begin = func() []store.KV {
-			var kvs []store.KV
-			if j.slot != nil {
-				kvs = j.slot.Begin(time.Now())
-			}
-			if ls != nil {
-				kvs = append(kvs, ls.begin)
-			}
-			return kvs
-		}
-	}
+	begin, release := writesWith(j.slot, ls)
 	if e, err := n.store.Begin(entry, begin); err != nil {
 		releaseSlot(j.slot)
 		n.storeErr.Store(&err) // /readyz says so until a write succeeds
@@ -135,19 +123,6 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 	if a.refused != nil {
 		// Nothing was written, or the device rejected the write: the key
 		// and the slot are given back in one commit.
-		var release func() []store.KV
-		if j.slot != nil || ls != nil {
-			release = func() []store.KV {
-				var kvs []store.KV
-				if j.slot != nil {
-					kvs = j.slot.Release()
-				}
-				if ls != nil {
-					kvs = append(kvs, ls.restore)
-				}
-				return kvs
-			}
-		}
 		if err := n.store.Forget(entry.Key, release); err != nil {
 			n.log.Error("ledger forget", "key", entry.Key, "err", err)
 		}
@@ -178,6 +153,36 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 type pendingRecord struct {
 	Value  any    `json:"value"`
 	Caller Caller `json:"caller"`
+}
+
+// writesWith are the extra writes of the pending commit (begin) and of the
+// Forget that undoes it (release): the rate slot's history and the lease
+// record, each nil when there is nothing to write.
+func writesWith(slot Slot, ls *leaseStep) (begin, release func() []store.KV) {
+	if slot == nil && ls == nil {
+		return nil, nil
+	}
+	begin = func() []store.KV {
+		var kvs []store.KV
+		if slot != nil {
+			kvs = slot.Begin(time.Now())
+		}
+		if ls != nil {
+			kvs = append(kvs, ls.begin)
+		}
+		return kvs
+	}
+	release = func() []store.KV {
+		var kvs []store.KV
+		if slot != nil {
+			kvs = slot.Release()
+		}
+		if ls != nil {
+			kvs = append(kvs, ls.restore)
+		}
+		return kvs
+	}
+	return begin, release
 }
 
 func releaseSlot(s Slot) {

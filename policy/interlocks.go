@@ -73,93 +73,112 @@ func (p *parser) interlocks(n *yaml.Node, pol *Policy, m *manifest.Manifest) {
 	}
 	names := map[string]bool{}
 	for i, item := range n.Content {
-		field := fmt.Sprintf("interlocks[%d]", i)
-		var raw rawInterlock
-		if !p.Decode(item, field, &raw) {
-			continue
-		}
-		at := func(key string) *yaml.Node {
-			if v := strictyaml.ValueOf(item, key); v != nil {
-				return v
-			}
-			return item
-		}
-		r := &interlock.Rule{}
-		switch {
-		case raw.Name == nil:
-			p.Addf(item, field+".name", "name the rule, e.g. name: tank_low", "required")
-		case !ruleNameRE.MatchString(*raw.Name):
-			p.Addf(at("name"), field+".name", "use lower case letters, digits and _", "%q is not a rule name", *raw.Name)
-		case names[*raw.Name]:
-			p.Addf(at("name"), field+".name", "give each rule its own name", "%q is used twice", *raw.Name)
-		default:
-			names[*raw.Name] = true
-			r.Name = *raw.Name
-			field += "(" + r.Name + ")"
-		}
-		kinds := make([]string, len(interlock.Kinds))
-		for i, k := range interlock.Kinds {
-			kinds[i] = string(k)
-		}
-		if raw.Kind == nil || !slices.Contains(kinds, *raw.Kind) {
-			p.Addf(at("kind"), field+".kind", "one of "+strings.Join(kinds, ", "), "required: what the rule does")
-			continue
-		}
-		r.Kind = interlock.Kind(*raw.Kind)
-		cond, condKey := raw.While, "while"
-		if r.Kind == interlock.Permissive {
-			cond, condKey = raw.Requires, "requires"
-			if raw.While != nil {
-				p.Addf(at("while"), field+".while", "a permissive says what must hold: requires: {read: …, above: …}", "not a key of a permissive")
-			}
-		} else if raw.Requires != nil {
-			p.Addf(at("requires"), field+".requires", "an "+string(r.Kind)+" says when it acts: while: {read: …, above: …}", "not a key of a %s", r.Kind)
-		}
-		p.kindKeys(r.Kind, raw, at, field)
-		if r.Kind == interlock.Trip {
-			if len(raw.Safe) == 0 {
-				p.Addf(at("safe"), field+".safe", "list the do_ tools the trip holds at their safe values, e.g. safe: [do_heater_zone_a]", "required")
-			}
-			r.Outputs = raw.Safe
-		} else if raw.Tool == nil {
-			p.Addf(item, field+".tool", "name the do_ tool the rule guards, e.g. tool: do_"+firstDo(m), "required")
-		} else {
-			r.Outputs = []string{*raw.Tool}
-		}
-		r.AppliesAbove, r.Max, r.Min = raw.AppliesAbove, raw.Max, raw.Min
-		if r.Kind == interlock.Interlock && r.Max == nil && r.Min == nil {
-			p.Addf(item, field+".max", "bound the output while the condition holds: max: N and/or min: N", "an interlock needs max or min")
-		}
-		if r.Max != nil && r.Min != nil && *r.Min > *r.Max {
-			p.Addf(at("min"), field+".min", "min must not be above max", "min %g > max %g", *r.Min, *r.Max)
-		}
-		for j, tool := range r.Outputs {
-			of := field + ".tool"
-			node := at("tool")
-			if r.Kind == interlock.Trip {
-				of, node = fmt.Sprintf("%s.safe[%d]", field, j), at("safe")
-			}
-			p.interlockOutput(node, of, tool, r, m)
-		}
-		if cond == nil {
-			p.Addf(item, field+"."+condKey, fmt.Sprintf("say what the rule reads: %s: {read: read_…, above: N}", condKey), "required")
-			continue
-		}
-		c, ok := p.condition(at(condKey), field+"."+condKey, cond, m)
-		if !ok {
-			continue
-		}
-		r.Cond = c
-		r.MaxAge = conditionMaxAge(m.Capability(manifest.CapabilityName(c.Read)))
-		if raw.MaxAgeMS != nil {
-			if *raw.MaxAgeMS < 1 || *raw.MaxAgeMS > 3_600_000 {
-				p.Addf(at("max_age_ms"), field+".max_age_ms", "use 1 to 3600000 ms", "%d is out of range", *raw.MaxAgeMS)
-			}
-			r.MaxAge = time.Duration(*raw.MaxAgeMS) * time.Millisecond
-		}
-		if r.Name != "" && len(r.Outputs) > 0 {
+		if r := p.interlock(item, fmt.Sprintf("interlocks[%d]", i), names, m); r != nil {
 			pol.Interlocks = append(pol.Interlocks, r)
 		}
+	}
+}
+
+// interlock checks one rule; nil when it has a problem (reported).
+func (p *parser) interlock(item *yaml.Node, field string, names map[string]bool, m *manifest.Manifest) *interlock.Rule {
+	var raw rawInterlock
+	if !p.Decode(item, field, &raw) {
+		return nil
+	}
+	at := func(key string) *yaml.Node {
+		if v := strictyaml.ValueOf(item, key); v != nil {
+			return v
+		}
+		return item
+	}
+	r := &interlock.Rule{}
+	switch {
+	case raw.Name == nil:
+		p.Addf(item, field+".name", "name the rule, e.g. name: tank_low", "required")
+	case !ruleNameRE.MatchString(*raw.Name):
+		p.Addf(at("name"), field+".name", "use lower case letters, digits and _", "%q is not a rule name", *raw.Name)
+	case names[*raw.Name]:
+		p.Addf(at("name"), field+".name", "give each rule its own name", "%q is used twice", *raw.Name)
+	default:
+		names[*raw.Name] = true
+		r.Name = *raw.Name
+		field += "(" + r.Name + ")"
+	}
+	kinds := make([]string, len(interlock.Kinds))
+	for i, k := range interlock.Kinds {
+		kinds[i] = string(k)
+	}
+	if raw.Kind == nil || !slices.Contains(kinds, *raw.Kind) {
+		p.Addf(at("kind"), field+".kind", "one of "+strings.Join(kinds, ", "), "required: what the rule does")
+		return nil
+	}
+	r.Kind = interlock.Kind(*raw.Kind)
+	cond, condKey := p.conditionKey(r.Kind, raw, at, field)
+	p.kindKeys(r.Kind, raw, at, field)
+	p.outputs(r, raw, item, at, field, m)
+	if cond == nil {
+		p.Addf(item, field+"."+condKey, fmt.Sprintf("say what the rule reads: %s: {read: read_…, above: N}", condKey), "required")
+		return nil
+	}
+	c, ok := p.condition(at(condKey), field+"."+condKey, cond, m)
+	if !ok {
+		return nil
+	}
+	r.Cond = c
+	r.MaxAge = conditionMaxAge(m.Capability(manifest.CapabilityName(c.Read)))
+	if raw.MaxAgeMS != nil {
+		if *raw.MaxAgeMS < 1 || *raw.MaxAgeMS > 3_600_000 {
+			p.Addf(at("max_age_ms"), field+".max_age_ms", "use 1 to 3600000 ms", "%d is out of range", *raw.MaxAgeMS)
+		}
+		r.MaxAge = time.Duration(*raw.MaxAgeMS) * time.Millisecond
+	}
+	if r.Name == "" || len(r.Outputs) == 0 {
+		return nil
+	}
+	return r
+}
+
+// conditionKey is the kind's condition (requires: for a permissive, while:
+// otherwise), refusing the other.
+func (p *parser) conditionKey(k interlock.Kind, raw rawInterlock, at func(string) *yaml.Node, field string) (*rawCondition, string) {
+	if k == interlock.Permissive {
+		if raw.While != nil {
+			p.Addf(at("while"), field+".while", "a permissive says what must hold: requires: {read: …, above: …}", "not a key of a permissive")
+		}
+		return raw.Requires, "requires"
+	}
+	if raw.Requires != nil {
+		p.Addf(at("requires"), field+".requires", "an "+string(k)+" says when it acts: while: {read: …, above: …}", "not a key of a %s", k)
+	}
+	return raw.While, "while"
+}
+
+// outputs fills the rule's outputs and bounds and checks each output.
+func (p *parser) outputs(r *interlock.Rule, raw rawInterlock, item *yaml.Node, at func(string) *yaml.Node, field string, m *manifest.Manifest) {
+	switch {
+	case r.Kind == interlock.Trip:
+		if len(raw.Safe) == 0 {
+			p.Addf(at("safe"), field+".safe", "list the do_ tools the trip holds at their safe values, e.g. safe: [do_heater_zone_a]", "required")
+		}
+		r.Outputs = raw.Safe
+	case raw.Tool == nil:
+		p.Addf(item, field+".tool", "name the do_ tool the rule guards, e.g. tool: do_"+firstDo(m), "required")
+	default:
+		r.Outputs = []string{*raw.Tool}
+	}
+	r.AppliesAbove, r.Max, r.Min = raw.AppliesAbove, raw.Max, raw.Min
+	if r.Kind == interlock.Interlock && r.Max == nil && r.Min == nil {
+		p.Addf(item, field+".max", "bound the output while the condition holds: max: N and/or min: N", "an interlock needs max or min")
+	}
+	if r.Max != nil && r.Min != nil && *r.Min > *r.Max {
+		p.Addf(at("min"), field+".min", "min must not be above max", "min %g > max %g", *r.Min, *r.Max)
+	}
+	for j, tool := range r.Outputs {
+		of, node := field+".tool", at("tool")
+		if r.Kind == interlock.Trip {
+			of, node = fmt.Sprintf("%s.safe[%d]", field, j), at("safe")
+		}
+		p.interlockOutput(node, of, tool, r, m)
 	}
 }
 

@@ -65,14 +65,29 @@ const (
 	heartbeatCounter      = "counter"
 )
 
-// parseHeartbeat validates the heartbeat: mapping; busTimeout is the bus's
+// parseHeartbeat validates the heartbeat: mapping; c.Timeout is the bus's
 // timeout_ms (already parsed).
 func parseHeartbeat(p *strictyaml.Problems, k *heartbeatKeys, kind string, c *Config) {
 	if k == nil {
 		return
 	}
-	const key = "heartbeat"
 	h := &Heartbeat{Unit: 1, Every: defaultHeartbeatEvery, Counter: true}
+	heartbeatUnit(p, k, kind, h)
+	regOK := false
+	if k.Register == nil {
+		p.Add("a heartbeat needs the register it writes", "add register: the device's heartbeat (watchdog) holding register, e.g. register: 40022", hbKey, "register")
+	} else {
+		h.Addr, regOK = heartbeatReg(p, k.Register, "register")
+	}
+	heartbeatTiming(p, k, c, h)
+	heartbeatWatchdogTime(p, k, h, regOK)
+	c.Heartbeat = h
+}
+
+const hbKey = "heartbeat"
+
+// heartbeatUnit: the unit id, required on a serial line.
+func heartbeatUnit(p *strictyaml.Problems, k *heartbeatKeys, kind string, h *Heartbeat) {
 	unitMin, unitMax := 0, 255
 	if kind == TypeRTU {
 		unitMin, unitMax = 1, 247 // 0 is broadcast (no reply); 248..255 are reserved
@@ -81,37 +96,38 @@ func parseHeartbeat(p *strictyaml.Problems, k *heartbeatKeys, kind string, c *Co
 	case k.Unit != nil:
 		if *k.Unit < unitMin || *k.Unit > unitMax {
 			p.Add(fmt.Sprintf("heartbeat unit %d is outside %d..%d for %s", *k.Unit, unitMin, unitMax, kind),
-				fmt.Sprintf("use the unit id of the device whose watchdog this feeds, %d..%d", unitMin, unitMax), key, "unit")
+				fmt.Sprintf("use the unit id of the device whose watchdog this feeds, %d..%d", unitMin, unitMax), hbKey, "unit")
 		} else {
 			h.Unit = byte(*k.Unit)
 		}
 	case kind == TypeRTU:
-		p.Add("a modbus_rtu heartbeat needs its unit (slave) id", "add unit: N (1..247): the device whose watchdog this feeds", key, "unit")
+		p.Add("a modbus_rtu heartbeat needs its unit (slave) id", "add unit: N (1..247): the device whose watchdog this feeds", hbKey, "unit")
 	}
-	regFix := "write the holding register in Modicon notation, e.g. 40022 (holding address 21), or 6 digits (400022) past 49999"
-	reg := func(s *string, field string) (uint16, bool) {
-		t, addr, err := parseModicon(strings.TrimSpace(*s))
-		switch {
-		case err != nil:
-			p.Add(fmt.Sprintf("heartbeat %s %q is not a Modicon register number", field, *s), regFix, key, field)
-			return 0, false
-		case t != tableHolding:
-			p.Add(fmt.Sprintf("heartbeat %s %s names %s; physd writes it, so it must be a holding register (4xxxx)", field, strings.TrimSpace(*s), tableArticle[t]),
-				regFix, key, field)
-			return 0, false
-		}
-		return addr, true
+}
+
+// heartbeatReg parses a holding register in Modicon notation.
+func heartbeatReg(p *strictyaml.Problems, s *string, field string) (uint16, bool) {
+	const regFix = "write the holding register in Modicon notation, e.g. 40022 (holding address 21), or 6 digits (400022) past 49999"
+	t, addr, err := parseModicon(strings.TrimSpace(*s))
+	switch {
+	case err != nil:
+		p.Add(fmt.Sprintf("heartbeat %s %q is not a Modicon register number", field, *s), regFix, hbKey, field)
+		return 0, false
+	case t != tableHolding:
+		p.Add(fmt.Sprintf("heartbeat %s %s names %s; physd writes it, so it must be a holding register (4xxxx)", field, strings.TrimSpace(*s), tableArticle[t]),
+			regFix, hbKey, field)
+		return 0, false
 	}
-	regOK := false
-	if k.Register == nil {
-		p.Add("a heartbeat needs the register it writes", "add register: the device's heartbeat (watchdog) holding register, e.g. register: 40022", key, "register")
-	} else {
-		h.Addr, regOK = reg(k.Register, "register")
-	}
+	return addr, true
+}
+
+// heartbeatTiming: every_ms, value and timeout_ms, and how they relate to
+// each other and to the bus timeout.
+func heartbeatTiming(p *strictyaml.Problems, k *heartbeatKeys, c *Config, h *Heartbeat) {
 	if k.EveryMS != nil {
 		if *k.EveryMS < minHeartbeatEveryMS || *k.EveryMS > maxHeartbeatEveryMS {
 			p.Add(fmt.Sprintf("heartbeat every_ms must be between %d and %d, got %d", minHeartbeatEveryMS, maxHeartbeatEveryMS, *k.EveryMS),
-				"write the heartbeat period in ms, e.g. every_ms: 1000 (a third of the device's watchdog time or less)", key, "every_ms")
+				"write the heartbeat period in ms, e.g. every_ms: 1000 (a third of the device's watchdog time or less)", hbKey, "every_ms")
 		} else {
 			h.Every = time.Duration(*k.EveryMS) * time.Millisecond
 		}
@@ -124,70 +140,78 @@ func parseHeartbeat(p *strictyaml.Problems, k *heartbeatKeys, kind string, c *Co
 			h.Counter, h.Value = false, uint16(n)
 		} else {
 			p.Add(fmt.Sprintf("heartbeat value %q is neither counter nor a 16-bit integer", *k.Value),
-				"write value: counter (an incrementing 16-bit counter, for devices that want the value to change) or the fixed value the device expects, 0..65535", key, "value")
+				"write value: counter (an incrementing 16-bit counter, for devices that want the value to change) or the fixed value the device expects, 0..65535", hbKey, "value")
 		}
 	}
 	if k.TimeoutMS != nil {
 		if *k.TimeoutMS < 1 || *k.TimeoutMS > 3_600_000 {
 			p.Add(fmt.Sprintf("heartbeat timeout_ms must be between 1 and 3600000, got %d", *k.TimeoutMS),
-				"write the device's watchdog time in ms, e.g. timeout_ms: 5000", key, "timeout_ms")
+				"write the device's watchdog time in ms, e.g. timeout_ms: 5000", hbKey, "timeout_ms")
 		} else {
 			h.Timeout = time.Duration(*k.TimeoutMS) * time.Millisecond
 		}
 	}
-	if h.Timeout > 0 {
-		every := h.Every.Milliseconds()
-		if h.Timeout < 3*h.Every {
-			p.Add(fmt.Sprintf("heartbeat timeout_ms (%d) is less than 3 × every_ms (%d): two late heartbeats would put the device in safe mode", h.Timeout.Milliseconds(), every),
-				fmt.Sprintf("make timeout_ms at least %d, or every_ms at most %d", 3*every, h.Timeout.Milliseconds()/3), key, "timeout_ms")
-		} else if h.Timeout < h.Every+c.Timeout {
-			p.Add(fmt.Sprintf("heartbeat timeout_ms (%d) is less than every_ms (%d) + the bus timeout_ms (%d): one heartbeat that waits out the bus timeout would put the device in safe mode",
-				h.Timeout.Milliseconds(), every, c.Timeout.Milliseconds()),
-				fmt.Sprintf("make heartbeat timeout_ms at least %d, or lower the bus timeout_ms", every+c.Timeout.Milliseconds()), key, "timeout_ms")
-		}
+	if h.Timeout <= 0 {
+		return
 	}
+	every := h.Every.Milliseconds()
+	if h.Timeout < 3*h.Every {
+		p.Add(fmt.Sprintf("heartbeat timeout_ms (%d) is less than 3 × every_ms (%d): two late heartbeats would put the device in safe mode", h.Timeout.Milliseconds(), every),
+			fmt.Sprintf("make timeout_ms at least %d, or every_ms at most %d", 3*every, h.Timeout.Milliseconds()/3), hbKey, "timeout_ms")
+	} else if h.Timeout < h.Every+c.Timeout {
+		p.Add(fmt.Sprintf("heartbeat timeout_ms (%d) is less than every_ms (%d) + the bus timeout_ms (%d): one heartbeat that waits out the bus timeout would put the device in safe mode",
+			h.Timeout.Milliseconds(), every, c.Timeout.Milliseconds()),
+			fmt.Sprintf("make heartbeat timeout_ms at least %d, or lower the bus timeout_ms", every+c.Timeout.Milliseconds()), hbKey, "timeout_ms")
+	}
+}
+
+// heartbeatWatchdogTime: timeout_register and timeout_scale_ms, the
+// device's watchdog time physd writes at open.
+func heartbeatWatchdogTime(p *strictyaml.Problems, k *heartbeatKeys, h *Heartbeat, regOK bool) {
 	if k.TimeoutScaleMS != nil && (*k.TimeoutScaleMS < 1 || *k.TimeoutScaleMS > 60_000) {
 		p.Add(fmt.Sprintf("heartbeat timeout_scale_ms must be between 1 and 60000, got %d", *k.TimeoutScaleMS),
-			"write what one count of the device's watchdog register means in ms, e.g. 100 for 100 ms steps, 1000 for seconds", key, "timeout_scale_ms")
+			"write what one count of the device's watchdog register means in ms, e.g. 100 for 100 ms steps, 1000 for seconds", hbKey, "timeout_scale_ms")
 	}
 	if k.TimeoutRegister == nil {
 		if k.TimeoutScaleMS != nil {
 			p.Add("heartbeat timeout_scale_ms without timeout_register: physd writes no watchdog time",
-				"add timeout_register (the device's watchdog time register), or remove timeout_scale_ms", key, "timeout_scale_ms")
+				"add timeout_register (the device's watchdog time register), or remove timeout_scale_ms", hbKey, "timeout_scale_ms")
 		}
-	} else {
-		h.HasTimeoutReg = true
-		addr, ok := reg(k.TimeoutRegister, "timeout_register")
-		h.TimeoutAddr = addr
-		if ok && regOK && addr == h.Addr {
-			p.Add(fmt.Sprintf("heartbeat timeout_register is the heartbeat register (%s)", strings.TrimSpace(*k.TimeoutRegister)),
-				"name the device's watchdog time register, which is not its heartbeat register", key, "timeout_register")
-		}
-		if k.TimeoutMS == nil {
-			p.Add("heartbeat timeout_register needs timeout_ms: the watchdog time physd writes there",
-				"add timeout_ms, e.g. timeout_ms: 5000 (at least 3 × every_ms)", key, "timeout_register")
-		}
-		if k.TimeoutScaleMS == nil {
-			p.Add("heartbeat timeout_register needs timeout_scale_ms: what one count of that register means",
-				"add timeout_scale_ms from the device's manual, e.g. 100 when it counts 100 ms steps, 1000 for seconds", key, "timeout_register")
-		} else if *k.TimeoutScaleMS >= 1 && *k.TimeoutScaleMS <= 60_000 && h.Timeout > 0 {
-			scale := time.Duration(*k.TimeoutScaleMS) * time.Millisecond
-			h.TimeoutScale = scale
-			ticks := h.Timeout / scale
-			switch {
-			case h.Timeout%scale != 0:
-				lo, hi := ticks*scale, (ticks+1)*scale
-				p.Add(fmt.Sprintf("heartbeat timeout_ms (%d) is not a whole number of timeout_scale_ms (%d)", h.Timeout.Milliseconds(), *k.TimeoutScaleMS),
-					fmt.Sprintf("use timeout_ms %d or %d", lo.Milliseconds(), hi.Milliseconds()), key, "timeout_ms")
-			case ticks < 1 || ticks > 0xFFFF:
-				p.Add(fmt.Sprintf("heartbeat timeout_ms / timeout_scale_ms = %d does not fit the 16-bit register", ticks),
-					"check timeout_scale_ms against the device's manual", key, "timeout_scale_ms")
-			default:
-				h.TimeoutTicks = uint16(ticks)
-			}
-		}
+		return
 	}
-	c.Heartbeat = h
+	h.HasTimeoutReg = true
+	addr, ok := heartbeatReg(p, k.TimeoutRegister, "timeout_register")
+	h.TimeoutAddr = addr
+	if ok && regOK && addr == h.Addr {
+		p.Add(fmt.Sprintf("heartbeat timeout_register is the heartbeat register (%s)", strings.TrimSpace(*k.TimeoutRegister)),
+			"name the device's watchdog time register, which is not its heartbeat register", hbKey, "timeout_register")
+	}
+	if k.TimeoutMS == nil {
+		p.Add("heartbeat timeout_register needs timeout_ms: the watchdog time physd writes there",
+			"add timeout_ms, e.g. timeout_ms: 5000 (at least 3 × every_ms)", hbKey, "timeout_register")
+	}
+	if k.TimeoutScaleMS == nil {
+		p.Add("heartbeat timeout_register needs timeout_scale_ms: what one count of that register means",
+			"add timeout_scale_ms from the device's manual, e.g. 100 when it counts 100 ms steps, 1000 for seconds", hbKey, "timeout_register")
+		return
+	}
+	if *k.TimeoutScaleMS < 1 || *k.TimeoutScaleMS > 60_000 || h.Timeout <= 0 {
+		return
+	}
+	scale := time.Duration(*k.TimeoutScaleMS) * time.Millisecond
+	h.TimeoutScale = scale
+	ticks := h.Timeout / scale
+	switch {
+	case h.Timeout%scale != 0:
+		lo, hi := ticks*scale, (ticks+1)*scale
+		p.Add(fmt.Sprintf("heartbeat timeout_ms (%d) is not a whole number of timeout_scale_ms (%d)", h.Timeout.Milliseconds(), *k.TimeoutScaleMS),
+			fmt.Sprintf("use timeout_ms %d or %d", lo.Milliseconds(), hi.Milliseconds()), hbKey, "timeout_ms")
+	case ticks < 1 || ticks > 0xFFFF:
+		p.Add(fmt.Sprintf("heartbeat timeout_ms / timeout_scale_ms = %d does not fit the 16-bit register", ticks),
+			"check timeout_scale_ms against the device's manual", hbKey, "timeout_scale_ms")
+	default:
+		h.TimeoutTicks = uint16(ticks)
+	}
 }
 
 var tableArticle = map[table]string{tableCoil: "a coil", tableDiscrete: "a discrete input", tableInput: "an input register"}
