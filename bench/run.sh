@@ -12,6 +12,9 @@
 #   STATE_ROOT    parent of the physd state directories (default: a mktemp dir under /tmp)
 #   PHYSD_ENV     extra environment for physd only, e.g. PHYSD_ENV="GOGC=400" (default none)
 #   OUT=bench/results   the report goes to $OUT.md, the raw measurements to $OUT.raw.jsonl
+#   BEFORE_REF=   a git ref: physd built from it runs beside this tree's in every
+#                 read_, do_ and can_do round (server "before"), and the report
+#                 gets a before/after table (e.g. BEFORE_REF=37b8930)
 #
 # Needs: go, coreutils, awk, sed; taskset only with PIN=1 (loadgen parses and reports).
 set -euo pipefail
@@ -21,7 +24,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 CMDLINE="$(printf '%q ' "$0" "$@")"
 ENVLINE=""
-for v in SRV_PROCS PIN PAIRS TPUT_S LAT_S DO_S CANDO_S ROUNDS STARTS STATE_ROOT PHYSD_ENV OUT; do
+for v in SRV_PROCS PIN PAIRS TPUT_S LAT_S DO_S CANDO_S ROUNDS STARTS STATE_ROOT PHYSD_ENV OUT BEFORE_REF; do
 	[[ -n "${!v:-}" ]] && ENVLINE+="$v=${!v} "
 done
 SRV_PROCS=${SRV_PROCS:-2}
@@ -37,6 +40,7 @@ ROUNDS=${ROUNDS:-4}
 STARTS=${STARTS:-12}
 PHYSD_ENV=${PHYSD_ENV:-}
 OUT=${OUT:-bench/results}
+BEFORE_REF=${BEFORE_REF:-}
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 WORK=$(mktemp -d /tmp/physd-bench.XXXXXX)
@@ -49,6 +53,7 @@ cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	rm -rf "$WORK/state" "$WORK"/*.bin
+	[[ -d "$WORK/before" ]] && git worktree remove --force "$WORK/before" 2>/dev/null || true
 }
 trap cleanup EXIT
 
@@ -64,6 +69,11 @@ BUILD=(go build -trimpath)
 "${BUILD[@]}" -o "$WORK/baresdk.bin" ./bench/baresdk
 "${BUILD[@]}" -o "$WORK/loadgen.bin" ./bench/loadgen
 PHYSD=$WORK/physd.bin BARE=$WORK/baresdk.bin LG=$WORK/loadgen.bin
+if [[ -n "$BEFORE_REF" ]]; then
+	git worktree add --detach -q "$WORK/before" "$BEFORE_REF"
+	(cd "$WORK/before" && "${BUILD[@]}" -o "$WORK/before.bin" ./cmd/physd)
+fi
+BEFORE=$WORK/before.bin
 "$PHYSD" validate bench/manifest50.yml >&2
 
 # start NAME ARGS... : starts a server with GOMAXPROCS=$SRV_PROCS, sets
@@ -122,6 +132,12 @@ start raw "$BARE" --raw
 R=$PID RA=$ADDR
 start physd50 "$PHYSD" run --manifest bench/manifest50.yml --http 127.0.0.1:0 --state "$STATE_ROOT/m50"
 P50=$PID P50A=$ADDR
+if [[ -n "$BEFORE_REF" ]]; then
+	start physd_before "$BEFORE" run --manifest $GH --http 127.0.0.1:0 --state "$STATE_ROOT/gh_before"
+	Q=$PID QA=$ADDR
+	start physd50_before "$BEFORE" run --manifest bench/manifest50.yml --http 127.0.0.1:0 --state "$STATE_ROOT/m50_before"
+	Q50=$PID Q50A=$ADDR
+fi
 
 measure_read() { # SERVER PAIR ORDER
 	local url pid kind
@@ -129,6 +145,7 @@ measure_read() { # SERVER PAIR ORDER
 	physd) url=http://$PA/mcp pid=$P kind=read ;;
 	bare) url=http://$BA/mcp pid=$B kind=echo ;;
 	raw) url=http://$RA/mcp pid=$R kind=echo ;;
+	before) url=http://$QA/mcp pid=$Q kind=read ;;
 	esac
 	lg -url "$url" -pid "$pid" -kind $kind -c 8 -d "${TPUT_S}s" -warmup 500ms \
 		-tag phase=read -tag server="$1" -tag mode=tput -tag pair="$2" -tag order="$3"
@@ -139,6 +156,7 @@ measure_read() { # SERVER PAIR ORDER
 echo "== (a) read_ cache hit (c=8 throughput, c=1 latency), $PAIRS alternating pairs" >&2
 for i in $(seq "$PAIRS"); do
 	if ((i % 2)); then order=(physd bare raw); else order=(raw bare physd); fi
+	[[ -n "$BEFORE_REF" ]] && order+=(before)
 	ord=$(IFS=,; echo "${order[*]}")
 	for s in "${order[@]}"; do measure_read "$s" "$i" "$ord"; done
 done
@@ -149,19 +167,23 @@ echo "== (b) do_ full path, c=1, state on $(df --output=source,fstype "$STATE_RO
 for i in $(seq "$ROUNDS"); do
 	do_p() { lg -url "http://$PA/mcp" -pid "$P" -kind do -c 1 -d "${DO_S}s" -warmup 300ms -tag phase=do -tag server=physd -tag pair="$i"; }
 	do_b() { lg -url "http://$BA/mcp" -pid "$B" -kind echo -c 1 -d "${LAT_S}s" -warmup 300ms -tag phase=do -tag server=bare -tag pair="$i"; }
+	do_q() { lg -url "http://$QA/mcp" -pid "$Q" -kind do -c 1 -d "${DO_S}s" -warmup 300ms -tag phase=do -tag server=before -tag pair="$i"; }
 	if ((i % 2)); then do_p; do_b; else do_b; do_p; fi
+	[[ -n "$BEFORE_REF" ]] && do_q
 done
 
 echo "== (c) can_do, 50 capabilities, c=1" >&2
 for i in $(seq "$ROUNDS"); do
 	cd_p() { lg -url "http://$P50A/mcp" -pid "$P50" -kind cando -c 1 -d "${CANDO_S}s" -warmup 300ms -tag phase=cando -tag server=physd -tag pair="$i"; }
 	cd_b() { lg -url "http://$BA/mcp" -pid "$B" -kind echo -c 1 -d "${LAT_S}s" -warmup 300ms -tag phase=cando -tag server=bare -tag pair="$i"; }
+	cd_q() { lg -url "http://$Q50A/mcp" -pid "$Q50" -kind cando -c 1 -d "${CANDO_S}s" -warmup 300ms -tag phase=cando -tag server=before -tag pair="$i"; }
 	if ((i % 2)); then cd_p; cd_b; else cd_b; cd_p; fi
+	[[ -n "$BEFORE_REF" ]] && cd_q
 done
 
 echo "== (e) start to ready, $STARTS starts (fresh state directory each)" >&2
-kill "$P" "$B" "$R" "$P50"
-wait "$P" "$B" "$R" "$P50" 2>/dev/null || true
+kill "$P" "$B" "$R" "$P50" ${Q:+"$Q"} ${Q50:+"$Q50"}
+wait "$P" "$B" "$R" "$P50" ${Q:+"$Q"} ${Q50:+"$Q50"} 2>/dev/null || true
 read -ra PENV <<<"$PHYSD_ENV"
 env "${PENV[@]}" GOMAXPROCS=$SRV_PROCS "${SRV_PIN[@]}" "$LG" startup -json -n "$STARTS" -state-root "$STATE_ROOT" -tag server=physd -- \
 	"$PHYSD" run --manifest $GH --http 127.0.0.1:0 | tee -a "$RAW" >&2
@@ -186,7 +208,7 @@ HDR=(
 )
 ARGS=()
 for h in "${HDR[@]}"; do ARGS+=(-h "$h"); done
-"$LG" report -in "$RAW" -md "$MD" "${ARGS[@]}"
+"$LG" report -in "$RAW" -md "$MD" -before "$BEFORE_REF" "${ARGS[@]}"
 cp "$RAW" "$OUT.raw.jsonl"
 echo >&2
 echo "wrote $MD and $OUT.raw.jsonl" >&2

@@ -40,6 +40,7 @@ func report(args []string) int {
 	md := fs.String("md", "", "also write the report (markdown) here")
 	var hdr []string
 	fs.Func("h", "header line for the report (repeatable)", func(s string) error { hdr = append(hdr, s); return nil })
+	before := fs.String("before", "", "the ref the server tagged before was built from (run.sh BEFORE_REF)")
 	fs.Parse(args)
 	f, err := os.Open(*in)
 	if err != nil {
@@ -239,6 +240,7 @@ func report(args []string) int {
 			p("| %s | %d | %s | %s | %s | %s | %s | %s |\n", k, a.Calls, ms(a.P50us), ms(a.P90us), ms(a.P99us), ms(a.MaxUS), ms(c.P50us), ms(c.P99us))
 		}
 	}
+	beforeAfter(p, sel, *before)
 	fmt.Print(b.String())
 	if *md != "" {
 		if err := os.WriteFile(*md, []byte(b.String()), 0o644); err != nil {
@@ -247,4 +249,42 @@ func report(args []string) int {
 		}
 	}
 	return 0
+}
+
+// beforeAfter is the section run.sh writes with BEFORE_REF: physd built
+// from that ref (server tag before) against this tree (physd), each
+// against the bare go-sdk server measured in the same rounds.
+func beforeAfter(p func(string, ...any), sel func(...string) []line, ref string) {
+	if len(sel("server", "before")) == 0 {
+		return
+	}
+	p50 := func(ls []line) float64 { return median(fieldOf(ls, func(l line) float64 { return l.P50us })) }
+	rps := func(ls []line) float64 { return median(fieldOf(ls, func(l line) float64 { return l.RPS })) }
+	p("\n### Before (%s) and after, in this run\n\n| metric | before | after | bare go-sdk | before/bare | after/bare |\n|---|---|---|---|---|---|\n", ref)
+	row := func(label string, v func([]line) float64, unit string, kv ...string) {
+		get := func(server string) float64 { return v(sel(append([]string{"server", server}, kv...)...)) }
+		b, a, bare := get("before"), get("physd"), get("bare")
+		if b == 0 || a == 0 || bare == 0 {
+			return
+		}
+		f := func(x float64) string {
+			if unit == "ms" {
+				return fmt.Sprintf("%.2f ms", x/1e3)
+			}
+			return fmt.Sprintf("%.0f calls/s", x)
+		}
+		p("| %s | %s | %s | %s | %.2f× | %.2f× |\n", label, f(b), f(a), f(bare), b/bare, a/bare)
+	}
+	row("read_ cache-hit throughput, c=8", rps, "rps", "phase", "read", "mode", "tput")
+	row("read_ cache-hit p50, c=1", p50, "ms", "phase", "read", "mode", "lat")
+	row("do_ full path p50, c=1", p50, "ms", "phase", "do")
+	row("can_do p50, c=1, 50 capabilities", p50, "ms", "phase", "cando")
+}
+
+func fieldOf(ls []line, f func(line) float64) []float64 {
+	out := make([]float64, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, f(l))
+	}
+	return out
 }
