@@ -246,7 +246,8 @@ func (d *Daemon) startMesh(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mesh: %w", err)
 	}
-	d.site, d.remote.Mesh = site, site
+	d.site = site
+	d.remote.SetMesh(site)
 	d.peers.set(site)
 	go watchQuorum(d.ctx, site, d.n, d.log)
 	registerMeshMetrics(d.mx, site)

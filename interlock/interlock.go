@@ -48,21 +48,33 @@ const Code = "interlock_active"
 
 // Condition compares one reading: exactly one of Above, Below or Equals.
 type Condition struct {
-	Read   string // read_<cap>, a capability of this gateway
+	Read string // read_<cap>
+	// Source is the gateway that owns Read when it is not this one (its
+	// device.id): the reading comes over the mesh, and an owner that does
+	// not answer counts as the unsafe side.
+	Source string
 	Above  *float64
 	Below  *float64
 	Equals any // a float64, bool or string, typed as the reading
+}
+
+// Key names the reading: read_x, or gw_b/read_x for another gateway's.
+func (c Condition) Key() string {
+	if c.Source != "" {
+		return c.Source + "/" + c.Read
+	}
+	return c.Read
 }
 
 // String is "read_x > 10".
 func (c Condition) String() string {
 	switch {
 	case c.Above != nil:
-		return fmt.Sprintf("%s > %g", c.Read, *c.Above)
+		return fmt.Sprintf("%s > %g", c.Key(), *c.Above)
 	case c.Below != nil:
-		return fmt.Sprintf("%s < %g", c.Read, *c.Below)
+		return fmt.Sprintf("%s < %g", c.Key(), *c.Below)
 	}
-	return fmt.Sprintf("%s = %s", c.Read, promcp.FormatValue(c.Equals))
+	return fmt.Sprintf("%s = %s", c.Key(), promcp.FormatValue(c.Equals))
 }
 
 // Rule is one entry of interlocks:.
@@ -167,18 +179,18 @@ func (v *Violation) Reason() string {
 	switch r.Kind {
 	case Permissive:
 		return fmt.Sprintf("permissive %s: %s %s needs %s, and %s is %s: it does not hold (a reading that is not good and at most %v old counts as not holding)",
-			r.Name, v.Output, r.appliesText(), r.Cond, r.Cond.Read, v.Reading, r.MaxAge)
+			r.Name, v.Output, r.appliesText(), r.Cond, r.Cond.Key(), v.Reading, r.MaxAge)
 	case Interlock:
 		return fmt.Sprintf("interlock %s: %s %s while %s, and %s is %s; %s breaks the bound",
-			r.Name, v.Output, r.boundText(), r.Cond, r.Cond.Read, v.Reading, val)
+			r.Name, v.Output, r.boundText(), r.Cond, r.Cond.Key(), v.Reading, val)
 	}
 	return fmt.Sprintf("trip %s: %s is held at its safe value while %s, and %s is %s",
-		r.Name, v.Output, r.Cond, r.Cond.Read, v.Reading)
+		r.Name, v.Output, r.Cond, r.Cond.Key(), v.Reading)
 }
 
 // Details is machine-parseable.
 func (v *Violation) Details() string {
-	d := fmt.Sprintf("code=%s; rule=%s; kind=%s; read=%s; quality=%s; age_ms=%d", Code, v.Rule.Name, v.Rule.Kind, v.Rule.Cond.Read, v.Reading.Quality, v.Reading.Age.Milliseconds())
+	d := fmt.Sprintf("code=%s; rule=%s; kind=%s; read=%s; quality=%s; age_ms=%d", Code, v.Rule.Name, v.Rule.Kind, v.Rule.Cond.Key(), v.Reading.Quality, v.Reading.Age.Milliseconds())
 	if v.Reading.Known {
 		d += "; reading=" + promcp.FormatValue(v.Reading.Value)
 	}
@@ -263,7 +275,7 @@ func NewSet(rules []*Rule) *Set {
 		for _, o := range r.Outputs {
 			s.byOutput[o] = append(s.byOutput[o], r)
 		}
-		s.byRead[r.Cond.Read] = append(s.byRead[r.Cond.Read], r)
+		s.byRead[r.Cond.Key()] = append(s.byRead[r.Cond.Key()], r)
 	}
 	return s
 }
@@ -284,19 +296,50 @@ func (s *Set) On(tool string) []*Rule {
 	return s.byOutput[tool]
 }
 
-// Reading lists the rules whose condition reads tool.
-func (s *Set) Reading(tool string) []*Rule {
+// Reading lists the rules whose condition reads key (Condition.Key).
+func (s *Set) Reading(key string) []*Rule {
 	if s == nil {
 		return nil
 	}
-	return s.byRead[tool]
+	return s.byRead[key]
 }
+
+// Remote lists the conditions that read another gateway's capability, one
+// per reading, with the shortest max_age of the rules that read it.
+func (s *Set) Remote() []RemoteReading {
+	if s == nil {
+		return nil
+	}
+	var out []RemoteReading
+	seen := map[string]int{}
+	for _, r := range s.Rules {
+		if r.Cond.Source == "" {
+			continue
+		}
+		if i, ok := seen[r.Cond.Key()]; ok {
+			out[i].MaxAge = min(out[i].MaxAge, r.MaxAge)
+			continue
+		}
+		seen[r.Cond.Key()] = len(out)
+		out = append(out, RemoteReading{Source: r.Cond.Source, Read: r.Cond.Read, MaxAge: r.MaxAge})
+	}
+	return out
+}
+
+// RemoteReading is another gateway's capability some rule reads.
+type RemoteReading struct {
+	Source, Read string
+	MaxAge       time.Duration
+}
+
+// Key is Condition.Key of the reading.
+func (r RemoteReading) Key() string { return r.Source + "/" + r.Read }
 
 // Check judges out against every rule on it; read gives a condition's
 // reading. The first violation is returned (rules in file order).
 func (s *Set) Check(out Output, read func(tool string, maxAge time.Duration) Reading) *Violation {
 	for _, r := range s.On(out.Tool) {
-		if v := r.Judge(out, read(r.Cond.Read, r.MaxAge)); v != nil {
+		if v := r.Judge(out, read(r.Cond.Key(), r.MaxAge)); v != nil {
 			return v
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/physd/physd/manifest"
@@ -130,7 +131,10 @@ const DefaultDownListed = 10 * time.Minute
 
 // Remote is the node's view of the rest of the site.
 type Remote struct {
+	// Mesh is the site's mesh; the daemon sets it with SetMesh once the
+	// mesh has joined (the node, which reads over it, opens before).
 	Mesh *mesh.Mesh
+	live atomic.Pointer[mesh.Mesh]
 	// Budget bounds a distributed can_do (PhysMCP's 500 ms total).
 	Budget time.Duration
 	// MaxPeers bounds how many peers are asked at once (manifest
@@ -163,7 +167,7 @@ func downListed(mem mesh.Member, keep time.Duration) (bool, string) {
 // dead, or could not be asked before the budget ran out are reported
 // blocked for their matching capabilities: the answer is complete.
 func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node.Caller) node.RemoteReport {
-	st := r.Mesh.Status() // one view of the members for both figures
+	st := r.site().Status() // one view of the members for both figures
 	out := node.RemoteReport{MeshSizeEstimate: st.SizeEstimate, PartitionState: st.PartitionState}
 	in, err := node.Normalise(req)
 	if err != nil {
@@ -171,7 +175,7 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 	}
 	matches := map[string][]mesh.CatalogEntry{}
 	var targets, suspects []string // alive members are asked first
-	for _, mem := range r.Mesh.Members() {
+	for _, mem := range r.site().Members() {
 		if mem.Self || mem.Catalog == nil {
 			continue
 		}
@@ -210,10 +214,10 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 	}
 	// Decide DecisionMargin before the budget, so the merged answer
 	// reaches the agent within it.
-	ctx, cancel := context.WithTimeout(ctx, budget-min(r.Mesh.DecisionMargin(), budget/2))
+	ctx, cancel := context.WithTimeout(ctx, budget-min(r.site().DecisionMargin(), budget/2))
 	defer cancel()
 	payload, _ := json.Marshal(canDoRequest{Request: req, Caller: caller, Credential: caller.Credential})
-	res := r.Mesh.Consult(ctx, targets, KindCanDo, payload, r.MaxPeers)
+	res := r.site().Consult(ctx, targets, KindCanDo, payload, r.MaxPeers)
 	out.PeersConsulted = len(targets) - len(res.NotConsulted)
 	out.PeersNotConsulted = len(res.NotConsulted)
 	out.FanoutUsed = res.Peak
@@ -375,4 +379,35 @@ func or(d, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// ReadRemote asks owner for an observation of tool (node.RemoteReader):
+// the readings of other gateways that the policy's interlocks depend on.
+func (r *Remote) ReadRemote(ctx context.Context, owner, tool string, maxAge time.Duration) (promcp.Observation, error) {
+	m := r.site()
+	if m == nil {
+		return promcp.Observation{}, errors.New("the mesh has not started yet")
+	}
+	payload, _ := json.Marshal(readRequest{Tool: tool, MaxAgeMS: maxAge.Milliseconds()})
+	b, err := m.Call(ctx, owner, KindRead, payload, mesh.CallOptions{})
+	if err != nil {
+		return promcp.Observation{}, err
+	}
+	var o promcp.Observation
+	if err := json.Unmarshal(b, &o); err != nil {
+		return promcp.Observation{}, fmt.Errorf("%s answered %s with something that is not an observation: %w", owner, tool, err)
+	}
+	return o, nil
+}
+
+// SetMesh puts the joined mesh in place; calls that began before see it
+// or not, never half of it.
+func (r *Remote) SetMesh(m *mesh.Mesh) { r.live.Store(m) }
+
+// site is the mesh in use: SetMesh's, else the Mesh field.
+func (r *Remote) site() *mesh.Mesh {
+	if m := r.live.Load(); m != nil {
+		return m
+	}
+	return r.Mesh
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/physd/physd/interlock"
@@ -46,6 +47,9 @@ const interlockTick = time.Second
 
 // cachedReading is a condition's reading from the cache: no device access.
 func (n *Node) cachedReading(tool string) interlock.Reading {
+	if isRemoteKey(tool) {
+		return n.remoteReading(tool)
+	}
 	cs := n.bound().byTool[tool]
 	if cs == nil {
 		return interlock.Reading{Error: tool + " is not a capability of the manifest in force"}
@@ -76,6 +80,11 @@ func (n *Node) liveReading(ctx context.Context, tool string, maxAge time.Duratio
 	r := n.cachedReading(tool)
 	if r.Known && r.Quality == promcp.QualityGood && r.Age <= maxAge {
 		return r
+	}
+	if isRemoteKey(tool) {
+		source, read, _ := strings.Cut(tool, "/")
+		n.fetchRemote(ctx, interlock.RemoteReading{Source: source, Read: read, MaxAge: maxAge})
+		return n.cachedReading(tool)
 	}
 	cs := n.bound().byTool[tool]
 	if cs == nil || cs.point == nil {
@@ -121,7 +130,7 @@ func (n *Node) afterRead(cs *capState) {
 func (n *Node) judgePlant(rules []*interlock.Rule, onTick bool) {
 	b := n.bound()
 	for _, r := range rules {
-		reading := n.cachedReading(r.Cond.Read)
+		reading := n.cachedReading(r.Cond.Key())
 		if onTick && !reading.Known && time.Since(n.born) < r.MaxAge {
 			continue
 		}
@@ -171,7 +180,7 @@ func (n *Node) trip(cs *capState, v *interlock.Violation) {
 			if s := cs.last.Load(); s != nil {
 				out.Value, out.Known = s.value, true
 			}
-			return v.Rule.Judge(out, n.cachedReading(v.Rule.Cond.Read)) != nil
+			return v.Rule.Judge(out, n.cachedReading(v.Rule.Cond.Key())) != nil
 		})
 	}()
 }
@@ -207,7 +216,7 @@ func (n *Node) interlockNotes(cs *capState) []promcp.InterlockNote {
 	}
 	out := make([]promcp.InterlockNote, 0, len(rules))
 	for _, r := range rules {
-		rd := n.cachedReading(r.Cond.Read)
+		rd := n.cachedReading(r.Cond.Key())
 		note := promcp.InterlockNote{Name: r.Name, Kind: string(r.Kind), Condition: r.Cond.String(), Reading: rd.String()}
 		if r.Max != nil || r.Min != nil {
 			note.Bound = fmt.Sprintf("%s while %s", boundOf(r), r.Cond)

@@ -352,3 +352,90 @@ func TestInterlockCanDoAgrees(t *testing.T) {
 		}
 	})
 }
+
+// meshReader is a Remote whose readings the test sets (or makes fail).
+type meshReader struct {
+	mu   sync.Mutex
+	v    float64
+	down bool
+	n    int
+}
+
+func (m *meshReader) CanDo(context.Context, promcp.CanDoRequest, node.Caller) node.RemoteReport {
+	return node.RemoteReport{}
+}
+
+func (m *meshReader) ReadRemote(_ context.Context, owner, tool string, _ time.Duration) (promcp.Observation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	if m.down || owner != "gw_c" || tool != "read_vent_c" {
+		return promcp.Observation{}, fmt.Errorf("%s: no answer", owner)
+	}
+	return promcp.Observation{Value: m.v, Quality: promcp.QualityGood, Timestamp: time.Now()}, nil
+}
+
+func (m *meshReader) set(v float64, down bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.v, m.down = v, down
+}
+
+// TestInterlockOnAnotherGateway: a trip on another gateway's reading is
+// judged on the mesh's answers; an owner that stops answering counts as
+// the unsafe side and trips the output.
+func TestInterlockOnAnotherGateway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		thePanel.mu.Lock()
+		thePanel.v = map[string]float64{}
+		thePanel.mu.Unlock()
+		man := strings.Replace(panelManifest, "network: {protocols: [{type: ip}], mesh: {enabled: false}}",
+			"network: {protocols: [{type: ip}], mesh: {enabled: true, bind: 127.0.0.1, port: 7946, expected_size: 2}}", 1)
+		m, err := manifest.Parse("panel.yml", []byte(man))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol, err := policy.Parse("p.yml", []byte(`physmcp_policy_version: "0.1"
+interlocks:
+  - {name: vent_c_open, kind: trip, while: {read: read_vent_c, source: gw_c, above: 80}, safe: [do_heater], max_age_ms: 3000}
+`), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr := &meshReader{v: 20}
+		dir := t.TempDir()
+		st, _ := store.Open(dir)
+		al, _ := audit.Open(dir + "/audit")
+		n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Remote: mr, Guard: lockGuard{set: interlock.NewSet(pol.Interlocks)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { n.Close(context.Background()); al.Close(); st.Close() }()
+		f := &panelFixture{n: n, al: al}
+		time.Sleep(time.Second)
+		if r := f.do(t, "do_heater", 40, "h1"); r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater with gw_c's vent at 20: %+v", r)
+		}
+		mr.set(90, false)
+		time.Sleep(1100 * time.Millisecond) // a poll (every max_age/3)
+		synctest.Wait()
+		if v := thePanel.get("heater"); v != 0 {
+			t.Fatalf("gw_c's vent at 90: heater %v; want 0", v)
+		}
+		mr.set(20, false)
+		time.Sleep(1100 * time.Millisecond)
+		if r := f.do(t, "do_heater", 40, "h2"); r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater after gw_c's vent closed: %+v", r)
+		}
+		mr.set(20, true) // gw_c stops answering
+		time.Sleep(1100 * time.Millisecond)
+		synctest.Wait()
+		if v := thePanel.get("heater"); v != 0 {
+			t.Fatalf("gw_c unreachable: heater %v; want 0 (the unsafe side)", v)
+		}
+		r := f.do(t, "do_heater", 40, "h3")
+		if !refusedBy(r, "vent_c_open") || !strings.Contains(r.Reason, "gw_c did not answer") {
+			t.Fatalf("heater with gw_c unreachable: %+v", r)
+		}
+	})
+}

@@ -107,7 +107,8 @@ type Node struct {
 
 	born time.Time // when Open began: the liveness marks count from here (liveness.go)
 
-	fs failSafe // safe states and leases (safe.go, lease.go)
+	fs failSafe    // safe states and leases (safe.go, lease.go)
+	rr remoteReads // the interlocks' readings of other gateways (remotereads.go)
 
 	obs      stream         // the observation stream (observe.go)
 	stopPoll chan struct{}  // closed by Close: background polls end
@@ -137,6 +138,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		pruned:      make(chan struct{}),
 		stopPoll:    make(chan struct{}),
 		fs:          newFailSafe(),
+		rr:          remoteReads{last: map[string]remoteReading{}, inFlight: map[string]bool{}},
 	}
 	if n.guard == nil {
 		n.guard = NoPolicy{}
@@ -160,9 +162,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		_ = n.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	n.polls.Add(2)
+	n.polls.Add(3)
 	go n.watchBuses()
 	go n.superviseInterlocks()
+	go n.pollRemoteReadings()
 	return n, nil
 }
 

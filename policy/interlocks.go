@@ -52,6 +52,7 @@ type rawInterlock struct {
 
 type rawCondition struct {
 	Read   *string    `yaml:"read"`
+	Source *string    `yaml:"source"`
 	Above  *float64   `yaml:"above"`
 	Below  *float64   `yaml:"below"`
 	Equals *yaml.Node `yaml:"equals"`
@@ -125,7 +126,10 @@ func (p *parser) interlock(item *yaml.Node, field string, names map[string]bool,
 		return nil
 	}
 	r.Cond = c
-	r.MaxAge = conditionMaxAge(m.Capability(manifest.CapabilityName(c.Read)))
+	r.MaxAge = DefaultInterlockMaxAge // another gateway's reading
+	if c.Source == "" {
+		r.MaxAge = conditionMaxAge(m.Capability(manifest.CapabilityName(c.Read)))
+	}
 	if raw.MaxAgeMS != nil {
 		if *raw.MaxAgeMS < 1 || *raw.MaxAgeMS > 3_600_000 {
 			p.Addf(at("max_age_ms"), field+".max_age_ms", "use 1 to 3600000 ms", "%d is out of range", *raw.MaxAgeMS)
@@ -229,9 +233,12 @@ func (p *parser) condition(n *yaml.Node, field string, raw *rawCondition, m *man
 		p.Addf(n, field+".read", "name the read_ tool the rule watches, e.g. read: read_…", "required")
 		return c, false
 	}
+	if raw.Source != nil && *raw.Source != m.Device.ID {
+		return p.remoteCondition(n, field, raw, m)
+	}
 	rc := m.Capability(manifest.CapabilityName(*raw.Read))
 	if rc == nil || rc.Kind != manifest.KindRead || rc.ToolName() != *raw.Read {
-		p.Addf(strictyaml.ValueOf(n, "read"), field+".read", "name a read_ tool of this gateway's manifest (readings of other gateways are not supported in interlocks yet)",
+		p.Addf(strictyaml.ValueOf(n, "read"), field+".read", "name a read_ tool of this gateway's manifest, or add source: <device id> for another gateway's",
 			"%q is not a read_ tool of the manifest", *raw.Read)
 		return c, false
 	}
@@ -241,14 +248,7 @@ func (p *parser) condition(n *yaml.Node, field string, raw *rawCondition, m *man
 		return c, false
 	}
 	c.Read = *raw.Read
-	set := 0
-	for _, b := range []bool{raw.Above != nil, raw.Below != nil, raw.Equals != nil} {
-		if b {
-			set++
-		}
-	}
-	if set != 1 {
-		p.Addf(n, field, "give exactly one of above: N, below: N or equals: V", "%d comparisons", set)
+	if !p.oneComparison(n, field, raw) {
 		return c, false
 	}
 	num := rc.DataType == manifest.TypeFloat || rc.DataType == manifest.TypeInt
@@ -287,6 +287,54 @@ func (p *parser) condition(n *yaml.Node, field string, raw *rawCondition, m *man
 		c.Equals = v
 	}
 	return c, true
+}
+
+// oneComparison: exactly one of above, below, equals.
+func (p *parser) oneComparison(n *yaml.Node, field string, raw *rawCondition) bool {
+	set := 0
+	for _, b := range []bool{raw.Above != nil, raw.Below != nil, raw.Equals != nil} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		p.Addf(n, field, "give exactly one of above: N, below: N or equals: V", "%d comparisons", set)
+	}
+	return set == 1
+}
+
+var remoteReadRE = regexp.MustCompile(`^read_[a-z][a-z0-9_]*$`)
+
+// remoteCondition is a condition on another gateway's reading: it cannot
+// be checked against that gateway's manifest here, so its name and
+// comparison are checked, and the mesh must be on. Its equals: stays as
+// written (a number, bool or text).
+func (p *parser) remoteCondition(n *yaml.Node, field string, raw *rawCondition, m *manifest.Manifest) (interlock.Condition, bool) {
+	c := interlock.Condition{Read: *raw.Read, Source: *raw.Source, Above: raw.Above, Below: raw.Below}
+	ok := true
+	if !m.Network.Mesh.Enabled {
+		p.Addf(strictyaml.ValueOf(n, "source"), field+".source", "enable network.mesh in the manifest, or read a capability of this gateway", "%s is another gateway, and this one has no mesh", *raw.Source)
+		ok = false
+	}
+	if !remoteReadRE.MatchString(*raw.Read) {
+		p.Addf(strictyaml.ValueOf(n, "read"), field+".read", "name the owner's read_ tool, e.g. read_vent_zone_c", "%q is not a read_ tool name", *raw.Read)
+		ok = false
+	}
+	if !p.oneComparison(n, field, raw) {
+		return c, false
+	}
+	if e := raw.Equals; e != nil {
+		var v any
+		if err := e.Decode(&v); err != nil || e.Kind != yaml.ScalarNode {
+			p.Addf(e, field+".equals", "a number, true/false or an enum value", "not a value")
+			return c, false
+		}
+		if f, isNum := manifest.Number(v); isNum {
+			v = f
+		}
+		c.Equals = v
+	}
+	return c, ok
 }
 
 // conditionMaxAge is how old a reading of c may be: two poll rounds and a

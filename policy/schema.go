@@ -180,7 +180,8 @@ func interlocksSchema() *jsonschema.Schema {
 		Description: "How old the reading may be to count (default: 2 × poll_ms + timeout_ms for a polled read, else 5000 or cache_ttl_ms); an older, stale, degraded or failed reading counts as the unsafe side."}
 	cond := manifest.DecodeSchema(reflect.TypeFor[rawCondition]())
 	cond.Required = []string{"read"}
-	cond.Properties["read"] = &jsonschema.Schema{Type: "string", Pattern: "^read_", Description: "A read_ tool of this gateway."}
+	cond.Properties["read"] = &jsonschema.Schema{Type: "string", Pattern: "^read_", Description: "A polled read_ tool of this gateway, or of the gateway source names."}
+	cond.Properties["source"] = &jsonschema.Schema{Type: "string", Description: "Another gateway's device.id: the reading comes over the mesh (max_age_ms default 5000), and an owner that does not answer counts as the unsafe side."}
 	cond.Properties["equals"] = &jsonschema.Schema{Types: []string{"number", "boolean", "string"}, Description: "The reading equals this value (bool, enum, int)."}
 	cond.Properties["above"].Description = "The reading is above this number."
 	cond.Properties["below"].Description = "The reading is below this number."
