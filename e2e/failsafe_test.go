@@ -542,3 +542,66 @@ func TestFailSafePermissiveStops(t *testing.T) {
 	}
 	t.Logf("permissive stops holding → safe value at the device over %d rounds: %s", len(took), quantiles(took))
 }
+
+// TestFailSafeRemoteInterlock: gw_zone_a's heater has a trip on gw_zone_c's
+// temperature (read over the mesh). While gw_zone_c answers and the
+// condition does not hold, the heater runs; gw_zone_c is SIGKILLed: its
+// reading is unknown, the unsafe side, and the heater goes safe.
+func TestFailSafeRemoteInterlock(t *testing.T) {
+	src, err := os.ReadFile(repoPath("examples/mesh-3node/node_a.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const anchor = "    side_effects: [zone_a_temperature_change, energy_consumption]\n"
+	withSafe := strings.Replace(string(src), anchor, anchor+"    safe: {value: 0, on: [interlock_trip]}\n", 1)
+	dir := t.TempDir()
+	manifestA, policyA := filepath.Join(dir, "node_a.yml"), filepath.Join(dir, "policy_a.yml")
+	if err := os.WriteFile(manifestA, []byte(withSafe), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(policyA, []byte(`physmcp_policy_version: "0.1"
+interlocks:
+  - name: zone_c_hot
+    kind: trip
+    while: {read: read_temperature_zone_c, source: gw_zone_c, above: 45}
+    safe: [do_heater_zone_a]
+    max_age_ms: 2000
+gate:
+  fail_closed: deny
+  l0:
+    allow:
+      - {name: heater, tool: do_heater_zone_a}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var took []time.Duration
+	for round := range chaosRounds(t) {
+		st := t.TempDir()
+		a := meshNodeWithArgs(t, manifestA, "127.0.0.2", st+"/a", "--policy", policyA)
+		meshNode(t, "b", "127.0.0.3", st+"/b")
+		c := meshNode(t, "c", "127.0.0.4", st+"/c")
+		cs := connectHTTP(t, a, "2026-07-28")
+		var r map[string]any
+		end := time.Now().Add(20 * time.Second)
+		for { // until gw_zone_c's reading has come over the mesh
+			r = structured(t, call(t, cs, "do_heater_zone_a", map[string]any{"value": 60, "idempotency_key": fmt.Sprintf("r%d-%d", round, time.Now().UnixNano())}))
+			if r["status"] == "success" || time.Now().After(end) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if r["status"] != "success" {
+			t.Fatalf("round %d: heater with gw_zone_c answering: %v", round, r)
+		}
+		cs.Close()
+		t0 := time.Now()
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		at := awaitDevice(t, 20*time.Second, "gw_zone_c killed → heater 0", func() bool { return a.sim(t).Signals["zone_a.heater"] == 0 })
+		took = append(took, at.Sub(t0))
+		if got := safeAudit(t, a.state); got["interlock_trip/success"] < 1 {
+			t.Fatalf("round %d: safe_state audit %v", round, got)
+		}
+	}
+	t.Logf("owner of a remote interlock reading killed → safe value over %d rounds: %s", len(took), quantiles(took))
+}

@@ -20,7 +20,13 @@ func meshNode(t *testing.T, n, ip, state string) *daemon {
 // manifest.
 func meshNodeWith(t *testing.T, manifest, ip, state string) *daemon {
 	t.Helper()
-	args := []string{"run", "--manifest", manifest, "--state", state, "--http", ip + ":0", "--sim-control"}
+	return meshNodeWithArgs(t, manifest, ip, state)
+}
+
+// meshNodeWithArgs is meshNodeWith with more physd run flags.
+func meshNodeWithArgs(t *testing.T, manifest, ip, state string, extra ...string) *daemon {
+	t.Helper()
+	args := append([]string{"run", "--manifest", manifest, "--state", state, "--http", ip + ":0", "--sim-control"}, extra...)
 	d := &daemon{cmd: exec.Command(physdBin, args...), state: state, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {

@@ -94,6 +94,15 @@ type Rule struct {
 	Max, Min *float64
 	// MaxAge is how old the reading may be to count as known.
 	MaxAge time.Duration
+	// Bypass, when set, lets two people lift the rule for a while
+	// (permissives and interlocks only; a trip has none).
+	Bypass *BypassTerms
+}
+
+// BypassTerms are a rule's bypass: who may ask and approve, for how long.
+type BypassTerms struct {
+	Role string        // the least role of the one who asks and of the one who approves
+	Max  time.Duration // the longest bypass
 }
 
 // Reading is one observation as the rules see it.
@@ -335,10 +344,14 @@ type RemoteReading struct {
 // Key is Condition.Key of the reading.
 func (r RemoteReading) Key() string { return r.Source + "/" + r.Read }
 
-// Check judges out against every rule on it; read gives a condition's
-// reading. The first violation is returned (rules in file order).
-func (s *Set) Check(out Output, read func(tool string, maxAge time.Duration) Reading) *Violation {
+// Check judges out against every rule on it but those skip names (a
+// bypass in force); read gives a condition's reading. The first violation
+// is returned (rules in file order).
+func (s *Set) Check(out Output, read func(tool string, maxAge time.Duration) Reading, skip func(*Rule) bool) *Violation {
 	for _, r := range s.On(out.Tool) {
+		if skip != nil && skip(r) {
+			continue
+		}
 		if v := r.Judge(out, read(r.Cond.Key(), r.MaxAge)); v != nil {
 			return v
 		}

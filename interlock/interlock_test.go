@@ -82,7 +82,7 @@ func BenchmarkCheck100(b *testing.B) {
 	out := interlock.Output{Tool: "do_h", Safe: 0.0, Value: 40.0, Known: true}
 	b.ReportAllocs()
 	for b.Loop() {
-		if s.Check(out, read) != nil {
+		if s.Check(out, read, nil) != nil {
 			b.Fatal("broken")
 		}
 	}

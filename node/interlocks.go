@@ -103,7 +103,7 @@ func (n *Node) checkInterlocks(ctx context.Context, cs *capState, value any) *re
 	safe, _ := SafeValue(cs.cap)
 	v := set.Check(interlock.Output{Tool: cs.tool, Safe: safe, Value: value, Known: true}, func(tool string, maxAge time.Duration) interlock.Reading {
 		return n.liveReading(ctx, tool, maxAge)
-	})
+	}, n.bypassed)
 	if v == nil {
 		return nil
 	}
@@ -130,6 +130,9 @@ func (n *Node) afterRead(cs *capState) {
 func (n *Node) judgePlant(rules []*interlock.Rule, onTick bool) {
 	b := n.bound()
 	for _, r := range rules {
+		if n.bypassed(r) {
+			continue
+		}
 		reading := n.cachedReading(r.Cond.Key())
 		if onTick && !reading.Known && time.Since(n.born) < r.MaxAge {
 			continue
@@ -180,7 +183,7 @@ func (n *Node) trip(cs *capState, v *interlock.Violation) {
 			if s := cs.last.Load(); s != nil {
 				out.Value, out.Known = s.value, true
 			}
-			return v.Rule.Judge(out, n.cachedReading(v.Rule.Cond.Key())) != nil
+			return !n.bypassed(v.Rule) && v.Rule.Judge(out, n.cachedReading(v.Rule.Cond.Key())) != nil
 		})
 	}()
 }
@@ -220,6 +223,12 @@ func (n *Node) interlockNotes(cs *capState) []promcp.InterlockNote {
 		note := promcp.InterlockNote{Name: r.Name, Kind: string(r.Kind), Condition: r.Cond.String(), Reading: rd.String()}
 		if r.Max != nil || r.Min != nil {
 			note.Bound = fmt.Sprintf("%s while %s", boundOf(r), r.Cond)
+		}
+		for _, b := range n.Bypasses() {
+			if b.Rule == r.Name && b.State == BypassActive {
+				until := b.Until
+				note.BypassedUntil, note.BypassedBy = &until, b.RequestedBy.ID+" and "+b.ApprovedBy.ID
+			}
 		}
 		out = append(out, note)
 	}

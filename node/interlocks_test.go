@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -436,6 +437,89 @@ interlocks:
 		r := f.do(t, "do_heater", 40, "h3")
 		if !refusedBy(r, "vent_c_open") || !strings.Contains(r.Reason, "gw_c did not answer") {
 			t.Fatalf("heater with gw_c unreachable: %+v", r)
+		}
+	})
+}
+
+// TestInterlockBypass: a bypass needs two people with the rule's role; in
+// force, the rule lets values through and does not trip; when it ends the
+// rule is judged on the plant at once.
+func TestInterlockBypass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pol := strings.Replace(panelPolicy, "    max: 20\n", "    max: 20\n    bypass: {role: supervisor, max_minutes: 30}\n", 1)
+		thePanel.mu.Lock()
+		thePanel.v = map[string]float64{"tank": 50, "vent": 90, "temp": 20}
+		thePanel.fail = map[string]bool{}
+		thePanel.mu.Unlock()
+		m, err := manifest.Parse("panel.yml", []byte(panelManifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := policy.Parse("p.yml", []byte(pol), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		st, _ := store.Open(dir)
+		al, _ := audit.Open(dir + "/audit")
+		n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: lockGuard{set: interlock.NewSet(p.Interlocks)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { n.Close(context.Background()); al.Close(); st.Close() }()
+		f := &panelFixture{n: n, al: al}
+		time.Sleep(150 * time.Millisecond)
+		alice := node.Caller{ID: "alice", Role: "supervisor", Credentials: []string{"token:alice"}}
+		alice2 := node.Caller{ID: "alice-2", Role: "admin", Credentials: []string{"token:alice"}}
+		bob := node.Caller{ID: "bob", Role: "supervisor", Credentials: []string{"token:bob"}}
+		op := node.Caller{ID: "op", Role: "operator", Credentials: []string{"token:op"}}
+		if _, err := n.RequestBypass("vent_open", 10*time.Minute, "vent sensor under repair", op); !errors.Is(err, node.ErrBypass) {
+			t.Fatalf("an operator asked: %v", err)
+		}
+		if _, err := n.RequestBypass("vent_open", time.Hour, "too long", alice); !errors.Is(err, node.ErrBypass) {
+			t.Fatalf("beyond max_minutes: %v", err)
+		}
+		if _, err := n.RequestBypass("overtemp", time.Minute, "a trip", alice); !errors.Is(err, node.ErrBypass) {
+			t.Fatalf("a trip: %v", err)
+		}
+		if _, err := n.RequestBypass("vent_open", 10*time.Minute, "vent sensor under repair", alice); err != nil {
+			t.Fatal(err)
+		}
+		if r := f.do(t, "do_heater", 60, "b0"); !refusedBy(r, "vent_open") {
+			t.Fatalf("a pending bypass let a value through: %+v", r)
+		}
+		if _, err := n.ApproveBypass("vent_open", alice2); !errors.Is(err, node.ErrBypass) {
+			t.Fatalf("the same person (another token of alice's) approved: %v", err)
+		}
+		b, err := n.ApproveBypass("vent_open", bob)
+		if err != nil || b.State != node.BypassActive {
+			t.Fatalf("bob's approval: %v %+v", err, b)
+		}
+		if got := f.canDo(t, "heating", 60); got != string(promcp.PermAllowed) {
+			t.Fatalf("can_do under the bypass: %s", got)
+		}
+		if r := f.do(t, "do_heater", 60, "b1"); r.Status != promcp.StatusSuccess {
+			t.Fatalf("do_ under the bypass: %+v", r)
+		}
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if v := thePanel.get("heater"); v != 60 {
+			t.Fatalf("the bypassed rule tripped the heater: %v", v)
+		}
+		time.Sleep(5*time.Minute + time.Millisecond) // the bypass ends
+		synctest.Wait()
+		if v := thePanel.get("heater"); v != 0 {
+			t.Fatalf("after the bypass the vent is still open and the heater is %v; want 0", v)
+		}
+		events := map[string]int{}
+		_ = al.ScanSince(time.Time{}, func(r audit.Record) bool {
+			if strings.HasPrefix(r.Event, "interlock_bypass") {
+				events[r.Event]++
+			}
+			return true
+		})
+		if events["interlock_bypass_requested"] != 1 || events["interlock_bypass_refused"] != 1 || events["interlock_bypass_approved"] != 1 || events["interlock_bypass_ended"] != 1 {
+			t.Errorf("bypass audit: %v", events)
 		}
 	})
 }

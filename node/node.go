@@ -109,6 +109,7 @@ type Node struct {
 
 	fs failSafe    // safe states and leases (safe.go, lease.go)
 	rr remoteReads // the interlocks' readings of other gateways (remotereads.go)
+	bp bypasses    // the interlocks' bypasses (bypass.go)
 
 	obs      stream         // the observation stream (observe.go)
 	stopPoll chan struct{}  // closed by Close: background polls end
@@ -139,6 +140,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		stopPoll:    make(chan struct{}),
 		fs:          newFailSafe(),
 		rr:          remoteReads{last: map[string]remoteReading{}, inFlight: map[string]bool{}},
+		bp:          bypasses{m: map[string]*Bypass{}},
 	}
 	if n.guard == nil {
 		n.guard = NoPolicy{}

@@ -480,6 +480,11 @@ func (n *Node) closeFailSafe() {
 	for _, l := range ls {
 		l.stop()
 	}
+	n.bp.mu.Lock()
+	for _, b := range n.bp.m {
+		b.timer.Stop()
+	}
+	n.bp.mu.Unlock()
 }
 
 // startFailSafe runs once the node is bound and its ledger recovered, before

@@ -48,6 +48,12 @@ type rawInterlock struct {
 	Min          *float64      `yaml:"min"`
 	Safe         []string      `yaml:"safe"`
 	MaxAgeMS     *int          `yaml:"max_age_ms"`
+	Bypass       *rawBypass    `yaml:"bypass"`
+}
+
+type rawBypass struct {
+	Role       *string `yaml:"role"`
+	MaxMinutes *int    `yaml:"max_minutes"`
 }
 
 type rawCondition struct {
@@ -136,10 +142,38 @@ func (p *parser) interlock(item *yaml.Node, field string, names map[string]bool,
 		}
 		r.MaxAge = time.Duration(*raw.MaxAgeMS) * time.Millisecond
 	}
+	r.Bypass = p.bypass(raw.Bypass, r.Kind, at, field)
 	if r.Name == "" || len(r.Outputs) == 0 {
 		return nil
 	}
 	return r
+}
+
+// bypass checks a rule's bypass: (none for a trip).
+func (p *parser) bypass(raw *rawBypass, k interlock.Kind, at func(string) *yaml.Node, field string) *interlock.BypassTerms {
+	if raw == nil {
+		return nil
+	}
+	if k == interlock.Trip {
+		p.Addf(at("bypass"), field+".bypass", "remove it: a trip holds outputs safe and cannot be lifted (change the policy to change the trip)", "a trip has no bypass")
+		return nil
+	}
+	b := &interlock.BypassTerms{Role: "supervisor", Max: time.Hour}
+	if raw.Role != nil {
+		if RoleLevel(*raw.Role) < RoleLevel("operator") {
+			p.Addf(at("bypass"), field+".bypass.role", "operator, supervisor or admin", "%q cannot lift a safety rule", *raw.Role)
+		} else {
+			b.Role = *raw.Role
+		}
+	}
+	if raw.MaxMinutes != nil {
+		if *raw.MaxMinutes < 1 || *raw.MaxMinutes > 24*60 {
+			p.Addf(at("bypass"), field+".bypass.max_minutes", "use 1 to 1440 minutes", "%d is out of range", *raw.MaxMinutes)
+		} else {
+			b.Max = time.Duration(*raw.MaxMinutes) * time.Minute
+		}
+	}
+	return b
 }
 
 // conditionKey is the kind's condition (requires: for a permissive, while:

@@ -67,6 +67,8 @@ interlocks:
   - {name: a, kind: trip, while: {read: read_temp, above: 35}, safe: [do_heater]}
   - {name: h, kind: interlock, tool: do_heater, while: {read: read_temp, above: 1}, colour: red}
   - {name: i, kind: interlock, tool: do_heater, while: {read: read_temp, above: 1}}
+  - {name: j, kind: trip, while: {read: read_temp, above: 35}, safe: [do_heater], bypass: {max_minutes: 5}}
+  - {name: k, kind: interlock, tool: do_heater, while: {read: read_temp, above: 1}, max: 50, bypass: {role: viewer, max_minutes: 9999}}
 `
 	_, err = policy.Parse("p.yml", []byte(bad), m)
 	if err == nil {
@@ -85,6 +87,8 @@ interlocks:
 		`p.yml:11:`, `"a" is used twice`,
 		`p.yml:12:`, `unknown key "colour"`,
 		`p.yml:13:`, "an interlock needs max or min",
+		`p.yml:14:`, "a trip has no bypass",
+		`p.yml:15:`, `"viewer" cannot lift a safety rule`, "9999 is out of range",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("errors lack %q:\n%s", want, msg)

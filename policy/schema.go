@@ -185,6 +185,11 @@ func interlocksSchema() *jsonschema.Schema {
 	cond.Properties["equals"] = &jsonschema.Schema{Types: []string{"number", "boolean", "string"}, Description: "The reading equals this value (bool, enum, int)."}
 	cond.Properties["above"].Description = "The reading is above this number."
 	cond.Properties["below"].Description = "The reading is below this number."
+	bp := manifest.DecodeSchema(reflect.TypeFor[rawBypass]())
+	bp.Properties["role"] = roleEnum([]string{"operator", "supervisor", "admin"}, "The least role of the person who asks for the bypass and of the other person who approves it (default supervisor).")
+	bp.Properties["max_minutes"] = &jsonschema.Schema{Type: "integer", Minimum: ptr(1.0), Maximum: ptr(1440.0), Description: "The longest bypass, in minutes (default 60)."}
+	bp.Description = "Permissive and interlock: two people may lift the rule for a while (POST /interlocks/<name>/bypass, then an approval by another person); audited and shown everywhere the rule is. A trip has no bypass."
+	il.Properties["bypass"] = bp
 	il.Properties["requires"] = cond
 	il.Properties["while"] = cond
 	return &jsonschema.Schema{Type: "array", Items: il, Description: "Permissives, interlocks and trips: rules that tie an output to an observation (docs/safety.md)."}

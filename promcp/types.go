@@ -232,6 +232,9 @@ type InterlockNote struct {
 	Condition string `json:"condition"`
 	Bound     string `json:"bound,omitempty"`
 	Reading   string `json:"reading"`
+	// BypassedUntil is set while two people have lifted the rule.
+	BypassedUntil *time.Time `json:"bypassed_until,omitempty"`
+	BypassedBy    string     `json:"bypassed_by,omitempty"`
 }
 
 // LeaseTerms are a leased capability's terms and its active lease.
