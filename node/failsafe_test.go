@@ -63,22 +63,7 @@ type leaseFixture struct {
 
 func openLeased(t testing.TB, dir string, zones int) *leaseFixture {
 	t.Helper()
-	m, err := manifest.Parse("lease.yml", []byte(leasedManifest(zones)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(dir + "/audit")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, st, al := openNode(t, dir, leasedManifest(zones), node.Config{})
 	f := &leaseFixture{n: n, plant: n.Buses()["plant"].(*sim.Plant), st: st, al: al, dir: dir}
 	t.Cleanup(f.close)
 	return f

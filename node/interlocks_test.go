@@ -19,7 +19,6 @@ import (
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/promcp"
-	"github.com/physd/physd/store"
 )
 
 // panel is a fake device whose points the test sets: reads return the
@@ -141,31 +140,30 @@ type panelFixture struct {
 
 func openPanel(t *testing.T, tank, vent, temp float64) *panelFixture {
 	t.Helper()
+	return openPanelWith(t, panelManifest, panelPolicy, nil, map[string]float64{"tank": tank, "vent": vent, "temp": temp})
+}
+
+// openPanelWith opens a node on the panel with a manifest, a policy (its
+// interlocks), a mesh (nil: none) and the panel's starting values.
+func openPanelWith(t *testing.T, man, pol string, remote node.Remote, values map[string]float64) *panelFixture {
+	t.Helper()
 	thePanel.mu.Lock()
-	thePanel.v = map[string]float64{"tank": tank, "vent": vent, "temp": temp}
+	thePanel.v = values
 	thePanel.fail = map[string]bool{}
 	thePanel.mu.Unlock()
-	m, err := manifest.Parse("panel.yml", []byte(panelManifest))
+	m, err := manifest.Parse("panel.yml", []byte(man))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.Parse("panel.policy.yml", []byte(panelPolicy), m)
+	p, err := policy.Parse("panel.policy.yml", []byte(pol), m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
+	cfg := node.Config{Guard: lockGuard{set: interlock.NewSet(p.Interlocks)}}
+	if remote != nil {
+		cfg.Remote = remote
 	}
-	al, err := audit.Open(dir + "/audit")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: lockGuard{set: interlock.NewSet(pol.Interlocks)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, st, al := openNode(t, t.TempDir(), man, cfg)
 	t.Cleanup(func() {
 		n.Close(context.Background())
 		al.Close()
@@ -387,32 +385,13 @@ func (m *meshReader) set(v float64, down bool) {
 // the unsafe side and trips the output.
 func TestInterlockOnAnotherGateway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		thePanel.mu.Lock()
-		thePanel.v = map[string]float64{}
-		thePanel.mu.Unlock()
 		man := strings.Replace(panelManifest, "network: {protocols: [{type: ip}], mesh: {enabled: false}}",
 			"network: {protocols: [{type: ip}], mesh: {enabled: true, bind: 127.0.0.1, port: 7946, expected_size: 2}}", 1)
-		m, err := manifest.Parse("panel.yml", []byte(man))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pol, err := policy.Parse("p.yml", []byte(`physmcp_policy_version: "0.1"
+		mr := &meshReader{v: 20}
+		f := openPanelWith(t, man, `physmcp_policy_version: "0.1"
 interlocks:
   - {name: vent_c_open, kind: trip, while: {read: read_vent_c, source: gw_c, above: 80}, safe: [do_heater], max_age_ms: 3000}
-`), m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr := &meshReader{v: 20}
-		dir := t.TempDir()
-		st, _ := store.Open(dir)
-		al, _ := audit.Open(dir + "/audit")
-		n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Remote: mr, Guard: lockGuard{set: interlock.NewSet(pol.Interlocks)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { n.Close(context.Background()); al.Close(); st.Close() }()
-		f := &panelFixture{n: n, al: al}
+`, mr, map[string]float64{})
 		time.Sleep(time.Second)
 		if r := f.do(t, "do_heater", 40, "h1"); r.Status != promcp.StatusSuccess {
 			t.Fatalf("heater with gw_c's vent at 20: %+v", r)
@@ -447,27 +426,8 @@ interlocks:
 func TestInterlockBypass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pol := strings.Replace(panelPolicy, "    max: 20\n", "    max: 20\n    bypass: {role: supervisor, max_minutes: 30}\n", 1)
-		thePanel.mu.Lock()
-		thePanel.v = map[string]float64{"tank": 50, "vent": 90, "temp": 20}
-		thePanel.fail = map[string]bool{}
-		thePanel.mu.Unlock()
-		m, err := manifest.Parse("panel.yml", []byte(panelManifest))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := policy.Parse("p.yml", []byte(pol), m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		st, _ := store.Open(dir)
-		al, _ := audit.Open(dir + "/audit")
-		n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: lockGuard{set: interlock.NewSet(p.Interlocks)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { n.Close(context.Background()); al.Close(); st.Close() }()
-		f := &panelFixture{n: n, al: al}
+		f := openPanelWith(t, panelManifest, pol, nil, map[string]float64{"tank": 50, "vent": 90, "temp": 20})
+		n, al := f.n, f.al
 		time.Sleep(150 * time.Millisecond)
 		alice := node.Caller{ID: "alice", Role: "supervisor", Credentials: []string{"token:alice"}}
 		alice2 := node.Caller{ID: "alice-2", Role: "admin", Credentials: []string{"token:alice"}}

@@ -78,7 +78,17 @@ type fixture struct {
 
 func open(t testing.TB, dir string) *fixture {
 	t.Helper()
-	m, err := manifest.Parse("test.yml", []byte(testManifest))
+	n, st, al := openNode(t, dir, testManifest, node.Config{})
+	f := &fixture{n: n, plant: n.Buses()["plant"].(*sim.Plant), st: st, al: al, dir: dir}
+	t.Cleanup(f.close)
+	return f
+}
+
+// openNode opens a node on the manifest src with its store and audit log
+// in dir; cfg gives the rest (guard, remote). The caller closes them.
+func openNode(t testing.TB, dir, src string, cfg node.Config) (*node.Node, *store.Store, *audit.Log) {
+	t.Helper()
+	m, err := manifest.Parse("test.yml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +100,12 @@ func open(t testing.TB, dir string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al})
+	cfg.Manifest, cfg.Store, cfg.Audit = m, st, al
+	n, err := node.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{n: n, plant: n.Buses()["plant"].(*sim.Plant), st: st, al: al, dir: dir}
-	t.Cleanup(f.close)
-	return f
+	return n, st, al
 }
 
 func (f *fixture) close() {
