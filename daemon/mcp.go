@@ -11,6 +11,7 @@ import (
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/meshnode"
 	"github.com/physd/physd/node"
+	"github.com/physd/physd/web"
 )
 
 // This file is the daemon's only use of package mcpserver (the MCP
@@ -21,11 +22,11 @@ import (
 // tokens or the equipment.
 func checkListen(f Config, token string) error {
 	t := f.TLS
-	return mcpserver.CheckListen(mcpserver.Exposure{Addr: f.HTTPAddr, AllowRemote: f.AllowRemote, Token: token,
+	return web.CheckListen(web.Exposure{Addr: f.HTTPAddr, AllowRemote: f.AllowRemote, Token: token,
 		ClientCerts: t.ClientCA != "", TLS: t.Cert != "", PlainHTTP: t.InsecurePlainHTTP})
 }
 
-func isLoopback(addr string) bool { return mcpserver.IsLoopback(addr) }
+func isLoopback(addr string) bool { return web.IsLoopback(addr) }
 
 // credentials authenticates the credential a routed mesh call carries
 // with this gateway's boundary (its token and the policy's identities).

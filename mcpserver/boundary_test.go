@@ -565,32 +565,6 @@ func TestClientCertificateRoles(t *testing.T) {
 	}
 }
 
-func TestCheckListen(t *testing.T) {
-	const tok = "a-token-of-enough-length"
-	for _, c := range []struct {
-		e    mcpserver.Exposure
-		want string // "" accepted
-	}{
-		{mcpserver.Exposure{Addr: "127.0.0.1:8080"}, ""},
-		{mcpserver.Exposure{Addr: "[::1]:8080"}, ""},
-		{mcpserver.Exposure{Addr: "0.0.0.0:8080"}, "not a loopback address"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true}, "auth token of at least 16 characters"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: "short"}, "auth token of at least 16 characters"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: tok}, "--tls-cert FILE --tls-key FILE, or pass --insecure-plain-http"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: tok, TLS: true}, ""},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: tok, PlainHTTP: true}, ""},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, ClientCerts: true, TLS: true}, ""},
-	} {
-		err := mcpserver.CheckListen(c.e)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%+v refused: %v", c.e, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%+v: %v; want an error saying %q", c.e, err, c.want)
-		}
-	}
-}
-
 // TestPublicRoutesTellNoSecrets: with credentials required, /healthz and
 // /readyz answer everyone, but the device id, version and the readiness
 // errors (which name devices and addresses) only to a viewer.
