@@ -1,5 +1,5 @@
 // Package bench holds physd's performance benchmarks. These go test
-// benchmarks run physd in-process (node + mcpserver, wired as cmd/physd
+// benchmarks run physd in-process (node + mcpserver + web, wired as cmd/physd
 // does) behind httptest on loopback and call it with the same raw 2026-07-28
 // HTTP JSON-RPC requests as bench/loadgen. ns/op and allocs/op include the
 // HTTP client's share, which is the same for BenchmarkBareEcho, the bare
@@ -34,6 +34,7 @@ import (
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/store"
+	"github.com/physd/physd/web"
 )
 
 func repoPath(rel string) string {
@@ -73,7 +74,7 @@ func startPhysd(tb testing.TB, manifestPath string) string {
 		st.Close()
 		tb.Fatal(err)
 	}
-	ts := httptest.NewServer(mcpserver.New(n, mcpserver.Options{}).Handler())
+	ts := httptest.NewServer(web.New(mcpserver.New(n, mcpserver.Options{}), web.Options{}).Handler())
 	tb.Cleanup(func() {
 		ts.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -25,8 +25,10 @@ import (
 // reverse order. The order is the dependencies': the audit trail feeds
 // MQTT, the guard judges the node's calls, the node's observations feed
 // history, alarms and MQTT, the mesh routes to the node, the MCP server
-// serves all of them, and mDNS advertises the listeners and the mesh once
-// they answer.
+// serves all of them, the HTTP surface puts its boundary in front of the
+// MCP server (and authenticates routed calls from then on), the listeners
+// serve both, and mDNS advertises the listeners and the mesh once they
+// answer.
 func (d *Daemon) components() []component {
 	return []component{
 		{name: "store", start: d.startStore, stop: func(context.Context) { d.st.Close() }},
@@ -50,6 +52,7 @@ func (d *Daemon) components() []component {
 		{name: "mesh", start: d.startMesh, stop: d.stopMesh},
 		{name: "http security", start: d.startHTTPSecurity},
 		{name: "mcp", start: d.startMCP},
+		{name: "http", start: d.startHTTP},
 		{name: "reload", start: d.startReload},
 		// Ending the context is what stops the listeners (they drain
 		// within the grace); on the normal path it has ended already.

@@ -27,6 +27,7 @@ import (
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/sdnotify"
 	"github.com/physd/physd/store"
+	"github.com/physd/physd/web"
 )
 
 // A component is one part of the running gateway. start may use what the
@@ -70,6 +71,7 @@ type Daemon struct {
 	creds         credentials
 	sec           httpSecurity
 	srv           *mcpserver.Server
+	web           *web.Server
 	rl            *reloader
 	md            *mdnsService
 	mcpAddr       net.Addr // the HTTP listener's (nil over stdio only)

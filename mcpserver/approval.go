@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/approval"
+	"github.com/physd/physd/audit"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
 )
@@ -140,4 +141,21 @@ func approvalProblem(err error, answered bool) string {
 		return "no answer to the approval request was sent"
 	}
 	return "unknown"
+}
+
+// voidRedefined voids the approvals, pending or given, whose definition a
+// reload changed (the capability's manifest entry, its binding, or the
+// policy rules that apply to it): an approver can no longer approve them,
+// and the caller's repeated call is answered that the approval is void.
+func (ts *toolSet) voidRedefined() []*audit.Record {
+	a := ts.n.Approvals()
+	if a == nil {
+		return nil
+	}
+	var recs []*audit.Record
+	for _, v := range a.VoidChanged(ts.n.ApprovalDigest) {
+		recs = append(recs, &audit.Record{Event: "approval_void", Tool: v.Tool, IdempotencyKey: v.Key, Caller: v.Caller,
+			Credentials: v.CallerCredentials, Requested: v.Value, Reason: v.Why, Data: map[string]any{"approval_id": v.ID, "definition": v.Definition}})
+	}
+	return recs
 }

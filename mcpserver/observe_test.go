@@ -3,8 +3,6 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -400,41 +398,4 @@ func TestObservationResourcesFollowViews(t *testing.T) {
 			t.Errorf("%s: the default endpoint: %v", era, err)
 		}
 	}
-}
-
-// TestStatusPageAlarmsAndCharts: the status page shows the active alarms
-// at the top and each polled capability's last hour as an inline SVG whose
-// line sits at the known signal's per-minute means.
-func TestStatusPageAlarmsAndCharts(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := openObsRig(t, "2026-07-28", mcpserver.Options{History: &history.History{}, Alarms: &alarms.Engine{}})
-		r.setHeater(t, 30, "p1")
-		time.Sleep(120500 * time.Millisecond)
-		r.setHeater(t, 70, "p2")
-		time.Sleep(60 * time.Second)
-		synctest.Wait()
-		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
-		w := httptest.NewRecorder()
-		r.srv.Handler().ServeHTTP(w, req)
-		page := w.Body.String()
-		if w.Code != 200 {
-			t.Fatalf("GET /: %d %s", w.Code, page)
-		}
-		alarmsAt, checksAt := strings.Index(page, `<table id="alarms">`), strings.Index(page, "<h2>Checks</h2>")
-		if alarmsAt < 0 || alarmsAt > checksAt || !strings.Contains(page, `<td><code>read_heater_power_zone_a</code></td><td class="error">high</td>`) {
-			t.Fatalf("no active alarm above the checks:\n%s", page)
-		}
-		// Range 0..100 over 36 px: a mean of 30 is at y 25.2; minute 2 holds
-		// one poll of 30 and 59 of 70, mean 69.33, y 11.0; minute 3 (under
-		// way, at the right edge) 70, y 10.8.
-		row := strings.Index(page, `<tr><td><code>read_heater_power_zone_a</code></td><td>`)
-		i := strings.Index(page[max(row, 0):], `<polyline`) + max(row, 0)
-		if row < 0 || i < row {
-			t.Fatalf("no chart:\n%s", page)
-		}
-		line := page[i : i+strings.Index(page[i:], "/>")]
-		if strings.Count(line, ",25.2") != 4 || strings.Count(line, ",11.0 ") != 2 || !strings.HasSuffix(line, ` 239.0,10.8 240.0,10.8"`) || strings.Count(page, `<svg class="chart"`) != 2 {
-			t.Fatalf("chart line %s (charts: %d)", line, strings.Count(page, `<svg class="chart"`))
-		}
-	})
 }

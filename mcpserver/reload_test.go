@@ -20,6 +20,7 @@ import (
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/store"
+	"github.com/physd/physd/web"
 )
 
 // reloadSurface is the greenhouse served over HTTP with no policy (the
@@ -52,7 +53,7 @@ func newReloadSurface(t *testing.T) *reloadSurface {
 	}
 	plant := n.Buses()["plant"].(*sim.Plant)
 	srv := mcpserver.New(n, mcpserver.Options{Audit: al})
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(web.New(srv, web.Options{Audit: al}).Handler())
 	t.Cleanup(func() {
 		hs.Close()
 		n.Close(context.Background())

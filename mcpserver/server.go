@@ -2,19 +2,12 @@ package mcpserver
 
 import (
 	"context"
-	"crypto/tls"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
@@ -26,43 +19,24 @@ import (
 	"github.com/physd/physd/promcp"
 )
 
-// Options configure the MCP surface.
+// Options configure the MCP surface. The HTTP surface in front of it
+// (the boundary, the operational routes, the listener) is package web's.
 type Options struct {
-	// AuthToken, when set, is a transport token: "Authorization: Bearer
-	// <token>" authenticates its holder as a viewer on every route.
-	AuthToken string
-	// RequireCredentials makes every route but /healthz and /readyz need an
-	// authenticated caller even without a token or policy identities (set
-	// when physd listens off loopback or takes client certificates).
-	RequireCredentials bool
-	// AllowedHosts are Host names, besides localhost, loopback IPs and the
-	// IP a connection arrived on, under which physd answers (DNS-rebinding
-	// protection), e.g. the gateway's DNS name.
-	AllowedHosts []string
-	// TLS, when set, makes Serve speak HTTPS with this configuration.
-	TLS *tls.Config
 	// StdioRole is the role of the local stdio caller.
 	StdioRole string
-	// MaxBodyBytes bounds a request body on /mcp (default 1 MiB).
+	// MaxBodyBytes bounds a request body on an MCP endpoint (default 1 MiB).
 	MaxBodyBytes int64
 	Logger       *slog.Logger
-	// SimControls are the simulator's development controls by bus name,
-	// mounted at /sim/<bus>/ behind the same boundary (--sim-control).
-	SimControls map[string]http.Handler
-	// Safety is the policy and gate in force (nil: no policy). With it come
-	// approval rounds, bearer identities and the emergency override route.
-	// Approvals come from the node (node.Config.Approvals).
+	// Guard is the policy and gate in force (nil: no policy), served as the
+	// policy and gate resources. Approval rounds come from the node
+	// (node.Config.Approvals).
 	Guard *guard.Guard
-	// Audit records emergency overrides.
+	// Audit records the approvals a manifest reload voids.
 	Audit *audit.Log
-	// Metrics, when set, is served at /metrics and fed by every tool call.
+	// Metrics, when set, is fed by every tool call.
 	Metrics *metrics.Metrics
-	// PolicyPath names the policy file in /status.
-	PolicyPath string
-	// Mesh, when set, reports the mesh for /status.
+	// Mesh, when set, reports the mesh as the physmcp://mesh resource.
 	Mesh func() any
-	// MeshReady, when set, is a /readyz check: the mesh is joined.
-	MeshReady func() error
 	// View, when set, is the stdio caller's view (--view): a manifest views: entry.
 	View string
 	// Families makes the default endpoint and stdio list one tool per
@@ -85,16 +59,15 @@ type Options struct {
 
 // Server is the MCP face of one node.
 type Server struct {
-	start     time.Time
-	n         *node.Node
-	mcp       *mcp.Server
-	opts      Options
-	log       *slog.Logger
-	callerKey []byte // MACs the boundary's caller stamp
-	ts        *toolSet
-	requests  sync.Map // Physd-Request id -> the HTTP request's context
-	fams      familyTools
-	refusals  *prometheus.CounterVec // nil without metrics
+	n          *node.Node
+	mcp        *mcp.Server
+	streamable http.Handler // the stateless streamable HTTP transport of every endpoint
+	opts       Options
+	log        *slog.Logger
+	callerKey  []byte // MACs the boundary's caller stamp (caller.go)
+	ts         *toolSet
+	requests   sync.Map // Physd-Request id -> the HTTP request's context
+	fams       familyTools
 
 	obsMin    time.Duration // least time between two updates of one obs resource
 	obsMu     sync.Mutex
@@ -137,14 +110,17 @@ func New(n *node.Node, opts Options) *Server {
 			}
 		},
 	}
-	srv := &Server{start: time.Now(), n: n, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
+	srv := &Server{n: n, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
 	sdkOpts.SubscribeHandler = srv.subscribable
 	sdkOpts.UnsubscribeHandler = func(context.Context, *mcp.UnsubscribeRequest) error { return nil }
 	s := mcp.NewServer(&mcp.Implementation{Name: "physd", Title: "physd — PhysMCP edge node " + n.DeviceID(), Version: Version}, sdkOpts)
 	srv.mcp = s
-	if opts.Metrics != nil {
-		srv.refusals = newRefusalCounter(opts.Metrics.Registry)
-	}
+	srv.streamable = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: opts.MaxBodyBytes, Logger: opts.Logger,
+			// The boundary (package web) checks Host against physd's own
+			// allow-list (the SDK's check knows only loopback) and Origin
+			// for every route.
+			DisableLocalhostProtection: true})
 	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
@@ -214,6 +190,16 @@ func (s *Server) ManifestReloaded() {
 // MCP returns the underlying SDK server.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
+// Node is the node this server serves.
+func (s *Server) Node() *node.Node { return s.n }
+
+// Endpoint is the MCP endpoint of view (empty: the whole site) over
+// stateless streamable HTTP. Mount it only behind physd's HTTP boundary
+// (package web), which stamps the caller of every request (StampCaller);
+// the endpoint sets the view and names the request for the tool handlers
+// (views.go), replacing what a client sent.
+func (s *Server) Endpoint(view string) http.Handler { return s.withView(view, s.streamable) }
+
 func (s *Server) readManifest(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	if sc := s.scopeOf(req.Extra); sc.view != nil {
 		// Through a view, the manifest shows the view's capabilities only.
@@ -246,175 +232,4 @@ func manifestResult(m *manifest.Manifest) (*mcp.ReadResourceResult, error) {
 // ends.
 func (s *Server) RunStdio(ctx context.Context) error {
 	return s.mcp.Run(ctx, &mcp.StdioTransport{})
-}
-
-// IsLoopback reports whether a listen address binds only to loopback.
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// Exposure is how an HTTP listener is protected; CheckListen judges it.
-type Exposure struct {
-	Addr        string
-	AllowRemote bool   // --allow-remote
-	Token       string // the transport token (--auth-token-file, PHYSD_AUTH_TOKEN)
-	ClientCerts bool   // client certificates are verified (--tls-client-ca)
-	TLS         bool   // --tls-cert and --tls-key
-	PlainHTTP   bool   // --insecure-plain-http
-}
-
-// CheckListen refuses a non-loopback bind unless it is explicitly allowed,
-// needs a credential, and either speaks TLS or was explicitly allowed to
-// carry bearer tokens in plain HTTP.
-func CheckListen(e Exposure) error {
-	if IsLoopback(e.Addr) {
-		return nil
-	}
-	if !e.AllowRemote {
-		return fmt.Errorf("--http %s is not a loopback address: physd binds to 127.0.0.1 by default because tools here move real equipment; "+
-			"to listen on a network, pass --allow-remote, an auth token (--auth-token-file or PHYSD_AUTH_TOKEN) and --tls-cert/--tls-key", e.Addr)
-	}
-	if len(e.Token) < 16 && !(e.Token == "" && e.ClientCerts) {
-		return fmt.Errorf("--http %s with --allow-remote needs an auth token of at least 16 characters (--auth-token-file or PHYSD_AUTH_TOKEN), "+
-			"or client certificates (--tls-client-ca with an mtls identity provider in the policy)", e.Addr)
-	}
-	if !e.TLS && !e.PlainHTTP {
-		return fmt.Errorf("--http %s is not a loopback address and plain HTTP would carry bearer tokens in the clear: "+
-			"serve TLS with --tls-cert FILE --tls-key FILE, or pass --insecure-plain-http if a TLS-terminating proxy or an isolated network protects the link", e.Addr)
-	}
-	return nil
-}
-
-// Handler serves /mcp and the operational routes on one listener, every
-// one of them behind the boundary (boundary.go). This table is the whole
-// HTTP surface; docs/security.md lists it.
-func (s *Server) Handler() http.Handler {
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
-		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: s.opts.MaxBodyBytes, Logger: s.log,
-			// The boundary checks Host against physd's own allow-list (the
-			// SDK's check knows only loopback) and Origin for every route.
-			DisableLocalhostProtection: true})
-	viewer := routeRule{read: "viewer", write: "viewer"}
-	b := newBoundary(s)
-	b.handle("GET /healthz", routeRule{public: true}, http.HandlerFunc(s.serveHealth))
-	b.handle("GET /readyz", routeRule{public: true}, http.HandlerFunc(s.serveReady))
-	b.handle("/mcp", viewer, s.withView("", mcpHandler))
-	// Views are looked up per request: a manifest reload may add or
-	// remove them.
-	b.handle("/mcp/{view}", viewer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("view")
-		if s.n.Manifest().View(name) == nil {
-			http.Error(w, "404 no view "+quote(name)+" in the manifest (views: "+strings.Join(s.n.Manifest().ViewNames(), ", ")+")", http.StatusNotFound)
-			return
-		}
-		s.withView(name, mcpHandler).ServeHTTP(w, r)
-	}))
-	b.handle("GET /status", viewer, http.HandlerFunc(s.serveStatus))
-	b.handle("GET /{$}", viewer, http.HandlerFunc(s.servePage))
-	if s.opts.Metrics != nil {
-		b.handle("GET /metrics", viewer, s.opts.Metrics.Handler())
-	}
-	if s.opts.Guard != nil {
-		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Guard.Policy().Emergency.OverrideRole }},
-			http.HandlerFunc(s.serveOverride))
-	}
-	if s.n.Approvals() != nil && s.opts.Guard != nil {
-		// Listing shows what will happen (to those who may approve: it
-		// names callers and keys); deciding always needs an identity
-		// (operator at least; the request's approver_role is checked by
-		// the handler), never the anonymous local caller.
-		rule := routeRule{read: "operator", writeAlways: func() string { return "operator" }}
-		b.handle("/approvals", rule, http.HandlerFunc(s.serveApprovals))
-		b.handle("/approvals/{id}", rule, http.HandlerFunc(s.serveApprovals))
-	}
-	for bus, h := range s.opts.SimControls {
-		prefix := "/sim/" + bus
-		// Fault injection changes what every reader sees: an operator's act.
-		b.handle(prefix+"/", routeRule{read: "viewer", write: "operator"}, http.StripPrefix(prefix, h))
-	}
-	return b
-}
-
-// serveHealth answers a liveness probe; the device id and version only to
-// a caller that may see them (Server.detailed).
-func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
-	body := map[string]any{"status": "ok"}
-	if s.detailed(r) {
-		body["device_id"], body["version"] = s.n.DeviceID(), Version
-	}
-	writeJSON(w, http.StatusOK, body)
-}
-
-// serveReady answers a readiness probe: 200 or 503 with each check's name
-// and state; the errors (which may name devices and addresses) only to a
-// caller that may see them.
-func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
-	ok, checks := s.n.Ready()
-	if s.opts.MeshReady != nil {
-		r := node.Readiness{Name: "mesh", OK: true}
-		if err := s.opts.MeshReady(); err != nil {
-			r.OK, r.Error, ok = false, err.Error(), false
-		}
-		checks = append(checks, r)
-	}
-	code := http.StatusOK
-	if !ok {
-		code = http.StatusServiceUnavailable
-	}
-	if !s.detailed(r) {
-		for i := range checks {
-			if checks[i].Error != "" {
-				checks[i].Error = "details need the viewer role"
-			}
-		}
-	}
-	writeJSON(w, code, map[string]any{"ready": ok, "checks": checks})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// Serve runs the HTTP server on l until ctx ends, then shuts down within
-// grace.
-func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration) error {
-	hs := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		TLSConfig:         s.opts.TLS,
-	}
-	errc := make(chan error, 1)
-	go func() {
-		if s.opts.TLS != nil {
-			errc <- hs.ServeTLS(l, "", "") // certificates come from TLSConfig
-			return
-		}
-		errc <- hs.Serve(l)
-	}()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	err := hs.Shutdown(sctx)
-	if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) {
-		return e
-	}
-	return err
 }

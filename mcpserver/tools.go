@@ -1,8 +1,9 @@
 // Package mcpserver exposes a node as MCP: one read_<cap> tool per
 // observation, one do_<cap> per actuation and a single can_do, with proMCP
 // output schemas, the manifest as a resource, and the transports (stateless
-// Streamable HTTP with physd's own Origin, Host, auth and size guards, and
-// stdio). It is wiring only: every decision is the node's.
+// Streamable HTTP endpoints, which package web mounts behind physd's
+// Origin, Host and auth boundary, and stdio). It is wiring only: every
+// decision is the node's; it serves no HTTP route of its own.
 package mcpserver
 
 import (
@@ -330,8 +331,9 @@ func jsonTypeName(goType string) string {
 }
 
 // caller establishes who is calling from the transport. HTTP requests
-// were authenticated by the middleware already; an error here can only be
-// a credential that changed in between, and is refused.
+// were authenticated by the boundary already (package web), which stamped
+// the caller on them (caller.go); one without a stamp that verifies is
+// refused.
 func (ts *toolSet) caller(req *mcp.CallToolRequest) (node.Caller, error) {
 	if req.Extra != nil && req.Extra.Header != nil {
 		c, err := ts.authn(req.Extra.Header)
@@ -599,11 +601,12 @@ func (ts *toolSet) progress(ctx context.Context, req *mcp.CallToolRequest, tool 
 	return func() { close(done); <-stopped }
 }
 
-// decodeBody strictly decodes a JSON request body of an HTTP route: one
-// object, names exact and each once, no unknown names, nothing after it.
-// A body that two JSON readers could read differently (a repeated
-// "decision", a second object) is refused rather than guessed.
-func decodeBody(r io.Reader, out any) error {
+// DecodeBody strictly decodes a JSON request body of an HTTP route (package
+// web) with the rules of tool arguments: one object, names exact and each
+// once, no unknown names, nothing after it. A body that two JSON readers
+// could read differently (a repeated "decision", a second object) is
+// refused rather than guessed.
+func DecodeBody(r io.Reader, out any) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err

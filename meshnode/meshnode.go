@@ -53,7 +53,7 @@ type doRequest struct {
 }
 
 // Authenticator maps a credential forwarded with a routed call to a caller
-// of this gateway's policy (mcpserver.Server.AuthenticateCredential).
+// of this gateway's policy (web.Server.AuthenticateCredential).
 type Authenticator func(credential string) (node.Caller, error)
 
 // ownerCaller is who a routed call runs as on this gateway: the caller its

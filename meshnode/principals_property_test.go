@@ -33,9 +33,10 @@ import (
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/store"
+	"github.com/physd/physd/web"
 )
 
-// The mesh variant of mcpserver's TestPrincipalsTwoPersonProperty: the
+// The mesh variant of web's TestPrincipalsTwoPersonProperty: the
 // do_ calls reach the owner routed through another gateway (the mesh
 // handler, which authenticates the forwarded bearer with the owner's own
 // policy), the decisions are taken on the owner's HTTP /approvals route.
@@ -238,15 +239,17 @@ func (w *mpWorld) open() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := mcpserver.New(n, mcpserver.Options{Guard: gd, Audit: al, Metrics: metrics.New()})
-	w.srv = httptest.NewServer(ms.Handler())
+	mx := metrics.New()
+	ms := mcpserver.New(n, mcpserver.Options{Guard: gd, Audit: al, Metrics: mx})
+	ws := web.New(ms, web.Options{Guard: gd, Audit: al, Metrics: mx})
+	w.srv = httptest.NewServer(ws.Handler())
 	t.Cleanup(func() {
 		w.srv.Close()
 		n.Close(context.Background())
 		al.Close()
 		st.Close()
 	})
-	h := meshnode.Handler(n, ms.AuthenticateCredential)
+	h := meshnode.Handler(n, ws.AuthenticateCredential)
 	w.handle = func(from string, payload map[string]any) map[string]any {
 		b, _ := json.Marshal(payload)
 		out, err := h(context.Background(), from, meshnode.KindDo, b)

@@ -39,7 +39,7 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true})
 	})
-	hs := &http.Server{ // physd's settings (mcpserver.Server.Serve)
+	hs := &http.Server{ // physd's settings (web.Server.Serve)
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,

@@ -1,4 +1,4 @@
-package mcpserver
+package web
 
 import (
 	"embed"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/physd/physd/alarms"
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
 )
@@ -45,7 +46,7 @@ func (s *Server) status() Status {
 	m := s.n.Manifest()
 	ready, checks := s.n.Ready()
 	st := Status{
-		DeviceID: m.Device.ID, DeviceType: m.Device.Type, Zone: m.Device.Location.Zone, Version: Version,
+		DeviceID: m.Device.ID, DeviceType: m.Device.Type, Zone: m.Device.Location.Zone, Version: mcpserver.Version,
 		Started: s.start.UTC(), UptimeS: int64(time.Since(s.start).Seconds()),
 		Ready: ready, Checks: checks, Policy: "none (" + node.NoPolicyNote + ")",
 		Capabilities: s.n.Capabilities(), Recent: s.n.RecentActuations(),

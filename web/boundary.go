@@ -1,10 +1,8 @@
-package mcpserver
+package web
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"mime"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
 )
@@ -36,9 +35,10 @@ import (
 //  4. A POST body must be application/json: a browser cannot send that
 //     cross-site without a CORS preflight, which physd never grants. 415.
 //
-// The caller found in step 3 travels to the MCP tool handlers in an
-// internal header (see stampCaller), so a request is authenticated exactly
-// once and mTLS identities reach the tools.
+// The caller found in step 3 travels to the MCP tool handlers and to this
+// package's own routes in an internal header (mcpserver.Server.StampCaller),
+// so a request is authenticated exactly once and mTLS identities reach the
+// tools.
 
 // routeRule is who may call a route.
 type routeRule struct {
@@ -101,7 +101,7 @@ func (b *boundary) handle(pattern string, rule routeRule, h http.Handler) {
 
 func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Only the boundary may say who the caller is.
-	r.Header.Del(callerHeader)
+	r.Header.Del(mcpserver.CallerHeader)
 	hdr := w.Header()
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("X-Frame-Options", "DENY")
@@ -126,7 +126,7 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Public routes answer everyone; an authenticated caller may see
 		// more (see Server.detailed).
 		if c, _, err := b.s.identify(r); err == nil && c.ID != anonymous {
-			b.s.stampCaller(r, c)
+			b.s.mcp.StampCaller(r, c)
 		}
 	} else {
 		caller, status, err := b.s.identify(r)
@@ -152,7 +152,7 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		b.s.stampCaller(r, caller)
+		b.s.mcp.StampCaller(r, caller)
 	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
@@ -357,46 +357,6 @@ func sha(s string) []byte {
 	return h[:]
 }
 
-// callerHeader carries the boundary's verdict to the MCP tool handlers,
-// which see only the request's headers. The boundary deletes any value a
-// client sent and the value is MACed with a per-process key, so a request
-// that bypassed the boundary cannot forge it.
-const callerHeader = "Physd-Verified-Caller"
-
-func newCallerKey() []byte {
-	k := make([]byte, 32)
-	_, _ = rand.Read(k)
-	return k
-}
-
-func (s *Server) stampCaller(r *http.Request, c node.Caller) {
-	body, _ := json.Marshal(c)
-	m := hmac.New(sha256.New, s.callerKey)
-	m.Write(body)
-	r.Header.Set(callerHeader, base64.RawURLEncoding.EncodeToString(body)+"."+base64.RawURLEncoding.EncodeToString(m.Sum(nil)))
-}
-
-// stampedCaller reads a caller the boundary stamped; ok is false when
-// there is none or it does not verify.
-func (s *Server) stampedCaller(h http.Header) (node.Caller, bool) {
-	body64, mac64, found := strings.Cut(h.Get(callerHeader), ".")
-	if !found {
-		return node.Caller{}, false
-	}
-	body, err1 := base64.RawURLEncoding.DecodeString(body64)
-	mac, err2 := base64.RawURLEncoding.DecodeString(mac64)
-	if err1 != nil || err2 != nil {
-		return node.Caller{}, false
-	}
-	m := hmac.New(sha256.New, s.callerKey)
-	m.Write(body)
-	var c node.Caller
-	if !hmac.Equal(mac, m.Sum(nil)) || json.Unmarshal(body, &c) != nil {
-		return node.Caller{}, false
-	}
-	return c, true
-}
-
 // detailed reports whether a public route may answer r with details
 // (device id, version, readiness errors naming devices and addresses):
 // always when credentials are not required, else to an authenticated
@@ -405,18 +365,18 @@ func (s *Server) detailed(r *http.Request) bool {
 	if !s.credentialsRequired() {
 		return true
 	}
-	c, ok := s.stampedCaller(r.Header)
+	c, ok := s.mcp.StampedCaller(r.Header)
 	return ok && policy.RoleLevel(c.Role) >= policy.RoleLevel("viewer")
 }
 
-// authenticate is the caller of an MCP request over HTTP, given its
-// headers: the one the boundary established, else (a handler mounted
-// without the boundary) the bearer token alone.
+// authenticate is the caller of a request to one of this package's routes,
+// given its headers: the one the boundary established, else (a handler
+// reached without the boundary) the bearer token alone.
 func (s *Server) authenticate(h http.Header) (node.Caller, error) {
-	if c, ok := s.stampedCaller(h); ok {
+	if c, ok := s.mcp.StampedCaller(h); ok {
 		return c, nil
 	}
-	if h.Get(callerHeader) != "" {
+	if h.Get(mcpserver.CallerHeader) != "" {
 		return node.Caller{}, errors.New("the request's caller stamp does not verify")
 	}
 	return s.authenticateBearer(h)

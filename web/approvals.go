@@ -1,4 +1,4 @@
-package mcpserver
+package web
 
 import (
 	"embed"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
 )
 
@@ -18,23 +19,6 @@ import (
 // the guard asks for another person, and redeems the grant (or the
 // decision) when the caller repeats the call. This file is the HTTP side:
 // GET /approvals lists the requests, POST /approvals/<id> decides one.
-
-// voidRedefined voids the approvals, pending or given, whose definition a
-// reload changed (the capability's manifest entry, its binding, or the
-// policy rules that apply to it): an approver can no longer approve them,
-// and the caller's repeated call is answered that the approval is void.
-func (ts *toolSet) voidRedefined() []*audit.Record {
-	a := ts.n.Approvals()
-	if a == nil {
-		return nil
-	}
-	var recs []*audit.Record
-	for _, v := range a.VoidChanged(ts.n.ApprovalDigest) {
-		recs = append(recs, &audit.Record{Event: "approval_void", Tool: v.Tool, IdempotencyKey: v.Key, Caller: v.Caller,
-			Credentials: v.CallerCredentials, Requested: v.Value, Reason: v.Why, Data: map[string]any{"approval_id": v.ID, "definition": v.Definition}})
-	}
-	return recs
-}
 
 //go:embed approvals.html
 var approvalsFS embed.FS
@@ -89,7 +73,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, approver
 		Decision string `json:"decision"`
 		Reason   string `json:"reason"`
 	}
-	if err := decodeBody(http.MaxBytesReader(w, r.Body, 16<<10), &in); err != nil || (in.Decision != "approve" && in.Decision != "deny") {
+	if err := mcpserver.DecodeBody(http.MaxBytesReader(w, r.Body, 16<<10), &in); err != nil || (in.Decision != "approve" && in.Decision != "deny") {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": `body: send {"decision": "approve"} or {"decision": "deny", "reason": "..."}`})
 		return
 	}

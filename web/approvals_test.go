@@ -1,4 +1,4 @@
-package mcpserver_test
+package web_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,8 +15,17 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/physd/physd/approval"
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/drivers/sim"
+	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
+	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
+	"github.com/physd/physd/store"
+	"github.com/physd/physd/web"
 )
 
 // Two supervisors: the caller and a second person.
@@ -99,7 +109,7 @@ func approvalID(t *testing.T, res map[string]any) string {
 // another supervisor can, once; the approved call runs exactly as
 // approved, and the audit names both.
 func TestTwoPersonApproval(t *testing.T) {
-	s := newSurface(t, twoPersonPolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, twoPersonPolicy(t), web.Options{}, nil)
 	caller := client(t, s, supAToken)
 	writes := func() uint64 { return s.plant.Stats().Points["zone_c.heater"].Writes }
 
@@ -180,7 +190,7 @@ func TestTwoPersonApproval(t *testing.T) {
 // approver recorded; the grant cannot be replayed for another key, nor
 // used after tampering.
 func TestTwoPersonApprovalRuns(t *testing.T) {
-	s := newSurface(t, twoPersonPolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, twoPersonPolicy(t), web.Options{}, nil)
 	caller := client(t, s, supAToken)
 	writes := func() uint64 { return s.plant.Stats().Points["zone_c.heater"].Writes }
 
@@ -236,14 +246,14 @@ func TestTwoPersonApprovalRuns(t *testing.T) {
 // approved, and a grant used after its expiry runs nothing.
 func TestTwoPersonApprovalExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRigPolicy(t, true, "supervisor", writePolicy(t, twoPersonPolicy(t)))
-		srv := r.srv
+		r := newRig(t, "supervisor", writePolicy(t, twoPersonPolicy(t)))
+		h := r.web.Handler()
 		post := func(id string) (int, map[string]any) {
 			req := httptest.NewRequest(http.MethodPost, "http://localhost/approvals/"+id, strings.NewReader(`{"decision":"approve"}`))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+supBToken)
 			w := httptest.NewRecorder()
-			srv.Handler().ServeHTTP(w, req)
+			h.ServeHTTP(w, req)
 			var m map[string]any
 			json.Unmarshal(w.Body.Bytes(), &m)
 			return w.Code, m
@@ -272,3 +282,80 @@ func TestTwoPersonApprovalExpires(t *testing.T) {
 }
 
 func toString(v any) string { s, _ := v.(string); return s }
+
+// rig serves the greenhouse with the policy at policyPath to an in-memory
+// MCP client on 2026-07-28 that declares elicitation (a stdio-like
+// connection whose caller has role), and its HTTP surface as a handler
+// (no listener, so that it runs in a synctest bubble).
+type rig struct {
+	cs    *mcp.ClientSession
+	plant *sim.Plant
+	web   *web.Server
+}
+
+func newRig(t *testing.T, role, policyPath string) *rig {
+	t.Helper()
+	m, err := manifest.Load(example("physmcp.manifest.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Load(policyPath, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg, err := gate.DecodeConfig(pol.Gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gate.New(gcfg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := audit.Open(filepath.Join(dir, "audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gd := guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
+	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: gd.SamePerson, Installation: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: gd, Approvals: ap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mcpserver.New(n, mcpserver.Options{StdioRole: role, Guard: gd, Audit: al})
+	ct, stt := mcp.NewInMemoryTransports()
+	ss, err := srv.MCP().Connect(context.Background(), stt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "approver", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}, MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}})
+	cs, err := c.Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Wait()
+		n.Close(context.Background())
+		al.Close()
+		st.Close()
+	})
+	return &rig{cs: cs, plant: n.Buses()["plant"].(*sim.Plant), web: web.New(srv, web.Options{Guard: gd, Audit: al})}
+}
+
+func (r *rig) call(t *testing.T, p *mcp.CallToolParams) *mcp.CallToolResult {
+	t.Helper()
+	res, err := r.cs.CallTool(context.Background(), p)
+	if err != nil {
+		t.Fatalf("%s: %v", p.Name, err)
+	}
+	return res
+}

@@ -1,120 +1,17 @@
-package mcpserver_test
+package web_test
 
 import (
-	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/physd/physd/approval"
-	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
-	"github.com/physd/physd/gate"
-	"github.com/physd/physd/guard"
 	"github.com/physd/physd/internal/testpki"
-	"github.com/physd/physd/manifest"
-	"github.com/physd/physd/mcpserver"
-	"github.com/physd/physd/metrics"
-	"github.com/physd/physd/node"
-	"github.com/physd/physd/policy"
-	"github.com/physd/physd/store"
+	"github.com/physd/physd/web"
 )
-
-// Demo tokens of the greenhouse policy.
-const (
-	viewerToken   = "greenhouse-viewer-demo-token"
-	operatorToken = "greenhouse-operator-demo-token"
-	adminToken    = "greenhouse-admin-demo-token"
-)
-
-// greenhousePolicy is the text of the example policy.
-func greenhousePolicy(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile(example("physmcp.policy.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// surface is physd's HTTP surface on a loopback test server.
-type surface struct {
-	srv   *httptest.Server
-	plant *sim.Plant
-	guard *guard.Guard
-	audit string
-	node  *node.Node
-	mcp   *mcpserver.Server
-}
-
-// newSurface serves the greenhouse over HTTP with the simulator controls
-// and metrics; policyText "" runs without a policy. tlsConfig, when set,
-// makes it an HTTPS server.
-func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConfig *tls.Config) *surface {
-	t.Helper()
-	m, err := manifest.Load(example("physmcp.manifest.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := node.Config{Manifest: m, Store: st, Audit: al}
-	if policyText != "" {
-		pol, err := policy.Parse("policy.yml", []byte(policyText), m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gcfg, err := gate.DecodeConfig(pol.Gate)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := gate.New(gcfg, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Guard = guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Guard.SamePerson, Installation: "test"}); err != nil {
-			t.Fatal(err)
-		}
-		cfg.Guard = opts.Guard
-	}
-	n, err := node.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plant := n.Buses()["plant"].(*sim.Plant)
-	opts.Audit, opts.Metrics = al, metrics.New()
-	opts.SimControls = map[string]http.Handler{"plant": plant.ControlHandler()}
-	ms := mcpserver.New(n, opts)
-	hs := httptest.NewUnstartedServer(ms.Handler())
-	if tlsConfig != nil {
-		hs.TLS = tlsConfig
-		hs.StartTLS()
-	} else {
-		hs.Start()
-	}
-	t.Cleanup(func() {
-		hs.Close()
-		n.Close(context.Background())
-		al.Close()
-		st.Close()
-	})
-	return &surface{srv: hs, plant: plant, guard: opts.Guard, audit: filepath.Join(dir, "audit", "audit.jsonl"), node: n, mcp: ms}
-}
 
 // route is one request to the surface.
 type route struct {
@@ -258,7 +155,7 @@ var (
 // configured (the greenhouse policy's tokens), against DNS rebinding, a
 // foreign Origin, no or a wrong token, and each role.
 func TestBoundaryRouteByRoute(t *testing.T) {
-	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, greenhousePolicy(t), web.Options{}, nil)
 	variants := []variant{rebindHost, rebindPage, foreignOrigin, noToken, badToken, viewer, operator, admin, adminText}
 	s.check(t, nil, variants, []struct {
 		r    route
@@ -297,7 +194,7 @@ var (
 // routes are open to the local caller, but a rebinding page or a foreign
 // origin reaches none of them, and no browser form can post.
 func TestBoundaryOpenLoopback(t *testing.T) {
-	s := newSurface(t, "", mcpserver.Options{}, nil)
+	s := newSurface(t, "", web.Options{}, nil)
 	variants := []variant{rebindHost, rebindPage, foreignOrigin, anonLoopback, anonLocalhost, formPost}
 	s.check(t, nil, variants, []struct {
 		r    route
@@ -324,7 +221,7 @@ func TestBoundaryOpenLoopback(t *testing.T) {
 // nobody else gets past /healthz and /readyz.
 func TestBoundaryOffLoopback(t *testing.T) {
 	const transport = "transport-token-of-enough-length"
-	s := newSurface(t, "", mcpserver.Options{RequireCredentials: true, AuthToken: transport, AllowedHosts: []string{"gw1.plant.example"}}, nil)
+	s := newSurface(t, "", web.Options{RequireCredentials: true, AuthToken: transport, AllowedHosts: []string{"gw1.plant.example"}}, nil)
 	holder := variant{name: "transport token", host: "localhost", token: transport}
 	named := variant{name: "transport token, configured name", host: "gw1.plant.example", origin: "self", token: transport}
 	variants := []variant{rebindHost, noToken, badToken, holder, named}
@@ -347,7 +244,7 @@ func TestBoundaryOffLoopback(t *testing.T) {
 // and a trailing dot, and accepts an IP literal only for loopback or the
 // address the connection arrived on.
 func TestBoundaryHostForms(t *testing.T) {
-	s := newSurface(t, "", mcpserver.Options{AllowedHosts: []string{"GW1.Plant.Example"}}, nil)
+	s := newSurface(t, "", web.Options{AllowedHosts: []string{"GW1.Plant.Example"}}, nil)
 	for host, want := range map[string]int{
 		"localhost": 200, "LOCALHOST": 200, "localhost.": 200, "127.0.0.1": 200, "127.0.0.2": 200, "[::1]": 200,
 		"gw1.plant.example": 200, "gw1.plant.example.": 200,
@@ -378,7 +275,7 @@ func TestBoundaryHostForms(t *testing.T) {
 // another port or scheme, and two Origin headers are refused; a cross-site
 // unsafe request without Origin (Sec-Fetch-Site) is refused too.
 func TestBoundaryOriginForms(t *testing.T) {
-	s := newSurface(t, "", mcpserver.Options{}, nil)
+	s := newSurface(t, "", web.Options{}, nil)
 	_, port, _ := strings.Cut(strings.TrimPrefix(s.srv.URL, "http://"), ":")
 	for _, c := range []struct {
 		origins []string
@@ -416,45 +313,11 @@ func TestBoundaryOriginForms(t *testing.T) {
 	}
 }
 
-// bearerRT adds headers to every request of an MCP client.
-type bearerRT struct {
-	headers map[string]string
-	rt      http.RoundTripper
-}
-
-func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	for k, v := range b.headers {
-		r.Header.Set(k, v)
-	}
-	return b.rt.RoundTrip(r)
-}
-
-func connectMCP(t *testing.T, url string, hc *http.Client) *mcp.ClientSession {
-	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "boundary-test", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
-}
-
-func heaterC(t *testing.T, cs *mcp.ClientSession, key string) map[string]any {
-	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_heater_zone_c", Arguments: map[string]any{"value": 20, "idempotency_key": key}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out(t, res)
-}
-
 // TestForgedCallerStampIsIgnored: a client that sends the boundary's
 // internal caller header claiming admin is still the viewer its token
 // says, on the HTTP routes and in the MCP tools.
 func TestForgedCallerStampIsIgnored(t *testing.T) {
-	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, greenhousePolicy(t), web.Options{}, nil)
 	forged := `eyJJRCI6ImFkbWluIiwiUm9sZSI6ImFkbWluIiwiVHJhbnNwb3J0IjoiaHR0cCJ9.AAAA`
 	hc := &http.Client{Transport: bearerRT{map[string]string{"Authorization": "Bearer " + viewerToken, "Physd-Verified-Caller": forged}, http.DefaultTransport}}
 	o := heaterC(t, connectMCP(t, s.srv.URL, hc), "forged-1")
@@ -495,7 +358,7 @@ func TestClientCertificateRoles(t *testing.T) {
 	}
 	mtls := "  providers:\n    - type: mtls\n      clients:\n        - {cn: ops-console, role: operator}\n        - {san: wall.plant.example, role: viewer}\n"
 	pol := strings.Replace(greenhousePolicy(t), "\nemergency:", mtls+"\nemergency:", 1)
-	s := newSurface(t, pol, mcpserver.Options{}, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc},
+	s := newSurface(t, pol, web.Options{}, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc},
 		ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven})
 	client := func(spec *testpki.Spec) *http.Client {
 		cfg := &tls.Config{RootCAs: ca.Pool()}
@@ -565,37 +428,11 @@ func TestClientCertificateRoles(t *testing.T) {
 	}
 }
 
-func TestCheckListen(t *testing.T) {
-	const tok = "a-token-of-enough-length"
-	for _, c := range []struct {
-		e    mcpserver.Exposure
-		want string // "" accepted
-	}{
-		{mcpserver.Exposure{Addr: "127.0.0.1:8080"}, ""},
-		{mcpserver.Exposure{Addr: "[::1]:8080"}, ""},
-		{mcpserver.Exposure{Addr: "0.0.0.0:8080"}, "not a loopback address"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true}, "auth token of at least 16 characters"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: "short"}, "auth token of at least 16 characters"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: tok}, "--tls-cert FILE --tls-key FILE, or pass --insecure-plain-http"},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: tok, TLS: true}, ""},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, Token: tok, PlainHTTP: true}, ""},
-		{mcpserver.Exposure{Addr: ":8080", AllowRemote: true, ClientCerts: true, TLS: true}, ""},
-	} {
-		err := mcpserver.CheckListen(c.e)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%+v refused: %v", c.e, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%+v: %v; want an error saying %q", c.e, err, c.want)
-		}
-	}
-}
-
 // TestPublicRoutesTellNoSecrets: with credentials required, /healthz and
 // /readyz answer everyone, but the device id, version and the readiness
 // errors (which name devices and addresses) only to a viewer.
 func TestPublicRoutesTellNoSecrets(t *testing.T) {
-	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, greenhousePolicy(t), web.Options{}, nil)
 	s.plant.SetFault("*", sim.Fault{Mode: sim.FaultOffline})
 	for _, c := range []struct {
 		v        variant
@@ -618,7 +455,7 @@ func TestPublicRoutesTellNoSecrets(t *testing.T) {
 // TestAuthorizationHeaderForms: the scheme is case-insensitive (RFC 9110);
 // Basic, an empty token or two Authorization headers are refused.
 func TestAuthorizationHeaderForms(t *testing.T) {
-	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, greenhousePolicy(t), web.Options{}, nil)
 	for _, c := range []struct {
 		values []string
 		want   int

@@ -1,4 +1,4 @@
-package mcpserver_test
+package web_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/web"
 )
 
 // listener connects through path (2026-07-28) and reports every
@@ -39,7 +40,7 @@ func listener(t *testing.T, s *surface, path, token string) (*mcp.ClientSession,
 // moves, and a raw subscriptions/listen for it is refused as its read is;
 // one inside the view is updated (so the test can tell).
 func TestViewSubscriptionsAreABoundary(t *testing.T) {
-	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, greenhousePolicy(t), web.Options{}, nil)
 	ctx := context.Background()
 	outside := mcpserver.ObsURIPrefix + "fan_zone_b"
 	inside := mcpserver.ObsURIPrefix + "heater_zone_a"
@@ -107,7 +108,7 @@ func TestViewSubscriptionsAreABoundary(t *testing.T) {
 // TestViewResourcesNameOnlyTheView: physmcp://policy, physmcp://views and
 // physmcp://manifest read through a view name no capability outside it.
 func TestViewResourcesNameOnlyTheView(t *testing.T) {
-	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{}, nil)
+	s := newSurface(t, greenhousePolicy(t), web.Options{}, nil)
 	ctx := context.Background()
 	for _, era := range eras {
 		cs := connectPath(t, s, "/mcp/zone_a", era, operatorToken)

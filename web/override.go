@@ -1,10 +1,11 @@
-package mcpserver
+package web
 
 import (
 	"net/http"
 	"time"
 
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
 )
 
@@ -26,7 +27,7 @@ func (s *Server) serveOverride(w http.ResponseWriter, r *http.Request) {
 			Reason string `json:"reason"`
 			TTLS   int    `json:"ttl_s"`
 		}
-		if err := decodeBody(http.MaxBytesReader(w, r.Body, 16<<10), &in); err != nil {
+		if err := mcpserver.DecodeBody(http.MaxBytesReader(w, r.Body, 16<<10), &in); err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "body: " + err.Error() + `; send {"reason": "...", "ttl_s": 300}`})
 			return
 		}

@@ -1,4 +1,4 @@
-package mcpserver_test
+package web_test
 
 import (
 	"bufio"
@@ -24,8 +24,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/internal/testpki"
-	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/policy"
+	"github.com/physd/physd/web"
 )
 
 // A property test of the two-person rule over every way a person can
@@ -330,7 +330,7 @@ func newPPWorld(t *testing.T, rng *rand.Rand, idx int) *ppWorld {
 		t.Fatal(err)
 	}
 	w.policy = w.policyText()
-	w.s = newSurface(t, w.policy, mcpserver.Options{}, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc},
+	w.s = newSurface(t, w.policy, web.Options{}, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc},
 		ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven})
 	t.Cleanup(func() {
 		for _, cs := range w.sessions {
@@ -641,7 +641,7 @@ func TestPrincipalsTwoPersonProperty(t *testing.T) {
 			seed = n
 		}
 	}
-	t.Logf("seed %d (reproduce: %s=%d go test -race -count=1 -run TestPrincipalsTwoPersonProperty ./mcpserver)", seed, principalsSeedEnv, seed)
+	t.Logf("seed %d (reproduce: %s=%d go test -race -count=1 -run TestPrincipalsTwoPersonProperty ./web)", seed, principalsSeedEnv, seed)
 	for _, iss := range ppIssuers {
 		t.Setenv(iss.env, iss.secret)
 	}

@@ -1,0 +1,143 @@
+package mcpserver_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/physd/physd/approval"
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/drivers/sim"
+	"github.com/physd/physd/gate"
+	"github.com/physd/physd/guard"
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/mcpserver"
+	"github.com/physd/physd/metrics"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/policy"
+	"github.com/physd/physd/store"
+	"github.com/physd/physd/web"
+)
+
+// Demo tokens of the greenhouse policy.
+const (
+	viewerToken   = "greenhouse-viewer-demo-token"
+	operatorToken = "greenhouse-operator-demo-token"
+	adminToken    = "greenhouse-admin-demo-token"
+)
+
+// greenhousePolicy is the text of the example policy.
+func greenhousePolicy(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(example("physmcp.policy.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// surface is physd's HTTP surface (package web) in front of the MCP server
+// on a loopback test server: the MCP endpoints with the boundary's callers
+// (bearer tokens, views). The boundary's own tests are web's.
+type surface struct {
+	srv   *httptest.Server
+	plant *sim.Plant
+	guard *guard.Guard
+	audit string
+	node  *node.Node
+	mcp   *mcpserver.Server
+}
+
+// newSurface serves the greenhouse over HTTP with the simulator controls
+// and metrics; policyText "" runs without a policy. tlsConfig, when set,
+// makes it an HTTPS server.
+func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConfig *tls.Config) *surface {
+	t.Helper()
+	m, err := manifest.Load(example("physmcp.manifest.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := audit.Open(filepath.Join(dir, "audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := node.Config{Manifest: m, Store: st, Audit: al}
+	if policyText != "" {
+		pol, err := policy.Parse("policy.yml", []byte(policyText), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gcfg, err := gate.DecodeConfig(pol.Gate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := gate.New(gcfg, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Guard = guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
+		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Guard.SamePerson, Installation: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Guard = opts.Guard
+	}
+	n, err := node.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plant := n.Buses()["plant"].(*sim.Plant)
+	opts.Audit, opts.Metrics = al, metrics.New()
+	ms := mcpserver.New(n, opts)
+	hs := httptest.NewUnstartedServer(web.New(ms, web.Options{Guard: opts.Guard, Audit: al, Metrics: opts.Metrics, Mesh: opts.Mesh, History: opts.History, Alarms: opts.Alarms,
+		SimControls: map[string]http.Handler{"plant": plant.ControlHandler()}}).Handler())
+	if tlsConfig != nil {
+		hs.TLS = tlsConfig
+		hs.StartTLS()
+	} else {
+		hs.Start()
+	}
+	t.Cleanup(func() {
+		hs.Close()
+		n.Close(context.Background())
+		al.Close()
+		st.Close()
+	})
+	return &surface{srv: hs, plant: plant, guard: opts.Guard, audit: filepath.Join(dir, "audit", "audit.jsonl"), node: n, mcp: ms}
+}
+
+// bearerRT adds headers to every request of an MCP client.
+type bearerRT struct {
+	headers map[string]string
+	rt      http.RoundTripper
+}
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range b.headers {
+		r.Header.Set(k, v)
+	}
+	return b.rt.RoundTrip(r)
+}
+
+func heaterC(t *testing.T, cs *mcp.ClientSession, key string) map[string]any {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_heater_zone_c", Arguments: map[string]any{"value": 20, "idempotency_key": key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out(t, res)
+}
+
+// discover is a 2026-07-28 server/discover request.
+const discover = `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
