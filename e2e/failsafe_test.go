@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -466,6 +468,14 @@ gate:
 
 func startInterlocked(t *testing.T) (*modbustest.Bank, *daemon, *mcp.ClientSession) {
 	t.Helper()
+	bank, d := startInterlockedWith(t, interlockPolicy)
+	return bank, d, connectHTTP(t, d, "2026-07-28")
+}
+
+// startInterlockedWith runs physd on the interlock manifest and policy pol
+// against a fresh Modbus bank.
+func startInterlockedWith(t *testing.T, pol string) (*modbustest.Bank, *daemon) {
+	t.Helper()
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	src := strings.NewReplacer("ADDR", srv.Addr, "BUSEXTRA", "", "CAPS", strings.Join(interlockCaps, "")).Replace(modbusManifest)
 	dir := t.TempDir()
@@ -473,11 +483,11 @@ func startInterlocked(t *testing.T) (*modbustest.Bank, *daemon, *mcp.ClientSessi
 	if err := os.WriteFile(mp, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(pp, []byte(interlockPolicy), 0o600); err != nil {
+	if err := os.WriteFile(pp, []byte(pol), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := startHTTP(t, daemonOpts{manifest: mp, extra: []string{"--policy", pp}})
-	return bank, d, connectHTTP(t, d, "2026-07-28")
+	return bank, d
 }
 
 // doRaw calls a do_ tool and returns its answer (tool errors fail).
@@ -604,4 +614,71 @@ gate:
 		}
 	}
 	t.Logf("owner of a remote interlock reading killed → safe value over %d rounds: %s", len(took), quantiles(took))
+}
+
+// TestInterlockBypassTwoPerson: over HTTP, an operator asks for a bypass of
+// the vent interlock; the same operator cannot approve it, an admin (another
+// person) does; under it the heater may run above the bound with the vent
+// open, and the status page and /interlocks show the bypass; DELETE ends it
+// and the heater goes safe at once.
+func TestInterlockBypassTwoPerson(t *testing.T) {
+	pol := strings.Replace(interlockPolicy, "    max: 20\n", "    max: 20\n    bypass: {role: operator, max_minutes: 5}\n", 1) + `identity:
+  tokens:
+    - {id: operator_console, sha256: d44723fb54413f57fbf393e54ead396013e587a55f29ae10d8565e39e2d6189d, role: operator}
+    - {id: site_admin, sha256: ` + adminDemoTokenHash + `, role: admin}
+`
+	bank, d := startInterlockedWith(t, pol)
+	d.token = adminDemoToken
+	cs := connectAs(t, d, "2026-07-28", operatorToken, nil)
+	bank.SetHolding(1, 31, 50)
+	bank.SetHolding(1, 30, 95) // the vent is open
+	time.Sleep(300 * time.Millisecond)
+	if a := doRaw(t, cs, "do_heater", 60, "bp-1"); a.Code != "interlock_active" {
+		t.Fatalf("heater 60 with the vent open: %+v", a)
+	}
+	send := func(method, path, token, body string) (int, string) {
+		req, _ := http.NewRequest(method, d.url(path), strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		if method == "POST" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := send("POST", "/interlocks/vent_open/bypass", operatorToken, `{"minutes": 3, "reason": "vent sensor under repair"}`); code != 200 || !strings.Contains(body, `"state":"pending"`) {
+		t.Fatalf("operator asks: %d %s", code, body)
+	}
+	if code, body := send("POST", "/interlocks/vent_open/bypass/approve", operatorToken, ""); code != 403 || !strings.Contains(body, "another person") {
+		t.Fatalf("the operator approves its own request: %d %s", code, body)
+	}
+	if code, body := send("POST", "/interlocks/vent_open/bypass/approve", adminDemoToken, ""); code != 200 || !strings.Contains(body, `"state":"active"`) {
+		t.Fatalf("the admin approves: %d %s", code, body)
+	}
+	if a := doRaw(t, cs, "do_heater", 60, "bp-2"); a.Status != "success" {
+		t.Fatalf("heater 60 under the bypass: %+v", a)
+	}
+	time.Sleep(300 * time.Millisecond) // polls: the bypassed rule must not trip
+	if heaterAt(bank) != 60 {
+		t.Fatalf("the bypassed interlock drove the heater to %d", heaterAt(bank))
+	}
+	if code, body := send("GET", "/interlocks", adminDemoToken, ""); code != 200 || !strings.Contains(body, `"bypassed_by":"token:operator_console and token:site_admin"`) {
+		t.Fatalf("/interlocks: %d %s", code, body)
+	}
+	if _, page := send("GET", "/", adminDemoToken, ""); !strings.Contains(page, "bypassed until") {
+		t.Errorf("the status page does not show the bypass")
+	}
+	t0 := time.Now()
+	if code, body := send("DELETE", "/interlocks/vent_open/bypass", operatorToken, ""); code != 200 {
+		t.Fatalf("end the bypass: %d %s", code, body)
+	}
+	at := awaitDevice(t, 5*time.Second, "bypass ended → heater 0", func() bool { return heaterAt(bank) == 0 })
+	t.Logf("bypass ended → heater safe in %v", at.Sub(t0).Round(time.Millisecond))
+	if a := doRaw(t, cs, "do_heater", 60, "bp-3"); a.Code != "interlock_active" {
+		t.Fatalf("heater 60 after the bypass: %+v", a)
+	}
 }

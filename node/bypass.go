@@ -10,6 +10,7 @@ import (
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/interlock"
 	"github.com/physd/physd/policy"
+	"github.com/physd/physd/promcp"
 )
 
 // Bypasses lift a permissive or an interlock for a while under the
@@ -221,4 +222,36 @@ func (n *Node) auditBypass(event string, b Bypass, why string) {
 		n.log.Error("bypass not audited", "rule", b.Rule, "event", event, "err", err)
 	}
 	n.log.Warn(event, "rule", b.Rule, "state", b.State, "until", b.Until, "reason", b.Reason, "why", why)
+}
+
+// InterlockState is one rule in force as operators see it.
+type InterlockState struct {
+	promcp.InterlockNote
+	Outputs []string `json:"outputs"`
+	// Bypass is the rule's bypass asked for or in force.
+	Bypass *Bypass `json:"bypass,omitempty"`
+	// Bypassable: the policy gives the rule bypass terms.
+	Bypassable bool `json:"bypassable"`
+}
+
+// InterlockStates lists the policy's rules in force, each with its
+// condition's reading now and its bypass.
+func (n *Node) InterlockStates() []InterlockState {
+	rules := n.interlocks()
+	if rules.Len() == 0 {
+		return []InterlockState{}
+	}
+	byRule := map[string]Bypass{}
+	for _, b := range n.Bypasses() {
+		byRule[b.Rule] = b
+	}
+	out := make([]InterlockState, 0, rules.Len())
+	for _, r := range rules.Rules {
+		st := InterlockState{InterlockNote: n.interlockNote(r), Outputs: r.Outputs, Bypassable: r.Bypass != nil}
+		if b, ok := byRule[r.Name]; ok {
+			st.Bypass = &b
+		}
+		out = append(out, st)
+	}
+	return out
 }

@@ -219,20 +219,25 @@ func (n *Node) interlockNotes(cs *capState) []promcp.InterlockNote {
 	}
 	out := make([]promcp.InterlockNote, 0, len(rules))
 	for _, r := range rules {
-		rd := n.cachedReading(r.Cond.Key())
-		note := promcp.InterlockNote{Name: r.Name, Kind: string(r.Kind), Condition: r.Cond.String(), Reading: rd.String()}
-		if r.Max != nil || r.Min != nil {
-			note.Bound = fmt.Sprintf("%s while %s", boundOf(r), r.Cond)
-		}
-		for _, b := range n.Bypasses() {
-			if b.Rule == r.Name && b.State == BypassActive {
-				until := b.Until
-				note.BypassedUntil, note.BypassedBy = &until, b.RequestedBy.ID+" and "+b.ApprovedBy.ID
-			}
-		}
-		out = append(out, note)
+		out = append(out, n.interlockNote(r))
 	}
 	return out
+}
+
+// interlockNote is r with its condition's reading now and its bypass.
+func (n *Node) interlockNote(r *interlock.Rule) promcp.InterlockNote {
+	rd := n.cachedReading(r.Cond.Key())
+	note := promcp.InterlockNote{Name: r.Name, Kind: string(r.Kind), Condition: r.Cond.String(), Reading: rd.String()}
+	if r.Max != nil || r.Min != nil {
+		note.Bound = fmt.Sprintf("%s while %s", boundOf(r), r.Cond)
+	}
+	for _, b := range n.Bypasses() {
+		if b.Rule == r.Name && b.State == BypassActive {
+			until := b.Until
+			note.BypassedUntil, note.BypassedBy = &until, b.RequestedBy.ID+" and "+b.ApprovedBy.ID
+		}
+	}
+	return note
 }
 
 func boundOf(r *interlock.Rule) string {

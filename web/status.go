@@ -34,6 +34,9 @@ type Status struct {
 	// commands them again); Leases the holds in force.
 	SafeStates []node.SafeStatus `json:"safe_states"`
 	Leases     []node.Lease      `json:"leases"`
+	// Interlocks are the policy's rules in force with their readings and
+	// bypasses.
+	Interlocks []node.InterlockState `json:"interlocks"`
 }
 
 // pageData is the status page: the status and each capability's chart.
@@ -51,7 +54,7 @@ func (s *Server) status() Status {
 		Ready: ready, Checks: checks, Policy: "none (" + node.NoPolicyNote + ")",
 		Capabilities: s.n.Capabilities(), Recent: s.n.RecentActuations(),
 		Mesh:       map[string]any{"enabled": false},
-		SafeStates: []node.SafeStatus{}, Leases: s.n.Leases(),
+		SafeStates: []node.SafeStatus{}, Leases: s.n.Leases(), Interlocks: s.n.InterlockStates(),
 	}
 	for _, ss := range s.n.SafeStatuses() {
 		if ss.State != node.SafeCleared {

@@ -120,6 +120,15 @@ func (s *Server) Handler() http.Handler {
 		b.handle("/emergency/override", routeRule{read: "viewer", writeAlways: func() string { return s.opts.Guard.Policy().Emergency.OverrideRole }},
 			http.HandlerFunc(s.serveOverride))
 	}
+	if s.opts.Guard != nil {
+		// Reading the rules is a viewer's; a bypass step always needs an
+		// identity (the node checks the rule's bypass role and the
+		// two-person rule), never the anonymous local caller.
+		b.handle("GET /interlocks", viewer, http.HandlerFunc(s.serveInterlocks))
+		bp := routeRule{read: "operator", writeAlways: func() string { return "operator" }}
+		b.handle("/interlocks/{rule}/bypass", bp, http.HandlerFunc(s.serveBypass))
+		b.handle("/interlocks/{rule}/bypass/{action}", bp, http.HandlerFunc(s.serveBypass))
+	}
 	if s.n.Approvals() != nil && s.opts.Guard != nil {
 		// Listing shows what will happen (to those who may approve: it
 		// names callers and keys); deciding always needs an identity
