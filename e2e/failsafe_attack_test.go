@@ -404,3 +404,55 @@ func TestAttackTripWaitsForLeaseRetry(t *testing.T) {
 		t.Errorf("the vent opened with the heater at 60 and the device taking writes; the heater went safe only after %v (the lease drive's retry backoff, not the interlock's observation)", took.Round(time.Millisecond))
 	}
 }
+
+// verifyTripCaps: the heater (holding 10) verified by its active-setpoint
+// register (holding 11, which the device mirrors), safe on interlock_trip;
+// the vent (holding 30) polled every 100 ms.
+var verifyTripCaps = []string{
+	doCap("heater", "int", `{type: modbus, bus: plc, table: holding, address: 10, data_type: uint16, verify: {table: holding, address: 11}}`,
+		"    range: {min: 0, max: 100}\n    safe: {value: 0, on: [interlock_trip]}\n"),
+	`  - name: vent
+    kind: read
+    description: vent position
+    data_type: int
+    semantic_tags: [plc]
+    binding: {type: modbus, bus: plc, table: holding, address: 30, data_type: uint16}
+    poll_ms: 100
+`,
+}
+
+// TestAttackInterlockVerifyPointOutput: through the binary, a heater whose
+// binding has a verify point (the recommended setup for a stuck actuator,
+// docs/safety.md) is set to 60 with the vent closed and verified; then a
+// fault opens the vent. The interlock must drive the heater safe within an
+// observation, as it does for a heater without a verify point.
+func TestAttackInterlockVerifyPointOutput(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	bank.AddMirror(modbustest.Mirror{Unit: 1, From: modbustest.HoldingRegisters, FromAddr: 10, To: modbustest.HoldingRegisters, ToAddr: 11, N: 1})
+	dir := t.TempDir()
+	mp, pp := atkManifestFile(t, srv.Addr, verifyTripCaps), filepath.Join(dir, "physmcp.policy.yml")
+	if err := os.WriteFile(pp, []byte(tripLeasePolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bank.SetHolding(1, 30, 40)
+	d := startHTTP(t, daemonOpts{manifest: mp, extra: []string{"--policy", pp}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	time.Sleep(300 * time.Millisecond)
+	for round := range chaosRounds(t) {
+		bank.SetHolding(1, 30, 40)
+		time.Sleep(300 * time.Millisecond)
+		a := doRaw(t, cs, "do_heater", 60, fmt.Sprint("v", round))
+		if a.Status != "success" || !a.Verified {
+			t.Fatalf("round %d: heater 60 with the vent at 40: %+v", round, a)
+		}
+		t0 := time.Now()
+		bank.SetHolding(1, 30, 95)
+		end := time.Now().Add(5 * time.Second)
+		for heaterAt(bank) != 0 && time.Now().Before(end) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if v := heaterAt(bank); v != 0 {
+			t.Fatalf("round %d: the vent is at 95 and the verified heater is still %d after %v (the interlock judges it on the reading taken before the write)", round, v, time.Since(t0).Round(time.Millisecond))
+		}
+	}
+}

@@ -45,6 +45,9 @@ type atkDevice struct {
 	writeFail map[string]bool
 	readFail  map[string]bool
 	stuck     map[string]bool // writes acknowledged with no effect
+	// lossAfterWrite: the reads of the point fail right after a write
+	// (the read-back is lost), until cleared.
+	lossAfterWrite map[string]bool
 	delay     map[string]time.Duration
 	lastRead  map[string]float64
 	writes    []atkWrite
@@ -58,7 +61,7 @@ func (d *atkDevice) reset(v map[string]float64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.v = v
-	d.writeFail, d.readFail, d.stuck = map[string]bool{}, map[string]bool{}, map[string]bool{}
+	d.writeFail, d.readFail, d.stuck, d.lossAfterWrite = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	d.delay, d.lastRead = map[string]time.Duration{}, map[string]float64{}
 	d.writes, d.onRead = nil, nil
 }
@@ -94,7 +97,28 @@ func init() {
 type atkBus struct{}
 
 func (atkBus) Point(c *manifest.Capability) (drivers.Point, error) {
+	if c.Binding.Address == "vheater" {
+		// The heater with a verify point (the read-back is the feedback
+		// signal, drivers.Verifier), like a Modbus binding's verify:.
+		return atkVPoint{atkPoint("heater")}, nil
+	}
 	return atkPoint(c.Binding.Address), nil
+}
+
+type atkVPoint struct{ atkPoint }
+
+func (p atkVPoint) Verify(ctx context.Context, v any) (drivers.Verification, error) {
+	if err := p.wait(ctx); err != nil {
+		return drivers.Verification{Point: "fb"}, err
+	}
+	want, _ := v.(float64)
+	atkDev.mu.Lock()
+	defer atkDev.mu.Unlock()
+	if atkDev.readFail[string(p.atkPoint)] {
+		return drivers.Verification{Point: "fb"}, fmt.Errorf("%w: feedback does not answer", drivers.ErrTimeout)
+	}
+	got := atkDev.v[string(p.atkPoint)]
+	return drivers.Verification{Point: "fb", Observed: got, Expected: want, OK: got == want, At: time.Now()}, nil
 }
 func (atkBus) Health() error { return nil }
 func (atkBus) Close() error  { return nil }
@@ -148,6 +172,9 @@ func (p atkPoint) Write(ctx context.Context, v any) error {
 	atkDev.writes = append(atkDev.writes, atkWrite{Point: string(p), Value: f, LastVent: atkDev.lastRead["vent"], At: time.Now()})
 	if !atkDev.stuck[string(p)] {
 		atkDev.v[string(p)] = f
+	}
+	if atkDev.lossAfterWrite[string(p)] {
+		atkDev.readFail[string(p)] = true
 	}
 	return nil
 }
@@ -218,7 +245,12 @@ func atkSet(t testing.TB, m *manifest.Manifest, pol string) *interlock.Set {
 // physd is not a restart of the plant).
 func openAtk(t testing.TB, dir, pol string) *atkFixture {
 	t.Helper()
-	m, err := manifest.Parse("atk.yml", []byte(atkManifest))
+	return openAtkWith(t, dir, atkManifest, pol)
+}
+
+func openAtkWith(t testing.TB, dir, src, pol string) *atkFixture {
+	t.Helper()
+	m, err := manifest.Parse("atk.yml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -863,6 +895,67 @@ func TestAttackShutdownWhileLeaseDriveWaits(t *testing.T) {
 		g := openAtk(t, dir, atkPolicy)
 		if l := g.n.LeaseOf("do_heater"); l != nil {
 			t.Errorf("a lease is on record after a verified shutdown drive: %+v", l)
+		}
+	})
+}
+
+// TestAttackInterlockJudgesOutputAfterLostReadBack: a do_ writes the
+// heater to 60 (allowed: the vent is closed) but its read-back is lost, so
+// the answer is partial and physd's last reading of the heater is the old
+// 10. The vent then opens. The output's value is not known (the write may
+// have applied), so the interlock must judge it on the unsafe side and
+// drive it safe — not keep judging the stale 10 forever.
+func TestAttackInterlockJudgesOutputAfterLostReadBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		atkDev.reset(map[string]float64{"vent": 40, "heater": 0})
+		f := openAtk(t, t.TempDir(), atkPolicy)
+		time.Sleep(150 * time.Millisecond)
+		if r := doAtk(t, f.n, 10, "k1", 600); r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater 10: %+v", r)
+		}
+		atkDev.with(func(d *atkDevice) { d.lossAfterWrite["heater"] = true })
+		r := doAtk(t, f.n, 60, "k2", 600)
+		if r.Status != promcp.StatusPartial {
+			t.Fatalf("heater 60 with a lost read-back: %+v", r)
+		}
+		atkDev.with(func(d *atkDevice) { d.lossAfterWrite["heater"], d.readFail["heater"] = false, false })
+		if v := atkDev.get("heater"); v != 60 {
+			t.Fatalf("the device holds %v", v)
+		}
+		atkDev.set("vent", 95) // the interlock's condition starts to hold
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if v := atkDev.get("heater"); v != 0 {
+			t.Errorf("the vent is at 95 for 3 s and the heater, commanded to 60 by a partial do_, is still %v: the interlock judges the heater on its stale pre-write reading", v)
+		}
+	})
+}
+
+// TestAttackInterlockVerifyPointOutput: the heater is verified by a
+// feedback point (drivers.Verifier, Modbus verify:). A verified do_ sets it
+// to 60 while the vent is closed; then the vent opens. The interlock must
+// drive the heater safe within an observation — judged on the value the
+// do_ verified, not on the reading taken before the write.
+func TestAttackInterlockVerifyPointOutput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		atkDev.reset(map[string]float64{"vent": 40, "heater": 0})
+		src := strings.Replace(atkManifest, "address: heater}", "address: vheater}", 1)
+		f := openAtkWith(t, t.TempDir(), src, atkPolicy)
+		time.Sleep(150 * time.Millisecond)
+		r := doAtk(t, f.n, 60, "k1", 600)
+		if r.Status != promcp.StatusSuccess || !r.Verified {
+			t.Fatalf("heater 60 with the vent at 40: %+v", r)
+		}
+		atkDev.set("vent", 95)
+		time.Sleep(300 * time.Millisecond)
+		synctest.Wait()
+		if v := atkDev.get("heater"); v != 0 {
+			t.Errorf("the vent opened to 95 with the heater verified at 60; 300 ms later the heater is still %v (judged on the pre-write reading 0)", v)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if v := atkDev.get("heater"); v != 0 {
+			t.Errorf("5 s later the heater is still %v with the vent at 95", v)
 		}
 	})
 }
