@@ -456,3 +456,27 @@ func TestAttackInterlockVerifyPointOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackSIGTERMWithOpenSession: SIGTERM while an agent's MCP session
+// is still connected (its standing stream open, as a real agent's is).
+// The shutdown outputs must go safe promptly: an idle session must not
+// hold the drive back for the whole shutdown grace.
+func TestAttackSIGTERMWithOpenSession(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, srv.Addr)})
+	cs := connectHTTP(t, d, "2026-07-28")
+	doLease(t, cs, "do_heater", 70, "open-session", 600)
+	t0 := time.Now()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	at := awaitDevice(t, 15*time.Second, "SIGTERM with a session open → heater 0", func() bool { return heaterAt(bank) == 0 })
+	if took := at.Sub(t0); took > 3*time.Second {
+		t.Errorf("SIGTERM with an idle MCP session open: the heater went safe only after %v", took.Round(time.Millisecond))
+	}
+	select {
+	case <-d.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("physd did not exit; stderr:\n%s", d.stderr.String())
+	}
+}

@@ -959,3 +959,77 @@ func TestAttackInterlockVerifyPointOutput(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackMaxAgeBelowPollTripsHealthyPlant: a rule whose max_age_ms is
+// shorter than its condition's poll interval. Every reading is older than
+// max_age between two polls, so the once-a-second staleness tick finds the
+// plant "unknown" on a healthy, answering device and trips the output. The
+// policy must be refused (or the rule judged on the polls it gets), not
+// accepted and then drive a healthy plant safe.
+func TestAttackMaxAgeBelowPollTripsHealthyPlant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		atkDev.reset(map[string]float64{"vent": 40, "heater": 0})
+		pol := strings.Replace(atkPolicy, "    max: 20\n", "    max: 20\n    max_age_ms: 50\n", 1)
+		m, err := manifest.Parse("atk.yml", []byte(atkManifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := policy.Parse("atk.policy.yml", []byte(pol), m); err != nil {
+			t.Logf("refused, as it should be: %v", err)
+			return
+		}
+		f := openAtk(t, t.TempDir(), pol)
+		time.Sleep(150 * time.Millisecond)
+		r := doAtk(t, f.n, 60, "k1", 600)
+		if r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater 60 with the vent at 40 (polled every 100 ms, answering): %+v", r)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if v := atkDev.get("heater"); v != 60 {
+			st := f.n.SafeStatusOf("do_heater")
+			t.Errorf("the policy with max_age_ms 50 < poll_ms 100 was accepted, and a healthy plant (vent 40, polled and answering) tripped the heater to %v: %s", v, st.Reason)
+		}
+	})
+}
+
+// TestAttackReloadRemovesFailedOutput: a lease drive of heater_z0 keeps
+// failing (the device refuses writes) when a manifest reload removes
+// heater_z0. Nothing can verify or supersede that drive any more (no do_
+// of a removed tool runs), so /readyz must not stay 503 naming it forever,
+// and no lease of a removed tool may be left on show.
+func TestAttackReloadRemovesFailedOutput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLeased(t, t.TempDir(), 2)
+		doHold(t, f.n, "do_heater_z0", 40, "k", 5)
+		if err := f.plant.SetFault("z0.heater", sim.Fault{Mode: sim.FaultOffline}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5*time.Second + time.Millisecond)
+		synctest.Wait()
+		if ok, checks := f.n.Ready(); ok || !hasCheck(checks, "safe:do_heater_z0") {
+			t.Fatalf("a failing drive: %v %+v", ok, checks)
+		}
+		src := leasedManifest(2)
+		i, j := strings.Index(src, "  - name: heater_z0\n"), strings.Index(src, "  - name: heater_z1\n")
+		src = src[:i] + src[j:]
+		m, err := manifest.Parse("lease.yml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := f.n.Reload(context.Background(), m)
+		if err != nil || len(res.Removed) != 1 {
+			t.Fatalf("reload: %+v %v", res, err)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if ok, checks := f.n.Ready(); !ok {
+			t.Errorf("2 min after the reload removed do_heater_z0, /readyz is still not ready: %+v", checks)
+		}
+		for _, l := range f.n.Leases() {
+			if l.Tool == "do_heater_z0" {
+				t.Errorf("a lease of the removed do_heater_z0 is still shown: %+v", l)
+			}
+		}
+	})
+}
