@@ -480,3 +480,52 @@ func TestAttackSIGTERMWithOpenSession(t *testing.T) {
 		t.Fatalf("physd did not exit; stderr:\n%s", d.stderr.String())
 	}
 }
+
+// TestAttackSIGHUPTripsHealthyPlant: through the binary, a SIGHUP reload
+// that changes only the vent's description (a slow-ish device: 120 ms per
+// vent read) must not drive the heater safe while the vent stays closed.
+func TestAttackSIGHUPTripsHealthyPlant(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	dir := t.TempDir()
+	mp, pp := atkManifestFile(t, srv.Addr, interlockCaps), filepath.Join(dir, "physmcp.policy.yml")
+	if err := os.WriteFile(pp, []byte(interlockPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bank.SetHolding(1, 30, 40)
+	bank.SetHolding(1, 31, 50)
+	bank.SetDelay(func(r modbustest.Request) time.Duration {
+		if !r.Write && r.Addr == 30 {
+			return 120 * time.Millisecond
+		}
+		return 0
+	})
+	d := startHTTP(t, daemonOpts{manifest: mp, extra: []string{"--policy", pp}})
+	cs := connectHTTP(t, d, "2026-07-28")
+	time.Sleep(500 * time.Millisecond)
+	if a := doRaw(t, cs, "do_heater", 60, "h"); a.Status != "success" {
+		t.Fatalf("heater 60 with the vent at 40: %+v", a)
+	}
+	src, err := os.ReadFile(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 6 {
+		next := strings.Replace(string(src), "description: vent position", fmt.Sprintf("description: vent position rev %d", round), 1)
+		if err := os.WriteFile(mp, []byte(next), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(1300+round*170) * time.Millisecond)
+		if v := heaterAt(bank); v != 60 {
+			var why []string
+			for _, r := range atkAudit(t, d.state) {
+				if r.Event == "safe_state" {
+					why = append(why, r.Reason)
+				}
+			}
+			t.Fatalf("round %d: a SIGHUP that changed only read_vent's description drove the heater to %d with the vent at 40: %q", round, v, why)
+		}
+	}
+}

@@ -1033,3 +1033,70 @@ func TestAttackReloadRemovesFailedOutput(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackReloadDropsLeaseTerms: a manifest reload takes lease: (and
+// lease_expiry) off heater_z0 while a 30 s lease is active. The agent then
+// commands the heater with a do_ that applies; the capability has no lease
+// any more, so that value holds. The old lease's timer must not drive the
+// heater safe 30 s after the old do_, overriding the newer command.
+func TestAttackReloadDropsLeaseTerms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := openLeased(t, t.TempDir(), 1)
+		doHold(t, f.n, "do_heater_z0", 40, "k", 30)
+		src := strings.Replace(leasedManifest(1), "    safe: {value: 0, on: [lease_expiry, shutdown, bus_restored]}\n    lease: {default_s: 60, max_s: 600}\n",
+			"    safe: {value: 0, on: [shutdown, bus_restored]}\n", 1)
+		m, err := manifest.Parse("lease.yml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.n.Reload(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		r := doHold(t, f.n, "do_heater_z0", 55, "after-reload", 0)
+		if r.Status != promcp.StatusSuccess || r.LeaseExpiresAt != nil {
+			t.Fatalf("do_ after the reload: %+v", r)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if v := f.heater(t, 0); v != 55 {
+			st := f.n.SafeStatusOf("do_heater_z0")
+			t.Errorf("the heater, commanded to 55 after the reload removed its lease, is %v: the old lease drove it (%s: %s)", v, st.Event, st.Reason)
+		}
+	})
+}
+
+// TestAttackReloadOfConditionTripsHealthyPlant: a manifest reload changes
+// only the vent's description (its readings, device and poll are the
+// same). The redefined capability starts with no reading until its first
+// poll, and the staleness tick must not take that gap as the unsafe side:
+// a heater within every rule on a healthy plant must not be driven safe by
+// a cosmetic reload (the start has this grace; a reload must too).
+func TestAttackReloadOfConditionTripsHealthyPlant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		atkDev.reset(map[string]float64{"vent": 40, "heater": 0})
+		f := openAtk(t, t.TempDir(), atkPolicy)
+		atkDev.with(func(d *atkDevice) { d.delay["vent"] = 300 * time.Millisecond })
+		time.Sleep(time.Second)
+		if r := doAtk(t, f.n, 60, "k1", 600); r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater 60 with the vent at 40: %+v", r)
+		}
+		for round := range 5 {
+			// Reload at varying offsets from the once-a-second tick.
+			time.Sleep(time.Duration(100+round*200) * time.Millisecond)
+			src := strings.Replace(atkManifest, "description: Vent position.", fmt.Sprintf("description: Vent position (rev %d).", round), 1)
+			m, err := manifest.Parse("atk.yml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := f.n.Reload(context.Background(), m); err != nil || len(res.Changed) != 1 {
+				t.Fatalf("reload: %+v %v", res, err)
+			}
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+			if v := atkDev.get("heater"); v != 60 {
+				st := f.n.SafeStatusOf("do_heater")
+				t.Fatalf("round %d: a reload that changed only read_vent's description drove the heater to %v on a healthy plant (vent 40): %s", round, v, st.Reason)
+			}
+		}
+	})
+}
