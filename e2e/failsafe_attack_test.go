@@ -529,3 +529,64 @@ func TestAttackSIGHUPTripsHealthyPlant(t *testing.T) {
 		}
 	}
 }
+
+// slowLeaseCaps: a leased heater whose device accesses are bounded by
+// 300 ms (so a safe drive waits for its turn at most 4×300 ms + 1 s).
+var slowLeaseCaps = []string{
+	doCap("heater", "int", `{type: modbus, bus: plc, table: holding, address: 10, data_type: uint16}`,
+		"    range: {min: 0, max: 100}\n    timeout_ms: 300\n    safe: {value: 0, on: [lease_expiry]}\n    lease: {default_s: 60, max_s: 600}\n"),
+}
+
+// TestAttackLeaseDriveTimesOutWaitingForTurn: through the binary, a lease
+// ends while agents' do_ calls (each refused by the slow device, nothing
+// applied) hold the heater's turn longer than the drive waits. The drive
+// is recorded failed; it must be retried, so that once the device answers
+// normally the heater whose lease ran out reaches its safe value.
+func TestAttackLeaseDriveTimesOutWaitingForTurn(t *testing.T) {
+	bank, srv := startDevice(t, "127.0.0.1:0")
+	d := startHTTP(t, daemonOpts{manifest: atkManifestFile(t, srv.Addr, slowLeaseCaps)})
+	cs := connectHTTP(t, d, "2026-07-28")
+	a := doLease(t, cs, "do_heater", 60, "held", 1)
+	bank.SetDelay(func(r modbustest.Request) time.Duration {
+		if r.Table == modbustest.HoldingRegisters && r.Addr == 10 {
+			return 150 * time.Millisecond
+		}
+		return 0
+	})
+	bank.SetFault(func(r modbustest.Request) error {
+		if r.Write && r.Table == modbustest.HoldingRegisters && r.Addr == 10 {
+			return modbustest.Exception(4)
+		}
+		return nil
+	})
+	done := make(chan string, 12)
+	for i := range 12 {
+		go func() {
+			res, err := atkCall(cs, "do_heater", map[string]any{"value": 10, "idempotency_key": fmt.Sprint("q", i), "hold_s": 600})
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			done <- text(res)
+		}()
+	}
+	for range 12 {
+		if ans := <-done; strings.Contains(ans, `"status":"success"`) {
+			t.Fatalf("a do_ applied on a device refusing writes: %s", ans)
+		}
+	}
+	bank.SetDelay(nil)
+	bank.SetFault(nil)
+	if time.Now().Before(*a.LeaseExpiresAt) {
+		t.Fatalf("the queue ended before the lease did (%v): the drive did not wait", a.LeaseExpiresAt)
+	}
+	t.Logf("safe_state audit after the queue: %v", safeAudit(t, d.state))
+	end := time.Now().Add(15 * time.Second)
+	for heaterAt(bank) != 0 && time.Now().Before(end) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := heaterAt(bank); v != 0 {
+		_, body := d.request(t, "GET", "/readyz", "")
+		t.Errorf("15 s after the device answers again the heater whose lease ended is still %d; /readyz: %s; audit %v", v, body, safeAudit(t, d.state))
+	}
+}

@@ -1100,3 +1100,88 @@ func TestAttackReloadOfConditionTripsHealthyPlant(t *testing.T) {
 		}
 	})
 }
+
+// queueSlowRefusals starts n do_ calls of the heater that each hold the
+// turn for a slow previous read and a slow refused write (nothing applies)
+// and returns a channel closed when all have answered.
+func queueSlowRefusals(t *testing.T, f *atkFixture, n int, tag string) chan struct{} {
+	atkDev.with(func(d *atkDevice) {
+		d.delay["heater"] = 450 * time.Millisecond
+		d.writeFail["heater"] = true
+	})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			raw, _ := json.Marshal(10.0)
+			body, err := f.n.Do(context.Background(), node.DoRequest{Tool: "do_heater", Value: raw, IdempotencyKey: fmt.Sprint(tag, i), HoldS: 600, Caller: node.Caller{ID: "agent"}})
+			var r promcp.DoResult
+			_ = json.Unmarshal(body, &r)
+			if err != nil || r.Status != promcp.StatusFailed {
+				t.Errorf("slow refused do_ %d: %v %+v", i, err, r)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// TestAttackTripTimesOutWaitingForTurn: a trip's drive waits for the turn
+// behind do_ calls queued on a slow device (each holds it ~0.9 s and
+// applies nothing). When its wait runs out it is recorded failed — and
+// must then be retried like every failed drive. Once the device is back
+// the heater must reach its safe value; it must not stay at 60 with the
+// vent open because the failed state also silences every later trip.
+func TestAttackTripTimesOutWaitingForTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		atkDev.reset(map[string]float64{"vent": 40, "heater": 0})
+		f := openAtk(t, t.TempDir(), atkPolicy)
+		time.Sleep(150 * time.Millisecond)
+		if r := doAtk(t, f.n, 60, "k1", 600); r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater 60: %+v", r)
+		}
+		done := queueSlowRefusals(t, f, 5, "q")
+		time.Sleep(50 * time.Millisecond)
+		atkDev.set("vent", 95) // the trip's drive queues behind the calls
+		<-done
+		atkDev.with(func(d *atkDevice) { d.delay["heater"], d.writeFail["heater"] = 0, false })
+		st := f.n.SafeStatusOf("do_heater")
+		t.Logf("after the queue: %s attempts %d: %s", st.State, st.Attempts, st.Error)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if v := atkDev.get("heater"); v != 0 {
+			st := f.n.SafeStatusOf("do_heater")
+			t.Errorf("a minute after the device recovered, with the vent at 95, the heater is still %v; safe state %s (attempts %d, next retry %v): %s",
+				v, st.State, st.Attempts, st.NextRetry, st.Error)
+		}
+	})
+}
+
+// TestAttackLeaseDriveTimesOutWaitingForTurn: the same for a lease: it
+// ends while slow refused do_ calls hold the turn; the drive's wait runs
+// out. Nothing renewed the lease, so once the device is back the output
+// must reach its safe value (the drive retried), not hold the expired
+// lease's value forever.
+func TestAttackLeaseDriveTimesOutWaitingForTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		atkDev.reset(map[string]float64{"vent": 40, "heater": 0})
+		f := openAtk(t, t.TempDir(), atkPolicyNone)
+		time.Sleep(150 * time.Millisecond)
+		if r := doAtk(t, f.n, 60, "k1", 1); r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater 60: %+v", r)
+		}
+		done := queueSlowRefusals(t, f, 6, "q")
+		<-done
+		atkDev.with(func(d *atkDevice) { d.delay["heater"], d.writeFail["heater"] = 0, false })
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if v := atkDev.get("heater"); v != 0 {
+			st := f.n.SafeStatusOf("do_heater")
+			t.Errorf("a minute after the device recovered, the heater whose lease ended is still %v; safe state %s (attempts %d, next retry %v): %s",
+				v, st.State, st.Attempts, st.NextRetry, st.Error)
+		}
+		if ok, checks := f.n.Ready(); !ok {
+			t.Logf("readiness: %+v", checks)
+		}
+	})
+}
