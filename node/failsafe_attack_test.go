@@ -48,6 +48,8 @@ type atkDevice struct {
 	// lossAfterWrite: the reads of the point fail right after a write
 	// (the read-back is lost), until cleared.
 	lossAfterWrite map[string]bool
+	// okWrites: while writeFail is set, this many more writes still apply.
+	okWrites map[string]int
 	delay     map[string]time.Duration
 	lastRead  map[string]float64
 	writes    []atkWrite
@@ -62,7 +64,7 @@ func (d *atkDevice) reset(v map[string]float64) {
 	defer d.mu.Unlock()
 	d.v = v
 	d.writeFail, d.readFail, d.stuck, d.lossAfterWrite = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
-	d.delay, d.lastRead = map[string]time.Duration{}, map[string]float64{}
+	d.delay, d.lastRead, d.okWrites = map[string]time.Duration{}, map[string]float64{}, map[string]int{}
 	d.writes, d.onRead = nil, nil
 }
 
@@ -167,7 +169,10 @@ func (p atkPoint) Write(ctx context.Context, v any) error {
 	atkDev.mu.Lock()
 	defer atkDev.mu.Unlock()
 	if atkDev.writeFail[string(p)] {
-		return fmt.Errorf("%w: %s refuses writes", drivers.ErrOffline, p)
+		if atkDev.okWrites[string(p)] <= 0 {
+			return fmt.Errorf("%w: %s refuses writes", drivers.ErrOffline, p)
+		}
+		atkDev.okWrites[string(p)]--
 	}
 	atkDev.writes = append(atkDev.writes, atkWrite{Point: string(p), Value: f, LastVent: atkDev.lastRead["vent"], At: time.Now()})
 	if !atkDev.stuck[string(p)] {
@@ -1182,6 +1187,59 @@ func TestAttackLeaseDriveTimesOutWaitingForTurn(t *testing.T) {
 		}
 		if ok, checks := f.n.Ready(); !ok {
 			t.Logf("readiness: %+v", checks)
+		}
+	})
+}
+
+// TestAttackStaleDriveFailureSilencesInterlock: a lease ends while do_
+// calls on a slow device hold the turn; the first two apply (renewing the
+// lease), the rest are refused, and the old lease's drive times out in the
+// queue. That drive was moot — renewals applied — so it must not leave the
+// output "failed": /readyz must be ready, and above all the interlock must
+// still act when the vent opens later.
+func TestAttackStaleDriveFailureSilencesInterlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		atkDev.reset(map[string]float64{"vent": 40, "heater": 0})
+		f := openAtk(t, t.TempDir(), atkPolicy)
+		time.Sleep(150 * time.Millisecond)
+		if r := doAtk(t, f.n, 60, "k1", 1); r.Status != promcp.StatusSuccess {
+			t.Fatalf("heater 60: %+v", r)
+		}
+		atkDev.with(func(d *atkDevice) {
+			d.delay["heater"] = 450 * time.Millisecond
+			d.writeFail["heater"], d.okWrites["heater"] = true, 2
+		})
+		time.Sleep(50 * time.Millisecond)
+		var wg sync.WaitGroup
+		var applied atomic.Int64
+		for i := range 5 {
+			wg.Go(func() {
+				raw, _ := json.Marshal(30.0)
+				body, _ := f.n.Do(context.Background(), node.DoRequest{Tool: "do_heater", Value: raw, IdempotencyKey: fmt.Sprint("q", i), HoldS: 600, Caller: node.Caller{ID: "agent"}})
+				var r promcp.DoResult
+				_ = json.Unmarshal(body, &r)
+				if r.Status == promcp.StatusSuccess {
+					applied.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		atkDev.with(func(d *atkDevice) { d.delay["heater"], d.writeFail["heater"] = 0, false })
+		if applied.Load() != 2 || atkDev.get("heater") != 30 {
+			t.Fatalf("%d renewals applied, heater %v; want 2 and 30", applied.Load(), atkDev.get("heater"))
+		}
+		if l := f.n.LeaseOf("do_heater"); l == nil || l.HoldS != 600 {
+			t.Fatalf("lease after the renewals: %+v", l)
+		}
+		if ok, checks := f.n.Ready(); !ok {
+			t.Errorf("renewals applied and their lease is in force, yet not ready: %+v", checks)
+		}
+		atkDev.set("vent", 95)
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		if v := atkDev.get("heater"); v != 0 {
+			st := f.n.SafeStatusOf("do_heater")
+			t.Errorf("the vent opened with the heater at %v: 500 ms later it is still %v; the interlock is silenced by a moot drive's failure (%s %s: %s)", v, v, st.Event, st.State, st.Error)
 		}
 	})
 }
