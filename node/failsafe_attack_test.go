@@ -781,7 +781,11 @@ func TestAttackInterlockFlapConcurrent(t *testing.T) {
 		var okHigh, refused atomic.Int64
 		for i := range 60 {
 			wg.Go(func() {
-				time.Sleep(time.Duration(i)*37*time.Millisecond + 7*time.Millisecond)
+				// Never at a poll's instant (the polls run every 100 ms
+				// from 0, the flips at x70 ms): a reading that lands at
+				// the very instant of a do_'s judgement is a race the
+				// docs allow ("unless the plant changes in between").
+				time.Sleep(time.Duration(i)*40*time.Millisecond + 13*time.Millisecond)
 				v := float64(5 + (i*7)%55)
 				raw, _ := json.Marshal(v)
 				body, err := f.n.Do(context.Background(), node.DoRequest{Tool: "do_heater", Value: raw, IdempotencyKey: fmt.Sprint("f", i), HoldS: 600, Caller: node.Caller{ID: "agent"}})
