@@ -50,9 +50,9 @@ type atkDevice struct {
 	lossAfterWrite map[string]bool
 	// okWrites: while writeFail is set, this many more writes still apply.
 	okWrites map[string]int
-	delay     map[string]time.Duration
-	lastRead  map[string]float64
-	writes    []atkWrite
+	delay    map[string]time.Duration
+	lastRead map[string]float64
+	writes   []atkWrite
 	// onRead, when set, gives the value of a read (the plant's law).
 	onRead func(point string, v float64) float64
 }
