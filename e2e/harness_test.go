@@ -37,9 +37,17 @@ func TestMain(m *testing.M) {
 	// processes they start (device delays, timeouts, audit and log polls),
 	// not on this process's CPU, so the default leaves the machine mostly
 	// idle. Raise the limit unless -test.parallel (go test -parallel) was
-	// given, which is then obeyed as is. Tests that are sensitive to load
-	// or share machine-wide resources stay serial (no t.Parallel), and Go
-	// runs all serial tests before any parallel one, never beside it.
+	// given, which is then obeyed as is.
+	//
+	// A test that starts its own physd on ephemeral ports with its own
+	// t.TempDir state calls t.Parallel. Go runs every serial test before
+	// any parallel one, never beside it, so these stay serial (no
+	// t.Parallel): tests that use t.Setenv; the mesh tests (the
+	// mesh-3node example and mesh_scale bind fixed addresses and port
+	// 7946); network namespaces; mDNS (UDP 5353, multicast); Chromium;
+	// the watchdog and latency measurements (watchdog, mqtt); and tests
+	// whose checks race the clock (a wall-clock bound, or a fixed sleep
+	// that must fall inside a device step or before a poll).
 	flag.Parse()
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })

@@ -39,6 +39,7 @@ gate:
 // the policy saved beside it — the policy in force stays the one that was,
 // not the new file's (which would let a role run what it may not).
 func TestRejectedReloadKeepsThePolicyInForce(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(100)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {
@@ -195,6 +196,7 @@ func (d *daemon) goroutines(t *testing.T) int {
 // up; after the storm its open files and goroutines are back where they
 // were.
 func TestReloadBattery(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -327,6 +329,7 @@ func TestReloadBattery(t *testing.T) {
 // decision about the old definition: the repeated call must not actuate
 // on it (the agent asks again, and the approver sees the new definition).
 func TestReloadVoidsApprovalsOfARedefinedCapability(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(greenhousePolicy)
 	if err != nil {
 		t.Fatal(err)
@@ -527,6 +530,7 @@ func TestMeshSeesAReload(t *testing.T) {
 // value or an error, never the old server's (a cached or stale good), and
 // the daemon's open files do not grow over the reopenings.
 func TestReloadMovesAModbusBus(t *testing.T) {
+	t.Parallel()
 	var addrs [2]string
 	for i, v := range []uint16{111, 222} {
 		bank := modbustest.NewBank(100)
@@ -626,6 +630,7 @@ func TestReloadMovesAModbusBus(t *testing.T) {
 // without a policy, requires_permission raised by the manifest refuses the
 // stdio caller's role at once.
 func TestReloadGuardsWhatItAdds(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -637,6 +642,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 	added := strings.Replace(src, fan, fan+fanA, 1)
 
 	t.Run("policy", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "physmcp.manifest.yml")
 		if err := os.WriteFile(path, orig, 0o644); err != nil {
@@ -659,6 +665,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 		}
 	})
 	t.Run("policy names a removed tool", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "physmcp.manifest.yml")
 		if err := os.WriteFile(path, orig, 0o644); err != nil {
@@ -682,6 +689,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 		}
 	})
 	t.Run("manifest only", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "physmcp.manifest.yml")
 		if err := os.WriteFile(path, orig, 0o644); err != nil {
@@ -716,6 +724,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 // capability removed with its stale_s alarm raises nothing afterwards
 // (the engine kept the startup manifest's alarms: neither held).
 func TestReloadAppliesAlarms(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -768,6 +777,7 @@ func TestReloadAppliesAlarms(t *testing.T) {
 // history carry over by capability name"; history kept the startup
 // manifest's capabilities).
 func TestReloadKeepsHistoryOfAddedCapabilities(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -800,6 +810,7 @@ func TestReloadKeepsHistoryOfAddedCapabilities(t *testing.T) {
 // TestRapidSIGHUPs: ten SIGHUPs in 100 ms, each after a new version of the
 // file: the daemon stays up and ends serving the last version.
 func TestRapidSIGHUPs(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -842,6 +853,7 @@ func TestRapidSIGHUPs(t *testing.T) {
 // manifest that no longer declares the view (saying so); the view stays
 // served.
 func TestReloadKeepsTheStdioView(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -874,6 +886,7 @@ func TestReloadKeepsTheStdioView(t *testing.T) {
 // settings reopens it; its development controls (--sim-control) then act
 // on the plant in force, not on the closed one.
 func TestReloadReopensTheSimulator(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -902,6 +915,7 @@ func TestReloadReopensTheSimulator(t *testing.T) {
 // reopened: it must be rejected the same way, and the running manifest
 // keep working.
 func TestReloadRejectsASharedRegisterOnAReopenedBus(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(100)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {

@@ -69,6 +69,7 @@ func auditEvents(t *testing.T, state, event string) []map[string]any {
 // audited; a broken manifest is rejected with its file:line:col and the
 // running one stays served; a reload that would change network: is refused.
 func TestHotReloadThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
@@ -211,6 +212,7 @@ func anyStrings(v any) []string {
 
 // TestWatchManifest: with --watch-manifest, saving the file is enough.
 func TestWatchManifest(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
