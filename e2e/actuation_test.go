@@ -107,8 +107,10 @@ func tally(t *testing.T, answers []doAnswer, refusal string) (ok, refused int) {
 // cooldown exactly 1 — with L0 only too, and again after a restart on the
 // same state directory.
 func TestConcurrentCallersCannotBypassRateOrCooldown(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"l0", "slow-l1"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			gate := gateL0
 			var p0 *p0test.Server
 			if mode == "slow-l1" {
@@ -152,6 +154,7 @@ func TestConcurrentCallersCannotBypassRateOrCooldown(t *testing.T) {
 // TestRefusalsDoNotConsumeQuota: a call that touched nothing (the device
 // unreachable before the write) gives its rate slot back.
 func TestRefusalsDoNotConsumeQuota(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writePolicy(t, gateL0)}})
 	cs := connectHTTP(t, d, "2026-07-28")
 	d.fault(t, "zone_b.fan", "offline")
@@ -176,6 +179,7 @@ func TestRefusalsDoNotConsumeQuota(t *testing.T) {
 // not this gateway (another gateway's id, or junk) is a tool error and the
 // local actuator does not move.
 func TestSourceOfAnotherGatewayMovesNothing(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	for _, src := range []string{"battery_gw_01", "battery_gw_01;reboot", "../gw_greenhouse_001"} {

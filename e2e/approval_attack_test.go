@@ -108,6 +108,7 @@ func TestAttackGrantAtTwinGateway(t *testing.T) {
 // mixed), plus the grant with other keys at the same time: exactly one
 // actuation, one approval_redeemed audit line.
 func TestAttackConcurrentGrantUses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -162,6 +163,7 @@ func TestAttackConcurrentGrantUses(t *testing.T) {
 // approver's plain repeat of op1's call: nothing runs. The requester's own
 // use then runs once.
 func TestAttackGrantMisuse(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -279,6 +281,7 @@ func TestAttackGrantForgedExpiry(t *testing.T) {
 // decision wins (200, the others 409), and the heater runs at most once
 // per request, never after a winning deny.
 func TestAttackDecidersRace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -365,6 +368,7 @@ func TestAttackDecidersRace(t *testing.T) {
 // request (409, the grant stands, no audit of a deny); op1's repeat runs
 // once. A deny first: a later approval is 409 and nothing runs.
 func TestAttackApproveThenDeny(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -395,12 +399,14 @@ func TestAttackApproveThenDeny(t *testing.T) {
 // requestState runs. Control: sup2's approval is unaffected by sup1's
 // demotion.
 func TestAttackApproverDemotedByReload(t *testing.T) {
+	t.Parallel()
 	sup1Line := "    - {id: sup1, sha256: " + sha(apSup1Token) + ", role: supervisor}\n"
 	for _, tc := range []struct{ name, to string }{
 		{"demoted", "    - {id: sup1, sha256: " + sha(apSup1Token) + ", role: operator}\n"},
 		{"removed", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 			d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -441,6 +447,7 @@ func TestAttackApproverDemotedByReload(t *testing.T) {
 // credentials. A request made after the reload cannot be approved by sup1
 // (403) but can by sup2.
 func TestAttackPeopleJoinAfterApproval(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -489,6 +496,7 @@ func TestAttackPeopleJoinAfterApproval(t *testing.T) {
 // (which applies to do_heater_zone_c) voids sup1's approval; one that
 // changes do_irrigation_valve's own rule does not.
 func TestAttackPolicyReloadDefaults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		old, new string
@@ -500,6 +508,7 @@ func TestAttackPolicyReloadDefaults(t *testing.T) {
 		{"another tool's rate", `{type: rate, max: "20/hour"}`, `{type: rate, max: "19/hour"}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 			d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -534,6 +543,7 @@ func TestAttackPolicyReloadDefaults(t *testing.T) {
 // mix op1 and sup1; the spellings of sup1's token that the boundary does
 // accept approve as sup1 (a second person), and no refused spelling decides.
 func TestAttackAuthorizationTricks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -652,6 +662,7 @@ func (x *atkTLS) approve(t *testing.T, hc *http.Client, id string) (int, string)
 // same certificate: one person (the certificate's fingerprint), 403, no
 // write. sup1's token alone is another person: 200 and one write.
 func TestAttackUnmappedCertPlusToken(t *testing.T) {
+	t.Parallel()
 	x := startAtkTLS(t, "  providers:\n    - type: mtls\n      clients:\n        - {cn: someone-else, role: viewer}\n", nil)
 	shared := x.issue(t, testpki.Spec{CN: "shared-laptop"})
 	cs := x.connect(t, x.pki.client(shared, apOp1Token))
@@ -696,6 +707,7 @@ func TestAttackUnmappedCertPlusToken(t *testing.T) {
 // approve, and op1's operator token with a supervisor certificate cannot
 // request nor approve.
 func TestAttackCertTokenRolesDisagree(t *testing.T) {
+	t.Parallel()
 	x := startAtkTLS(t, "  providers:\n    - type: mtls\n      clients:\n        - {cn: op-cert, role: operator}\n        - {cn: sup-cert, role: supervisor}\n", nil)
 	opCert := x.issue(t, testpki.Spec{CN: "op-cert"})
 	supCert := x.issue(t, testpki.Spec{CN: "sup-cert"})
@@ -730,6 +742,7 @@ func TestAttackCertTokenRolesDisagree(t *testing.T) {
 // requests, the other cannot approve (the rule maps both to one name).
 // Control: sup2's token approves.
 func TestAttackCertSANCase(t *testing.T) {
+	t.Parallel()
 	x := startAtkTLS(t, "  providers:\n    - type: mtls\n      clients:\n        - {san: sup.greenhouse.example, role: supervisor}\n", nil)
 	lower := x.issue(t, testpki.Spec{CN: "laptop", DNS: []string{"sup.greenhouse.example"}})
 	upper := x.issue(t, testpki.Spec{CN: "phone", DNS: []string{"SUP.Greenhouse.Example"}})
@@ -767,6 +780,7 @@ func TestAttackCertSANCase(t *testing.T) {
 // her certificate by its CN rule's name. The certificate is alice's, so it
 // must not approve what her token asked, whichever rule matched it.
 func TestAttackPeopleCertNamedByAnotherRule(t *testing.T) {
+	t.Parallel()
 	const aliceOp = "attack-alice-operator-token"
 	identity := "  providers:\n    - type: mtls\n      clients:\n        - {san: alice.greenhouse.example, role: supervisor}\n        - {cn: alice-cert, role: supervisor}\n" +
 		"  people:\n    - name: alice\n      tokens: [alice_op]\n      certs: [alice-cert]\n"
@@ -826,6 +840,7 @@ func atkJWTPolicy(t *testing.T, dir string, secret []byte, extra string) string 
 // without a subject; an issuer/subject pair that collides with another
 // issuer's when the two are written as one credential.
 func TestAttackJWTIdentities(t *testing.T) {
+	t.Parallel()
 	secret := []byte(strings.Repeat("k", 40))
 	dir := t.TempDir()
 	people := "  people:\n    - name: carol\n      jwt:\n        - {issuer: \"" + atkIss1 + "\", subject: carol}\n        - {issuer: \"" + atkIss2 + "\", subject: carol}\n"
@@ -908,6 +923,7 @@ func TestAttackJWTIdentities(t *testing.T) {
 // trusted). The approver's current role under the policy in force is none:
 // neither the repeat nor the grant as requestState may run.
 func TestAttackJWTApproverIssuerRemoved(t *testing.T) {
+	t.Parallel()
 	secret := []byte(strings.Repeat("q", 40))
 	dir := t.TempDir()
 	sf := filepath.Join(dir, "hs256.secret")
@@ -948,6 +964,7 @@ func TestAttackJWTApproverIssuerRemoved(t *testing.T) {
 // grant nor its decision; the stdio caller's grant as requestState runs
 // once; a second use writes nothing.
 func TestAttackStdioGrant(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	cs, d := startStdio(t, "2026-07-28", daemonOpts{manifest: man, extra: []string{"--policy", pol, "--stdio-role", "operator"}})
@@ -987,6 +1004,7 @@ func TestAttackStdioGrant(t *testing.T) {
 // approval_redeemed and approval_void lines that name both parties by
 // their credentials.
 func TestAttackAuditBothParties(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -1197,6 +1215,7 @@ gate:
 // certificate by its SHA-256 fingerprint; the certificate cannot approve
 // what alice's token asked (403, no write).
 func TestAttackPeopleCertByFingerprint(t *testing.T) {
+	t.Parallel()
 	const aliceOp = "attack-alice-operator-token-fp"
 	pki := newSitePKI(t)
 	l, err := pki.ca.Issue(testpki.Spec{CN: "alice-cert", DNS: []string{"alice.greenhouse.example"}, Client: true})
@@ -1229,6 +1248,7 @@ func TestAttackPeopleCertByFingerprint(t *testing.T) {
 // op1's call; a policy reload removes its mtls rule (keeping another).
 // Neither the repeat nor the grant as requestState runs.
 func TestAttackCertApproverRuleRemoved(t *testing.T) {
+	t.Parallel()
 	const rule = "        - {cn: sup-cert, role: supervisor}\n"
 	var pol string
 	x := startAtkTLS(t, "  providers:\n    - type: mtls\n      clients:\n"+rule+"        - {cn: other-cert, role: viewer}\n", func(p string) { pol = p })

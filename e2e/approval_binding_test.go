@@ -216,6 +216,7 @@ func wantNoWrites(t *testing.T, d *daemon, when string) {
 // point (zone_b.heater). The repeat is void, and so is the grant sent as
 // requestState: neither heater is ever written.
 func TestApprovalVoidGrantViaRequestState(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man, pol := apManifest(t, dir), apPolicy(t, dir, "")
 	d := startHTTP(t, daemonOpts{manifest: man, extra: []string{"--policy", pol}})
@@ -290,6 +291,7 @@ func TestApprovalVoidGrantAcrossRestart(t *testing.T) {
 // requestState for the other). Controls: a change to another capability
 // voids nothing, and each approved call runs exactly once.
 func TestApprovalGrantVoidOnEveryDefinitionChange(t *testing.T) {
+	t.Parallel()
 	const (
 		manifestReloaded = "manifest reloaded"
 		policyReloaded   = "policy reloaded"
@@ -333,6 +335,7 @@ func TestApprovalGrantVoidOnEveryDefinitionChange(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			f := files{apManifest(t, dir), apPolicy(t, dir, "")}
 			d := startHTTP(t, daemonOpts{manifest: f.man, extra: []string{"--policy", f.pol}})

@@ -41,6 +41,7 @@ func approveVia(t *testing.T, hc *http.Client, base, id string) (int, string) {
 // share one of them is its own: 403, and its repeat never actuates. Another
 // supervisor (sup2, no shared credential) approves, and the repeat runs once.
 func TestApprovalSelfByCertificate(t *testing.T) {
+	t.Parallel()
 	pki := newSitePKI(t)
 	leaf, err := pki.ca.Issue(testpki.Spec{CN: "sup-cert", Client: true})
 	if err != nil {
@@ -128,6 +129,7 @@ func TestApprovalSelfByCertificate(t *testing.T) {
 // approve what her operator token requested (403, and the repeat never
 // actuates); bob's supervisor token can, and the repeat runs once.
 func TestApprovalSelfByPeople(t *testing.T) {
+	t.Parallel()
 	const (
 		aliceOp  = "approval-e2e-alice-operator-token"
 		aliceSup = "approval-e2e-alice-supervisor-token"

@@ -12,6 +12,7 @@ import (
 // TestAuditChainVerify: the trail physd writes across a restart verifies
 // with `physd audit verify`; one changed byte in it is found at its line.
 func TestAuditChainVerify(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	for run := range 2 {
 		d := startHTTP(t, daemonOpts{state: state})

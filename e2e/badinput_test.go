@@ -56,6 +56,7 @@ func post(t *testing.T, d *daemon, method, name string, body []byte, omit ...str
 }
 
 func TestHostileToolArguments(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	huge := strings.Repeat("x", 1_000_000)
@@ -132,6 +133,7 @@ func truncateText(s string) string {
 }
 
 func TestHTTPGuards(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	list := func(mut func(*http.Request)) (int, []byte) {
 		body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
@@ -214,6 +216,7 @@ func TestHTTPGuards(t *testing.T) {
 }
 
 func TestAuthTokenAndRemoteBind(t *testing.T) {
+	t.Parallel()
 	// A non-loopback bind is refused without --allow-remote and a token.
 	out, err := exec.Command(physdBin, "run", "--manifest", greenhouse, "--state", t.TempDir(), "--http", "0.0.0.0:0").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "not a loopback address") {
@@ -236,6 +239,7 @@ func TestAuthTokenAndRemoteBind(t *testing.T) {
 var posRE = regexp.MustCompile(`\.yml:\d+:\d+: `)
 
 func TestValidateCLI(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(physdBin, "validate", greenhouse).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ok") {
 		t.Fatalf("validate example: %v %s", err, out)

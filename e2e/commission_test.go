@@ -22,6 +22,7 @@ import (
 // and a daemon started on the skeleton reads, over MCP, the same raw
 // registers that a daemon on the hand-written example decodes.
 func TestScanModbusSim(t *testing.T) {
+	t.Parallel()
 	sim := startModbusSim(t)
 	skel := scanSkeleton(t, "1 of 20 unit(s) answered", "--tcp", sim.addr, "--units", "1-20")
 	example := exampleModbus(t, func(src string) string { return strings.ReplaceAll(src, "127.0.0.1:5020", sim.addr) })
@@ -208,6 +209,7 @@ func skeletonReadsLikeExample(t *testing.T, skel, example string) {
 // register map; and `physd validate` names the profile's points when a
 // point is misspelt.
 func TestModbusProfileEnergyMeter(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(1000)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {
@@ -257,6 +259,7 @@ func TestModbusProfileEnergyMeter(t *testing.T) {
 // driver does), refuses a CRC failure as quality error, and validate
 // reports a bad sensor id at file:line:col.
 func TestOneWireTemperature(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(id, content string) {
 		if err := os.MkdirAll(filepath.Join(dir, id), 0o755); err != nil {
@@ -327,6 +330,7 @@ capabilities:
 // by the range before anything is written, and validate reports a bad
 // duty range at file:line:col.
 func TestPWMFan(t *testing.T) {
+	t.Parallel()
 	chip := filepath.Join(t.TempDir(), "pwmchip0")
 	if err := os.MkdirAll(filepath.Join(chip, "pwm0"), 0o755); err != nil {
 		t.Fatal(err)

@@ -36,8 +36,10 @@ func sessions(t *testing.T) []session {
 }
 
 func TestContractsAcrossTransportsAndEras(t *testing.T) {
+	t.Parallel()
 	for _, s := range sessions(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			tools := listTools(t, s.cs)
 			checkToolDefinitions(t, tools, s.role)
 			checkRead(t, s.cs, tools["read_temperature_zone_a"])
@@ -282,6 +284,7 @@ func checkOffline(t *testing.T, s session) {
 }
 
 func TestManifestResource(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://manifest"})

@@ -25,6 +25,7 @@ import (
 // the device twice: a key the ledger knew at the kill is never written
 // again.
 func TestCrashSafety(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	d := startHTTP(t, daemonOpts{state: state})
 	cs := connectHTTP(t, d, "2026-07-28")

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,7 +27,35 @@ import (
 
 var physdBin string
 
+// e2eParallel is the number of tests marked t.Parallel that run at once
+// when -test.parallel is not given (see TestMain).
+const e2eParallel = 8
+
 func TestMain(m *testing.M) {
+	// Go runs at most GOMAXPROCS parallel tests by default: 2 on a 2-core
+	// machine. These tests spend nearly all their time waiting on the physd
+	// processes they start (device delays, timeouts, audit and log polls),
+	// not on this process's CPU, so the default leaves the machine mostly
+	// idle. Raise the limit unless -test.parallel (go test -parallel) was
+	// given, which is then obeyed as is.
+	//
+	// A test that starts its own physd on ephemeral ports with its own
+	// t.TempDir state calls t.Parallel. Go runs every serial test before
+	// any parallel one, never beside it, so these stay serial (no
+	// t.Parallel): tests that use t.Setenv; the mesh tests (the
+	// mesh-3node example and mesh_scale bind fixed addresses and port
+	// 7946); network namespaces; mDNS (UDP 5353, multicast); Chromium;
+	// the watchdog and latency measurements (watchdog, mqtt); and tests
+	// whose checks race the clock (a wall-clock bound, or a fixed sleep
+	// that must fall inside a device step or before a poll).
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", fmt.Sprint(e2eParallel)); err != nil {
+			panic(err)
+		}
+	}
 	dir, err := os.MkdirTemp("", "physd-e2e-")
 	if err != nil {
 		panic(err)

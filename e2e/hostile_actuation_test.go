@@ -225,6 +225,7 @@ func (d *daemon) totalWrites(t *testing.T) uint64 {
 // the device's turn): a 2/min rate lets exactly 2 reach the plant, a 10-min
 // cooldown exactly 1, and every refusal is the limit's, with a retry time.
 func TestHostileRateBurst50AcrossErasSlowGateSlowDevice(t *testing.T) {
+	t.Parallel()
 	p0 := p0test.New(t, p0test.Options{})
 	p0.SetFault(p0test.Fault{Delay: 300 * time.Millisecond})
 	pol := writePolicy(t, strings.Replace(gateSlowL1, "URL", p0.URL, 1))
@@ -279,6 +280,7 @@ func TestHostileRateBurst50AcrossErasSlowGateSlowDevice(t *testing.T) {
 // the same value, over both eras, on a slow device: one actuation, and every
 // caller gets the identical answer bytes.
 func TestHostileSameKeyConcurrentSameArgs(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	modern, legacy := connectHTTP(t, d, "2026-07-28"), connectHTTP(t, d, "2025-11-25")
 	d.setFault(t, "zone_b.fan", "slow", 200)
@@ -311,6 +313,7 @@ func TestHostileSameKeyConcurrentSameArgs(t *testing.T) {
 // and 20 different values: exactly one reaches the plant; the others are
 // tool errors naming idempotency_key (one key names one operation).
 func TestHostileSameKeyConcurrentDifferentArgs(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	modern, legacy := connectHTTP(t, d, "2026-07-28"), connectHTTP(t, d, "2025-11-25")
 	d.setFault(t, "zone_b.fan", "slow", 100)
@@ -354,6 +357,7 @@ func TestHostileSameKeyConcurrentDifferentArgs(t *testing.T) {
 // caller that hangs up in the middle of an actuation does not stop it, and
 // its retry gets the recorded answer without a second write.
 func TestHostileRetryAfterRefusalAndHangup(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	d.fault(t, "zone_b.fan", "offline")
@@ -401,8 +405,10 @@ func TestHostileRetryAfterRefusalAndHangup(t *testing.T) {
 // plant sees exactly 2 writes in the minute and the quitter's key tells the
 // truth on retry.
 func TestHostileCancelWhileQueuedGivesSlotBack(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"sdk-client", "raw-http"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			d := startHTTP(t, daemonOpts{extra: []string{"--policy", writePolicy(t, gateL0)}})
 			cs := connectHTTP(t, d, "2026-07-28")
 			d.setFault(t, "zone_b.fan", "slow", 700)
@@ -466,6 +472,7 @@ func TestHostileCancelWhileQueuedGivesSlotBack(t *testing.T) {
 // refused as "different arguments" only if the abandoned call was run and
 // recorded.
 func TestHostileGoneCallerIsNotActuated(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	d.setFault(t, "zone_b.fan", "slow", 700)
@@ -498,6 +505,7 @@ func TestHostileGoneCallerIsNotActuated(t *testing.T) {
 // replays byte for byte and writes nothing; with other arguments it is a
 // tool error; the rate history survives.
 func TestHostileSameKeyAcrossRestart(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	pol := writePolicy(t, gateL0)
 	d := startHTTP(t, daemonOpts{state: state, extra: []string{"--policy", pol}})
@@ -549,6 +557,7 @@ func TestHostileCapabilitiesRunInParallel(t *testing.T) {
 // Each accepted call writes once and the plant shows the value; each
 // rejected one writes nothing.
 func TestHostileValuesKeysSourcesAndNames(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	key := func(s string) map[string]any { return map[string]any{"value": 30, "idempotency_key": s} }
@@ -657,6 +666,7 @@ func TestHostileValuesKeysSourcesAndNames(t *testing.T) {
 // sees; physd must reject the call (the schema says additionalProperties:
 // false and names "value" and "idempotency_key" exactly).
 func TestHostileArgumentNameVariants(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	for i, args := range []string{
 		`{"Value":95,"idempotency_key":"case-1"}`,
@@ -681,6 +691,7 @@ func TestHostileArgumentNameVariants(t *testing.T) {
 // daemon or move anything: NaN/Infinity literals, deep nesting, a body over
 // 1 MiB sent chunked (no Content-Length), thousands of arguments.
 func TestHostileRawPayloads(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	for _, v := range []string{"NaN", "-NaN", "Infinity", "+1", "0x10", "01", ".5", "1.", "--1", "1e", `"\u0000"`} {
 		code, m := rawDo(t, d, "do_fan_zone_b", `{"value":`+v+`,"idempotency_key":"raw-`+v+`"}`)
@@ -743,6 +754,7 @@ func TestHostileRawPayloads(t *testing.T) {
 // TestHostileCanDoJunk: can_do with junk never crashes, never moves
 // anything, and its dry run never consumes a rate slot.
 func TestHostileCanDoJunk(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writePolicy(t, gateL0)}})
 	cs := connectHTTP(t, d, "2026-07-28")
 	intents := []any{
@@ -794,6 +806,7 @@ func TestHostileCanDoJunk(t *testing.T) {
 // TestHostileReadArgs: max_age_ms of every shape on read_ (a read never moves
 // anything; a bad value is a tool error naming it).
 func TestHostileReadArgs(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	for _, v := range []string{"-1", "-9223372036854775808", "9223372036854775808", "1e30", "1.5", `"0"`, "null", "[]", "{}", "true"} {
 		code, m := rawDo(t, d, "read_temperature_zone_a", `{"max_age_ms":`+v+`}`)
@@ -821,6 +834,7 @@ func TestHostileReadArgs(t *testing.T) {
 // enforced (documented in policy.note). A safety engineer reading the
 // manifest expects them to hold regardless.
 func TestHostileManifestLimitsWithoutPolicy(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	first := doCall(t, cs, "do_heater_zone_a", map[string]any{"value": 20, "idempotency_key": "np-1"})
@@ -854,6 +868,7 @@ func asyncDo(t *testing.T, cs *mcp.ClientSession, tool string, value int, key st
 // outcome_unknown, never success and never failed (the physd side cannot
 // know the write did not land), and a retry with the key writes nothing.
 func TestHostileOutcomeWriteTimesOut(t *testing.T) {
+	t.Parallel()
 	d, cs := startOutcomeRig(t)
 	d.setFault(t, "zone_b.fan", "slow", 1000)
 	ch := asyncDo(t, cs, "do_fan_zone_b", 70, "timeout")
@@ -877,6 +892,7 @@ func TestHostileOutcomeWriteTimesOut(t *testing.T) {
 // TestHostileOutcomeReadBackLost: the write lands, then the device stops
 // answering in time: partial / unverified (not success, not failed).
 func TestHostileOutcomeReadBackLost(t *testing.T) {
+	t.Parallel()
 	d, cs := startOutcomeRig(t)
 	d.setFault(t, "zone_b.fan", "slow", 1000)
 	ch := asyncDo(t, cs, "do_fan_zone_b", 70, "rb-lost")
@@ -896,6 +912,7 @@ func TestHostileOutcomeReadBackLost(t *testing.T) {
 // TestHostileOutcomeStuckActuator: a stuck actuator acknowledges and does not
 // move: partial / mismatch, and its rate slot is kept (it may move later).
 func TestHostileOutcomeStuckActuator(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writePolicy(t, gateL0)}})
 	cs := connectHTTP(t, d, "2026-07-28")
 	d.fault(t, "zone_c.vent", "stuck")
@@ -914,6 +931,7 @@ func TestHostileOutcomeStuckActuator(t *testing.T) {
 // previous-value read (nothing written: failed, signal unchanged) or during
 // the read-back (written: partial).
 func TestHostileOutcomeOfflineMidway(t *testing.T) {
+	t.Parallel()
 	d, cs := startOutcomeRig(t)
 	d.setFault(t, "zone_b.fan", "slow", 800)
 	ch := asyncDo(t, cs, "do_fan_zone_b", 55, "off-prev")
@@ -960,6 +978,7 @@ func TestHostileOutcomeOfflineMidway(t *testing.T) {
 // (/dev/full) must stop every actuation: the daemon refuses to start, or
 // answers do_ failed with audit_unavailable, and nothing moves.
 func TestHostileAuditUnwritable(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(state, "audit"), 0o700); err != nil {
 		t.Fatal(err)
@@ -1054,6 +1073,7 @@ func confirm() mcp.InputResponseMap {
 // TestHostileApprovalReplayedConcurrently: one accepted approval state sent
 // 12 times at once under 12 keys runs exactly once.
 func TestHostileApprovalReplayedConcurrently(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writeApprovalPolicy(t)}})
 	cs := connectMRTR(t, d, operatorToken)
 	round := approvalRoundFor(t, cs, "do_fan_zone_b", 44, "ap-0")
@@ -1077,6 +1097,7 @@ func TestHostileApprovalReplayedConcurrently(t *testing.T) {
 // another caller, with a tampered or forged state, or with junk answers never
 // executes; each gets a fresh round (or a refusal), and the daemon stays up.
 func TestHostileApprovalMisuse(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writeApprovalPolicy(t)}})
 	op := connectMRTR(t, d, operatorToken)
 	admin := connectMRTR(t, d, adminDemoToken)
@@ -1206,6 +1227,7 @@ gate:
 // clamped or warned answer keeps clamped_to=/warn= in details next to the
 // driver's notes, and the plant gets the clamped value.
 func TestHostileClampAndWarnKeepTheirNotes(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "clamp.policy.yml")
 	if err := os.WriteFile(p, []byte(clampPolicy), 0o600); err != nil {
 		t.Fatal(err)
@@ -1237,8 +1259,10 @@ func TestHostileClampAndWarnKeepTheirNotes(t *testing.T) {
 // down, can_do must say what do_ then does (fail_closed deny: blocked; ask:
 // requires_human_approval), and never report an allowed candidate.
 func TestHostileDryRunAgreesWithDeadL1(t *testing.T) {
+	t.Parallel()
 	for _, fc := range []string{"deny", "ask"} {
 		t.Run(fc, func(t *testing.T) {
+			t.Parallel()
 			pol := filepath.Join(t.TempDir(), "deadl1.policy.yml")
 			os.WriteFile(pol, []byte(`physmcp_policy_version: "0.1"
 gate:
@@ -1284,8 +1308,10 @@ gate:
 // way; after the restart, the key's answer is partial (outcome unknown) or
 // success, never failed, and the retry does not write again.
 func TestHostileKillBetweenWriteAndAnswer(t *testing.T) {
+	t.Parallel()
 	for _, at := range []string{"previous-read", "write", "read-back"} {
 		t.Run(at, func(t *testing.T) {
+			t.Parallel()
 			state := t.TempDir()
 			d := startHTTP(t, daemonOpts{state: state})
 			cs := connectHTTP(t, d, "2026-07-28")
@@ -1346,6 +1372,7 @@ func rawDoAt(t *testing.T, d *daemon, path, tool, rawArgs string) (int, map[stri
 // cleans to /mcp, such as /mcp/observe/.., reaches the unfiltered endpoint,
 // which the same caller may use anyway: a view is not a grant.)
 func TestHostileViewsDoNotActuateOutside(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	for _, c := range []struct{ path, tool string }{
 		{"/mcp/observe", "do_fan_zone_b"},
@@ -1395,6 +1422,7 @@ gate:
 // confirmed at once: the rate (2/min) still lets exactly 2 reach the plant;
 // an approval never lifts a rate.
 func TestHostileApprovedBurstRespectsRate(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "p.yml")
 	os.WriteFile(p, []byte(approvalRatePolicy), 0o600)
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", p}})
@@ -1434,6 +1462,7 @@ func TestHostileApprovedBurstRespectsRate(t *testing.T) {
 // keeps the rate history: 2/min stays 2 writes across reloads; a reload to
 // 3/min allows exactly one more.
 func TestHostileReloadDuringBurstKeepsHistory(t *testing.T) {
+	t.Parallel()
 	pol := writePolicy(t, gateL0)
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	cs := connectHTTP(t, d, "2026-07-28")
@@ -1472,6 +1501,7 @@ func TestHostileReloadDuringBurstKeepsHistory(t *testing.T) {
 // era) and HTTP (modern era); one key sent on both at once, many times:
 // one write, one answer.
 func TestHostileSameKeyAcrossStdioAndHTTP(t *testing.T) {
+	t.Parallel()
 	stdio, d := startStdio(t, "2025-11-25", daemonOpts{})
 	d.stderr.logValue(t, "ready", "ready")
 	httpcs := connectHTTP(t, d, "2026-07-28")
@@ -1503,6 +1533,7 @@ func TestHostileSameKeyAcrossStdioAndHTTP(t *testing.T) {
 // must not hand the viewer a "success" for an actuation the viewer is not
 // allowed to make (nor reveal the operator's answer); nothing moves either way.
 func TestHostileReplayToAnotherCaller(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	op := connectAs(t, d, "2026-07-28", operatorToken, nil)
 	viewer := connectAs(t, d, "2026-07-28", viewerToken, nil)
@@ -1526,6 +1557,7 @@ func TestHostileReplayToAnotherCaller(t *testing.T) {
 // the other. physd validate must refuse (or at least warn about) a point
 // written by two actuators.
 func TestHostileTwoActuatorsOnOnePoint(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -1651,6 +1683,7 @@ gate:
 // the (always active) deny window and nothing else: not the role, range,
 // gate deny or cooldown; bad TTLs and non-admin callers are refused.
 func TestHostileEmergencyOverrideLiftsOnlyWindows(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "ov.yml")
 	os.WriteFile(p, []byte(overridePolicy), 0o600)
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", p}})
@@ -1718,6 +1751,7 @@ func TestHostileEmergencyOverrideLiftsOnlyWindows(t *testing.T) {
 // a device unreachable before the write), sent concurrently, give every
 // slot back: the two real actuations of the minute still happen.
 func TestHostileLateRefusalsGiveSlotsBack(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "late.yml")
 	os.WriteFile(p, []byte(`physmcp_policy_version: "0.1"
 capabilities:
@@ -1772,6 +1806,7 @@ gate:
 // policy.decision approval_required (not "allowed"), the reason once, and
 // can_do says the same before the call. Over both eras.
 func TestHostileApprovalRefusalIsCoherent(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	for _, era := range eras {
 		cs := connectAs(t, d, era, operatorToken, nil)
@@ -1801,6 +1836,7 @@ func TestHostileApprovalRefusalIsCoherent(t *testing.T) {
 // its device step must not hand its rate or cooldown slot back: after the
 // restart the limits count it (the write may have landed).
 func TestHostileKillMidActuationKeepsQuota(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	pol := writePolicy(t, gateL0)
 	d := startHTTP(t, daemonOpts{state: state, extra: []string{"--policy", pol}})
@@ -1838,6 +1874,7 @@ func TestHostileKillMidActuationKeepsQuota(t *testing.T) {
 // verified unless it shows the value; a plant-wide delay beyond the timeout
 // fails before anything is written.
 func TestHostileOutcomeNoisyAndPlantWideSlow(t *testing.T) {
+	t.Parallel()
 	d, cs := startOutcomeRig(t)
 	if code, b := d.request(t, "POST", "/sim/plant/fault", `{"point":"zone_b.fan","mode":"noisy","noise":4}`); code != http.StatusOK {
 		t.Fatalf("noisy: %d %s", code, b)
@@ -1867,6 +1904,7 @@ func TestHostileOutcomeNoisyAndPlantWideSlow(t *testing.T) {
 // spaces or control characters), so it may be markup; the status page that
 // lists recent do_ answers must escape it.
 func TestHostileKeyMarkupOnStatusPage(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	for _, k := range []string{`<svg/onload=alert(1)>`, `"><script>alert(1)</script>`, `</textarea><iframe/src=//evil>`} {
@@ -1893,6 +1931,7 @@ func TestHostileKeyMarkupOnStatusPage(t *testing.T) {
 // a read_ tool while the body runs a do_ must be refused, as must a body
 // that names the tool twice (JSON duplicate or case variant).
 func TestHostileHeaderBodyToolMismatch(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	send := func(header, params string) string {
 		body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":` + params + `}`
@@ -1927,12 +1966,14 @@ func TestHostileHeaderBodyToolMismatch(t *testing.T) {
 // (failed/audit_unavailable, or a tool error that says nothing moved); and
 // /readyz reports the component that cannot write.
 func TestHostileDiskFullMidRun(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name      string
 		limit     int
 		component string
 	}{{"audit-first", 160_000, "audit"}, {"ledger-first", 160_000, "store"}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			diskFull(t, c.limit, c.component)
 		})
 	}
@@ -2108,6 +2149,7 @@ gate:
 // actuated" for a key whose operation was applied: the key's answer is the
 // recorded one (or a tool error), never a contradicting failed.
 func TestHostileDeclineAfterTheKeyActuated(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", writeApprovalPolicy(t)}})
 	cs := connectMRTR(t, d, operatorToken)
 	r1 := approvalRoundFor(t, cs, "do_fan_zone_b", 47, "dual")
@@ -2158,6 +2200,7 @@ func TestHostileSlowDeviceReadsAndCanDo(t *testing.T) {
 // device refusals (unreachable before the write, begun then released) do
 // not come back after a restart; the begun-and-kept one does.
 func TestHostileReleasedSlotsStayReleasedAcrossRestart(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	pol := writePolicy(t, gateL0)
 	d := startHTTP(t, daemonOpts{state: state, extra: []string{"--policy", pol}})
@@ -2218,6 +2261,7 @@ audit: {enabled: true, retention_days: 30}
 // that refuses, fails, loses replies and read-backs, and enum values of
 // every wrong shape.
 func TestHostileModbusOutcomes(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(16)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {
@@ -2329,6 +2373,7 @@ func TestHostileModbusOutcomes(t *testing.T) {
 // TestHostileBatchesAndEnvelopes: JSON-RPC batches, duplicate ids and odd
 // envelopes never smuggle a do_ past the Mcp-Method/Mcp-Name headers.
 func TestHostileBatchesAndEnvelopes(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
 	do := func(id int, key string) string {
@@ -2357,6 +2402,7 @@ func TestHostileBatchesAndEnvelopes(t *testing.T) {
 // actuates exactly once and its copies get identical bytes, every hostile
 // call is a tool error, and nothing else moves.
 func TestHostileMixedBattery250(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	modern, legacy := connectHTTP(t, d, "2026-07-28"), connectHTTP(t, d, "2025-11-25")
 	d.setFault(t, "zone_b.fan", "slow", 30)
@@ -2450,6 +2496,7 @@ func TestHostileMixedBattery250(t *testing.T) {
 // end (a read_ tool the example does not serve) and a reason that names no
 // tool, and takes a real read_ tool or can_do.
 func TestLooksFirstIsNotVacuous(t *testing.T) {
+	t.Parallel()
 	for reason, want := range map[string]bool{
 		"… Read read_vent_zone_c before acting again: …":                               false,
 		"… before acting again.":                                                       false,

@@ -56,6 +56,7 @@ func hsReq(t *testing.T, d *daemon, method, path, host, origin, body string, aut
 // TestHostileSecurityRouteTable: every route × rebinding Host, foreign
 // Origin, no/wrong/duplicate Authorization and each role.
 func TestHostileSecurityRouteTable(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	const (
 		viewer = "Bearer " + viewerToken
@@ -208,6 +209,7 @@ func decide(t *testing.T, d *daemon, id, token, body string) int {
 // caller's identity id but the approver role must not approve the caller's
 // own request (or the policy must refuse two tokens with one id).
 func TestHostileSecuritySelfApprovalSameIdentity(t *testing.T) {
+	t.Parallel()
 	const second = "operator-console-second-token"
 	pol := twoPersonPolicy(t, fmt.Sprintf("    - {id: operator_console, sha256: %s, role: admin}\n", sha(second)))
 	if out, err := exec.Command(physdBin, "validate", "--policy", pol, greenhouse).CombinedOutput(); err != nil {
@@ -229,6 +231,7 @@ func TestHostileSecuritySelfApprovalSameIdentity(t *testing.T) {
 // racing decisions, a grant reused for another value, key or caller, a
 // grant raced through both retry paths, and replay.
 func TestHostileSecurityTwoPerson(t *testing.T) {
+	t.Parallel()
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -368,6 +371,7 @@ func grantAttacks(t *testing.T, d *daemon, agent *mcp.ClientSession, grant strin
 // TestHostileSecurityTrailingGarbageDecision: a decision body with bytes
 // after the JSON object must be refused (400), not decided.
 func TestHostileSecurityTrailingGarbageDecision(t *testing.T) {
+	t.Parallel()
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -402,6 +406,7 @@ gate:
 // TestHostileSecurityMaxChange: the step limit through two racing calls,
 // a clamp, a family tool and an unreadable device.
 func TestHostileSecurityMaxChange(t *testing.T) {
+	t.Parallel()
 	pol := filepath.Join(t.TempDir(), "p.yml")
 	os.WriteFile(pol, []byte(maxChangePolicy), 0o600)
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol, "--families", "on"}})
@@ -450,6 +455,7 @@ var prevRe = regexp.MustCompile(`"prev":"[0-9a-f]{64}"`)
 // TestHostileSecurityAuditChain: truncated, removed-middle and recomputed
 // trails against `physd audit verify`.
 func TestHostileSecurityAuditChain(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	d := startHTTP(t, daemonOpts{state: state})
 	cs := connectHTTP(t, d, "2026-07-28")
@@ -557,6 +563,7 @@ func TestHostileSecurityAuditChain(t *testing.T) {
 // twice is ambiguous (a proxy, log or reviewer reading the first value sees
 // "deny"; physd's decoder takes the last). It must be refused, not decided.
 func TestHostileSecurityDuplicateDecisionKey(t *testing.T) {
+	t.Parallel()
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -707,6 +714,7 @@ func connectAsPath(t *testing.T, d *daemon, path, token string) *mcp.ClientSessi
 // arguments, can_do candidates/blocked/related reads/observations,
 // resources obs/history/alarms/manifest and subscriptions.
 func TestHostileSecurityViewLeaks(t *testing.T) {
+	t.Parallel()
 	m := viewManifest(t)
 	d := startHTTP(t, daemonOpts{manifest: m, extra: []string{"--policy", greenhousePolicy}})
 	outside := []string{"zone_b", "zone_c"}
@@ -799,6 +807,7 @@ func viewManifest(t *testing.T) string {
 // must not list observation resources of capabilities outside the view
 // (their resources/read is refused "not in the view").
 func TestHostileSecurityViewResourceList(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
 	rl, err := cs.ListResources(context.Background(), nil)
@@ -816,6 +825,7 @@ func TestHostileSecurityViewResourceList(t *testing.T) {
 // TestHostileSecurityViewManifestResource: physmcp://manifest through a view
 // must show only the view's capabilities.
 func TestHostileSecurityViewManifestResource(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
 	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "physmcp://manifest"})
@@ -833,6 +843,7 @@ func TestHostileSecurityViewManifestResource(t *testing.T) {
 // 2025-11-25 era, where resources/subscribe is real), a subscription to an
 // observation outside the view must be refused.
 func TestHostileSecurityStdioViewSubscribe(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(physdBin, "run", "--manifest", greenhouse, "--state", t.TempDir(), "--stdio", "--view", "zone_a", "--http", "127.0.0.1:0", "--sim-control")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
@@ -863,6 +874,7 @@ func TestHostileSecurityStdioViewSubscribe(t *testing.T) {
 // TestHostileSecurityListedMeansCallable: for each role, every listed do_
 // is not refused for role, and every unlisted do_ is.
 func TestHostileSecurityListedMeansCallable(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	vals := map[string]float64{"do_heater_zone_a": 10, "do_heater_zone_c": 10, "do_fan_zone_b": 10, "do_vent_zone_c": 50, "do_irrigation_valve": 10}
 	for _, tok := range []string{viewerToken, operatorToken, adminDemoToken} {
@@ -893,6 +905,7 @@ func TestHostileSecurityListedMeansCallable(t *testing.T) {
 // TestHostileSecurityHostSpellings: Host values that look local but name
 // another host never pass the Host check.
 func TestHostileSecurityHostSpellings(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	_, port, _ := net.SplitHostPort(d.addr)
 	for _, h := range []string{"127.0.0.1.nip.io", "localhost.attacker.example", "attacker.example:" + port, "127.0.0.1.attacker.example:" + port,
@@ -913,6 +926,7 @@ func TestHostileSecurityHostSpellings(t *testing.T) {
 // TestHostileSecurityApprovalsPageEscapes: a key chosen by the caller shows
 // on the approvals page escaped, never as markup.
 func TestHostileSecurityApprovalsPageEscapes(t *testing.T) {
+	t.Parallel()
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -942,6 +956,7 @@ func TestHostileSecurityApprovalsPageEscapes(t *testing.T) {
 // a policy reload then lowers runs nothing (the approver is re-checked
 // against the policy in force).
 func TestHostileSecurityGrantAfterReload(t *testing.T) {
+	t.Parallel()
 	pol := twoPersonPolicy(t, "")
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
 	agent := connectAs(t, d, "2026-07-28", operatorToken, accept)
@@ -970,6 +985,7 @@ func TestHostileSecurityGrantAfterReload(t *testing.T) {
 // only a caller that holds the approver role confirm itself; an operator
 // under approver_role admin is still told to find another person.
 func TestHostileSecuritySelfApprovalTrueWithoutRole(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(greenhousePolicy)
 	if err != nil {
 		t.Fatal(err)
@@ -994,6 +1010,7 @@ func TestHostileSecuritySelfApprovalTrueWithoutRole(t *testing.T) {
 // or a cookie authenticates nothing; TRACE echoes nothing; the override's
 // ttl is capped by override_token_ttl_seconds (900) whatever is asked.
 func TestHostileSecurityOddCredentialsAndOverride(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	for _, p := range []string{"/status?access_token=" + adminDemoToken, "/status?token=" + adminDemoToken, "/metrics?auth=" + adminDemoToken} {
 		if c, _, _ := hsReq(t, d, "GET", p, "", "", ""); c != 401 {
@@ -1034,6 +1051,7 @@ func TestHostileSecurityOddCredentialsAndOverride(t *testing.T) {
 // TestHostileSecurityAuditReorderAndDuplicate: two lines swapped, a line
 // duplicated, and a line deleted in the middle are each a break.
 func TestHostileSecurityAuditReorderAndDuplicate(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	d := startHTTP(t, daemonOpts{state: state})
 	cs := connectHTTP(t, d, "2026-07-28")
@@ -1076,6 +1094,7 @@ func TestHostileSecurityAuditReorderAndDuplicate(t *testing.T) {
 // not name capabilities outside the view anywhere, including
 // unroutable[].producers_found and missing_requirements.
 func TestHostileSecurityViewCanDoUnroutable(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAsPath(t, d, "/mcp/zone_a", adminDemoToken)
 	for _, loc := range []string{"zone C", "zone_c", "greenhouse"} {
@@ -1100,6 +1119,7 @@ func TestHostileSecurityViewCanDoUnroutable(t *testing.T) {
 // tool is listed only to roles that can run it, and every zone of a listed
 // family tool is callable (not refused for role).
 func TestHostileSecurityFamilyListsFollowRole(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy, "--families", "on"}})
 	for _, tok := range []string{viewerToken, operatorToken, adminDemoToken} {
 		cs := connectAs(t, d, "2026-07-28", tok, nil)
@@ -1137,6 +1157,7 @@ func TestHostileSecurityFamilyListsFollowRole(t *testing.T) {
 // without a credential but name neither the device nor the version; a
 // viewer gets them.
 func TestHostileSecurityOpenRoutesTellNothing(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	for _, p := range []string{"/healthz", "/readyz", "/healthz?verbose=1", "/readyz?full=true"} {
 		c, h, b := hsReq(t, d, "GET", p, "", "", "")

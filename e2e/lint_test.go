@@ -98,6 +98,7 @@ var greenhouseDoPoints = []string{"zone_a.heater", "zone_b.fan", "zone_c.vent", 
 // errors over HTTP (the only warning is S004, 14 tools > 8), every read_
 // and the can_do probes are checked, and nothing is actuated.
 func TestLintGreenhouse(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	r := lintJSON(t, 0, d.url("/mcp"))
 	if r.Summary.Errors != 0 || !r.Summary.Pass || r.ProtocolVersion != "2026-07-28" || r.Transport != "http" {
@@ -147,6 +148,7 @@ func TestLintGreenhouse(t *testing.T) {
 // anonymous caller is not listed do_heater_zone_a (the manifest's
 // requires_permission holds without a policy), so lint never calls it.
 func TestLintAllowDo(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	before := d.sim(t)
 	r := lintJSON(t, 0, "--allow-do", d.url("/mcp"))
@@ -178,6 +180,7 @@ func TestLintAllowDo(t *testing.T) {
 }
 
 func TestLintStdio(t *testing.T) {
+	t.Parallel()
 	r := lintJSON(t, 0, "--", physdBin, "run", "--manifest", greenhouse, "--stdio", "--state", t.TempDir())
 	if r.Transport != "stdio" || r.Summary.Errors != 0 || r.checks("can_do") < 3 {
 		t.Errorf("stdio lint: %+v", r)
@@ -188,6 +191,7 @@ func TestLintStdio(t *testing.T) {
 // candidates; a viewer is not listed the heaters (its role may not run
 // them), so lint probes none; an unknown token cannot connect (exit 2).
 func TestLintWithPolicy(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	anon := lintJSON(t, 0, "--header", "Authorization: Bearer "+viewerToken, d.url("/mcp"))
 	op := lintJSON(t, 0, "--header", "Authorization: Bearer "+operatorToken, d.url("/mcp"))
@@ -217,6 +221,7 @@ func TestLintWithPolicy(t *testing.T) {
 }
 
 func TestLintFileAndErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tools.json")
 	tools := `{"tools": [

@@ -71,6 +71,7 @@ func doModbus(t *testing.T, cs *mcp.ClientSession, tool string, value any, key s
 // a discrete input, a setpoint by a separate register, and a status that
 // does not follow is partial with code mismatch.
 func TestModbusVerifyPoint(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(1000)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {
@@ -192,6 +193,7 @@ func TestModbusExceptions(t *testing.T) {
 // (and it did not), or partial with a code; a lost verifying read-back is
 // partial code=unverified, never success.
 func TestModbusTCPDroppedFrames(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(1000)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {
@@ -304,6 +306,7 @@ func TestModbusTCPDroppedFrames(t *testing.T) {
 // TestModbusVerifyValidate: physd validate reports a bad verify point at
 // its line and column, with the field under binding.verify and a fix.
 func TestModbusVerifyValidate(t *testing.T) {
+	t.Parallel()
 	src := strings.NewReplacer("ADDR", "127.0.0.1:5020", "BUSEXTRA", "", "CAPS",
 		doCap("pump", "bool", `{type: modbus, bus: plc, table: coil, address: 5,
       verify: {table: discrete, address: 105, expect: {true: on, false: off}}}`, "")+

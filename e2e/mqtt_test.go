@@ -343,6 +343,7 @@ func grepLines(s, sub string) string {
 // --mqtt-username and --mqtt-password-file; a wrong password never
 // connects and costs the do_ nothing.
 func TestMQTTTLSAndCredentials(t *testing.T) {
+	t.Parallel()
 	mosquittoBin(t)
 	dir := t.TempDir()
 	caPEM := writeTestPKI(t, dir)

@@ -62,6 +62,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // trail; after a restart on the same state directory, the history resource
 // still holds the minute's bucket with the value.
 func TestObservationsAlarmsHistory(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	man := filepath.Join(dir, "physmcp.manifest.yml")
 	if err := os.WriteFile(man, []byte(observedManifest), 0o600); err != nil {

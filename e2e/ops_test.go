@@ -36,6 +36,7 @@ func metric(body, series string) float64 {
 }
 
 func TestMetricsMoveUnderLoad(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAs(t, d, "2026-07-28", operatorToken, nil)
 	for range 5 {
@@ -68,6 +69,7 @@ func TestMetricsMoveUnderLoad(t *testing.T) {
 }
 
 func TestStatusAndReadiness(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{})
 	cs := connectHTTP(t, d, "2026-07-28")
 	call(t, cs, "read_temperature_zone_a", nil)
@@ -94,6 +96,7 @@ func TestStatusAndReadiness(t *testing.T) {
 }
 
 func TestSIGHUPReloadsPolicy(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "policy.yml")
 	orig, err := os.ReadFile(greenhousePolicy)

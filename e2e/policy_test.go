@@ -54,6 +54,7 @@ func accept(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error
 // 2026-07-28 client that elicits, and the refusal for a legacy HTTP client
 // that cannot be asked.
 func TestPolicyOverHTTP(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	wall := connectAs(t, d, "2026-07-28", viewerToken, nil)
 	r := structured(t, call(t, wall, "do_heater_zone_a", map[string]any{"value": 30, "idempotency_key": "viewer-1"}))
@@ -109,8 +110,10 @@ func TestPolicyOverHTTP(t *testing.T) {
 // TestApprovalOverStdioBothEras: a 2026-07-28 client answers the MRTR
 // round; a 2025-11-25 client gets elicitation/create on stdio.
 func TestApprovalOverStdioBothEras(t *testing.T) {
+	t.Parallel()
 	for _, era := range eras {
 		t.Run(era, func(t *testing.T) {
+			t.Parallel()
 			asked := 0
 			handler := func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				asked++
@@ -137,6 +140,7 @@ func TestApprovalOverStdioBothEras(t *testing.T) {
 }
 
 func TestLegacyHTTPClientCannotBeAsked(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	cs := connectAs(t, d, "2025-11-25", operatorToken, accept)
 	r := structured(t, call(t, cs, "do_heater_zone_a", map[string]any{"value": 70, "idempotency_key": "legacy-1"}))
@@ -149,6 +153,7 @@ func TestLegacyHTTPClientCannotBeAsked(t *testing.T) {
 }
 
 func TestValidatePolicyCLI(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(physdBin, "validate", "--policy", greenhousePolicy, greenhouse).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "physmcp.policy.yml: ok") {
 		t.Errorf("validate with policy: %v %s", err, out)

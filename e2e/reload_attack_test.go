@@ -38,6 +38,7 @@ gate:
 // the policy saved beside it — the policy in force stays the one that was,
 // not the new file's (which would let a role run what it may not).
 func TestRejectedReloadKeepsThePolicyInForce(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(100)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {
@@ -194,6 +195,7 @@ func (d *daemon) goroutines(t *testing.T) int {
 // up; after the storm its open files and goroutines are back where they
 // were.
 func TestReloadBattery(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +328,7 @@ func TestReloadBattery(t *testing.T) {
 // decision about the old definition: the repeated call must not actuate
 // on it (the agent asks again, and the approver sees the new definition).
 func TestReloadVoidsApprovalsOfARedefinedCapability(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(greenhousePolicy)
 	if err != nil {
 		t.Fatal(err)
@@ -510,6 +513,7 @@ func TestMeshSeesAReload(t *testing.T) {
 // value or an error, never the old server's (a cached or stale good), and
 // the daemon's open files do not grow over the reopenings.
 func TestReloadMovesAModbusBus(t *testing.T) {
+	t.Parallel()
 	var addrs [2]string
 	for i, v := range []uint16{111, 222} {
 		bank := modbustest.NewBank(100)
@@ -609,6 +613,7 @@ func TestReloadMovesAModbusBus(t *testing.T) {
 // without a policy, requires_permission raised by the manifest refuses the
 // stdio caller's role at once.
 func TestReloadGuardsWhatItAdds(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -620,6 +625,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 	added := strings.Replace(src, fan, fan+fanA, 1)
 
 	t.Run("policy", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "physmcp.manifest.yml")
 		if err := os.WriteFile(path, orig, 0o644); err != nil {
@@ -642,6 +648,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 		}
 	})
 	t.Run("policy names a removed tool", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "physmcp.manifest.yml")
 		if err := os.WriteFile(path, orig, 0o644); err != nil {
@@ -665,6 +672,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 		}
 	})
 	t.Run("manifest only", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "physmcp.manifest.yml")
 		if err := os.WriteFile(path, orig, 0o644); err != nil {
@@ -699,6 +707,7 @@ func TestReloadGuardsWhatItAdds(t *testing.T) {
 // capability removed with its stale_s alarm raises nothing afterwards
 // (the engine kept the startup manifest's alarms: neither held).
 func TestReloadAppliesAlarms(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -751,6 +760,7 @@ func TestReloadAppliesAlarms(t *testing.T) {
 // history carry over by capability name"; history kept the startup
 // manifest's capabilities).
 func TestReloadKeepsHistoryOfAddedCapabilities(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -783,6 +793,7 @@ func TestReloadKeepsHistoryOfAddedCapabilities(t *testing.T) {
 // TestRapidSIGHUPs: ten SIGHUPs in 100 ms, each after a new version of the
 // file: the daemon stays up and ends serving the last version.
 func TestRapidSIGHUPs(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -825,6 +836,7 @@ func TestRapidSIGHUPs(t *testing.T) {
 // manifest that no longer declares the view (saying so); the view stays
 // served.
 func TestReloadKeepsTheStdioView(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -857,6 +869,7 @@ func TestReloadKeepsTheStdioView(t *testing.T) {
 // settings reopens it; its development controls (--sim-control) then act
 // on the plant in force, not on the closed one.
 func TestReloadReopensTheSimulator(t *testing.T) {
+	t.Parallel()
 	orig, err := os.ReadFile(greenhouse)
 	if err != nil {
 		t.Fatal(err)
@@ -885,6 +898,7 @@ func TestReloadReopensTheSimulator(t *testing.T) {
 // reopened: it must be rejected the same way, and the running manifest
 // keep working.
 func TestReloadRejectsASharedRegisterOnAReopenedBus(t *testing.T) {
+	t.Parallel()
 	bank := modbustest.NewBank(100)
 	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
 	if err != nil {

@@ -123,6 +123,7 @@ func httpsGet(t *testing.T, hc *http.Client, url string) (int, string) {
 // tools and on the routes; a token works without a certificate; no
 // credential, an unmapped certificate and another CA's certificate do not.
 func TestTLSAndClientCertificates(t *testing.T) {
+	t.Parallel()
 	p := newSitePKI(t)
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", p.mtlsPolicy(t),
 		"--tls-cert", p.certFile, "--tls-key", p.keyFile, "--tls-client-ca", p.caFile}})
@@ -207,6 +208,7 @@ func TestTLSAndClientCertificates(t *testing.T) {
 // while the listener and an open connection stay up; a bad certificate is
 // refused and the running one stays.
 func TestTLSReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	p := newSitePKI(t)
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy, "--tls-cert", p.certFile, "--tls-key", p.keyFile}})
 	url := "https://" + d.addr + "/healthz"
@@ -255,6 +257,7 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 // refused, naming both fixes; --insecure-plain-http allows it with a
 // warning; TLS flags that cannot work are refused at start.
 func TestPlainHTTPOffLoopback(t *testing.T) {
+	t.Parallel()
 	tok := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tok, []byte("transport-token-of-enough-length\n"), 0o600)
 	run := func(args ...string) string {
@@ -314,6 +317,7 @@ func TestPlainHTTPOffLoopback(t *testing.T) {
 // (Origin equal to its Host) reaches neither the status nor the fault
 // controls nor the override, even with a valid token.
 func TestHostileRequestsAgainstTheBinary(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	for _, c := range []struct {
 		method, path, body, host, origin, ctype string

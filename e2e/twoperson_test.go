@@ -14,6 +14,7 @@ import (
 // every elicitation cannot approve its own call under a two-person rule;
 // an admin approves it on /approvals, and the agent's repeated call runs.
 func TestTwoPersonApprovalAgainstTheBinary(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(greenhousePolicy)
 	if err != nil {
 		t.Fatal(err)

@@ -169,6 +169,7 @@ func moveUntil(t *testing.T, site *mcp.ClientSession, tag string, done func() bo
 // listener of the view is told of heater_zone_a (inside) and never of
 // fan_zone_b, which a listener of /mcp is told of.
 func TestViewsBoundarySubscriptionsHTTP(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	fan, heater := "physmcp://obs/fan_zone_b", "physmcp://obs/heater_zone_a"
 
@@ -289,6 +290,7 @@ func (r *stdioRaw) answer(t *testing.T, line string, id int) string {
 // by their own view (/mcp/water refuses heater_zone_a, /mcp takes
 // fan_zone_b), never by --view's.
 func TestViewsBoundarySubscriptionsStdio(t *testing.T) {
+	t.Parallel()
 	fan, heater := "physmcp://obs/fan_zone_b", "physmcp://obs/heater_zone_a"
 
 	// 2026-07-28, raw: the listen itself is refused.
@@ -316,6 +318,7 @@ func TestViewsBoundarySubscriptionsStdio(t *testing.T) {
 
 	for _, era := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(era, func(t *testing.T) {
+			t.Parallel()
 			u := &updates{}
 			cmd := exec.Command(physdBin, "run", "--manifest", greenhouse, "--state", t.TempDir(), "--stdio", "--view", "zone_a",
 				"--http", "127.0.0.1:0", "--sim-control", "--policy", greenhousePolicy)
@@ -357,6 +360,7 @@ func TestViewsBoundarySubscriptionsStdio(t *testing.T) {
 // nothing outside the view; through /mcp/water the history template's
 // example names no capability outside water.
 func TestViewsBoundaryDocuments(t *testing.T) {
+	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	ctx := context.Background()
 	leaks := func(where, s string, outside []string) {

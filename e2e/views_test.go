@@ -31,8 +31,10 @@ func listed(t *testing.T, cs *mcp.ClientSession) []string {
 // touching the plant, lists its views in a resource, and tells a connected
 // client on a policy reload (SIGHUP) that its tool list may have changed.
 func TestViewsThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	for _, era := range eras {
 		t.Run(era, func(t *testing.T) {
+			t.Parallel()
 			changed := make(chan struct{}, 4)
 			cs, d := startStdioWith(t, era, daemonOpts{extra: []string{"--policy", greenhousePolicy, "--stdio-role", "operator", "--view", "zone_a", "--families", "on"}},
 				func(context.Context, *mcp.ToolListChangedRequest) {
