@@ -344,6 +344,7 @@ func (n *Node) readBack(ctx context.Context, cs *capState, value, want any) (rea
 	if !ok {
 		s, err := n.readDevice(ctx, cs)
 		if err != nil {
+			cs.outUnknown.Store(true)
 			return readBackResult{}, err
 		}
 		return readBackResult{value: s.value, ok: cs.matches(s.value, want), applied: s.value, details: "read_back=" + promcp.FormatValue(s.value)}, nil
@@ -358,7 +359,17 @@ func (n *Node) readBack(ctx context.Context, cs *capState, value, want any) (rea
 		if n.onDeviceErr != nil {
 			n.onDeviceErr(cs.cap.Binding.Bus, err)
 		}
+		cs.outUnknown.Store(true)
 		return readBackResult{}, fmt.Errorf("verify point %s: %w", r.Point, err)
+	}
+	// The verify point judged the command: applied, the output holds it
+	// (the interlocks judge it on that); not, its value is unknown.
+	if r.OK {
+		now := time.Now()
+		cs.remember(&sample{value: want, at: now, started: now.UnixNano()})
+		cs.outUnknown.Store(false)
+	} else {
+		cs.outUnknown.Store(true)
 	}
 	d := "verify=" + r.Point + " shows " + promcp.FormatValue(r.Observed)
 	if !r.OK {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -213,7 +214,7 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 			b.byTool[tool] = old
 			continue
 		}
-		cs := &capState{cap: c, tool: tool, sum: capSum(c), vocab: vocabulary(c), act: newActuator()}
+		cs := &capState{cap: c, tool: tool, sum: capSum(c), vocab: vocabulary(c), act: newActuator(), bound: time.Now()}
 		if old != nil {
 			cs.act = old.act
 		}

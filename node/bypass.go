@@ -164,7 +164,7 @@ func (n *Node) endBypass(rule string, b *Bypass, why string) {
 	n.auditBypass("interlock_bypass_ended", cp, why)
 	for _, r := range n.interlocks().Rules {
 		if r.Name == rule {
-			n.judgePlant([]*interlock.Rule{r}, false)
+			n.judgePlant([]*interlock.Rule{r})
 		}
 	}
 }

@@ -119,35 +119,30 @@ func (n *Node) afterRead(cs *capState) {
 		return
 	}
 	if rules := set.Reading(cs.tool); len(rules) > 0 {
-		n.judgePlant(rules, false)
+		n.judgePlant(rules)
 	}
 }
 
 // judgePlant judges each rule's outputs at their current values and drives
-// the ones that break a rule to safe. onTick: a reading never taken is not
-// judged until the rule's max_age has passed since the node opened (the
-// first polls come in).
-func (n *Node) judgePlant(rules []*interlock.Rule, onTick bool) {
+// the ones that break a rule to safe. A reading never taken is not judged
+// until the rule's max_age has passed since its capability was bound (a
+// start or a reload: the first polls come in).
+func (n *Node) judgePlant(rules []*interlock.Rule) {
 	b := n.bound()
 	for _, r := range rules {
 		if n.bypassed(r) {
 			continue
 		}
 		reading := n.cachedReading(r.Cond.Key())
-		if onTick && !reading.Known && time.Since(n.born) < r.MaxAge {
-			continue
+		if !reading.Known && time.Since(n.firstReadingFrom(r.Cond.Key())) < r.MaxAge {
+			continue // the first reading has not had its chance yet
 		}
 		for _, tool := range r.Outputs {
 			cs := b.byTool[tool]
 			if cs == nil || cs.cap.Kind != manifest.KindDo {
 				continue
 			}
-			safe, _ := SafeValue(cs.cap)
-			out := interlock.Output{Tool: tool, Safe: safe}
-			if s := cs.last.Load(); s != nil {
-				out.Value, out.Known = s.value, true
-			}
-			if v := r.Judge(out, reading); v != nil {
+			if v := r.Judge(n.outputNow(cs), reading); v != nil {
 				n.trip(cs, v)
 			}
 		}
@@ -161,7 +156,10 @@ func (n *Node) trip(cs *capState, v *interlock.Violation) {
 		n.fs.mu.Unlock()
 		return
 	}
-	if st := n.fs.status[cs.tool]; st != nil && (st.State == SafeDriving || st.State == SafeFailed) {
+	// A drive under way will be judged again under the turn; a trip
+	// already retrying keeps its own backoff. A drive of another event
+	// that is waiting out its backoff does not delay the trip.
+	if st := n.fs.status[cs.tool]; st != nil && (st.State == SafeDriving || st.State == SafeFailed && st.Event == manifest.SafeOnInterlockTrip) {
 		n.fs.mu.Unlock()
 		return
 	}
@@ -176,21 +174,49 @@ func (n *Node) trip(cs *capState, v *interlock.Violation) {
 		ctx, cancel := context.WithTimeout(context.Background(), safeStepBound(cs.cap))
 		defer cancel()
 		reason := v.Reason()
-		// Under the turn, the rule is judged again on the output's value
-		// then: a do_ that won the turn may have made it safe already.
+		// Under the turn, the rule in force by that name is judged again on
+		// the output's value then: a do_ that won the turn may have made it
+		// safe already, and a policy reload may have changed or removed it.
 		_, _ = n.driveSafe(ctx, cs.tool, manifest.SafeOnInterlockTrip, reason, time.Now(), func() bool {
-			out := interlock.Output{Tool: cs.tool, Safe: mustSafe(cs.cap)}
-			if s := cs.last.Load(); s != nil {
-				out.Value, out.Known = s.value, true
+			r := n.ruleNamed(v.Rule.Name)
+			if r == nil || n.bypassed(r) {
+				return false
 			}
-			return !n.bypassed(v.Rule) && v.Rule.Judge(out, n.cachedReading(v.Rule.Cond.Key())) != nil
+			return r.Judge(n.outputNow(cs), n.cachedReading(r.Cond.Key())) != nil
 		})
 	}()
 }
 
-func mustSafe(c *manifest.Capability) any {
-	v, _ := SafeValue(c)
-	return v
+// firstReadingFrom is when a condition's reading could first come in: its
+// capability's binding (a start, or a reload that redefined it), or the
+// node's start for another gateway's reading.
+func (n *Node) firstReadingFrom(key string) time.Time {
+	if cs := n.bound().byTool[key]; cs != nil {
+		return cs.bound
+	}
+	return n.born
+}
+
+// ruleNamed is the rule in force with that name, or nil.
+func (n *Node) ruleNamed(name string) *interlock.Rule {
+	for _, r := range n.interlocks().Rules {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// outputNow is an output's value as the rules judge it: the last value
+// the device showed (a read, a verified write), unknown after a write
+// whose outcome nobody saw.
+func (n *Node) outputNow(cs *capState) interlock.Output {
+	safe, _ := SafeValue(cs.cap)
+	out := interlock.Output{Tool: cs.tool, Safe: safe}
+	if s := cs.last.Load(); s != nil && !cs.outUnknown.Load() {
+		out.Value, out.Known = s.value, true
+	}
+	return out
 }
 
 // superviseInterlocks judges every rule each tick until Close.
@@ -205,7 +231,7 @@ func (n *Node) superviseInterlocks() {
 		case <-t.C:
 		}
 		if set := n.interlocks(); set.Len() > 0 {
-			n.judgePlant(set.Rules, true)
+			n.judgePlant(set.Rules)
 		}
 	}
 }

@@ -226,6 +226,17 @@ func (n *Node) restoreLeases() ([]*lease, error) {
 			continue
 		}
 		left := min(l.ExpiresAt.Sub(now), time.Duration(l.HoldS)*time.Second)
+		if end := now.Add(left).UTC(); left > 0 && end.Before(l.ExpiresAt) {
+			// The record ends further out than its hold allows (the clock
+			// was set back): it ends a hold from now, and the record says
+			// so, so that another restart does not grant a new hold.
+			l.ExpiresAt = end
+			if raw, err := json.Marshal(&l); err == nil {
+				if err := n.store.Put(leaseBucket, tool, raw); err != nil {
+					n.log.Error("lease record not corrected", "tool", tool, "err", err)
+				}
+			}
+		}
 		if left <= 0 {
 			lc := l
 			n.fs.mu.Lock()

@@ -22,15 +22,21 @@ type capState struct {
 	bus     *busRef
 	bindErr error           // why the capability has no point (bus missing)
 	vocab   map[string]bool // stemmed words can_do matches against, built once
+	bound   time.Time       // when this definition was bound (the interlocks' first-reading grace)
 
 	// preds are the device-step turns of the capabilities a reload replaced
 	// on this bus; the first actuation waits for them (binding.go).
 	preds     []chan struct{}
 	predsDone atomic.Bool
 
-	last      atomic.Pointer[sample] // last successful device read
-	lastErr   atomic.Pointer[error]  // last device error, nil after a success
-	latencyUS atomic.Int64           // EWMA of device latency, microseconds
+	last    atomic.Pointer[sample] // last successful device read
+	lastErr atomic.Pointer[error]  // last device error, nil after a success
+	// outUnknown (do_ capabilities): a write's outcome was not seen (the
+	// read-back failed, or the write's reply was lost), so last may not be
+	// what the output holds; the interlocks judge it as unknown until a
+	// read or a verified write shows the value again.
+	outUnknown atomic.Bool
+	latencyUS  atomic.Int64 // EWMA of device latency, microseconds
 
 	flightMu sync.Mutex
 	flight   *flight // the cache refresh under way, shared by its waiters
@@ -165,6 +171,7 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	s := &sample{value: quantise(cs.cap, r.Value), at: r.At, started: start.UnixNano()}
 	cs.remember(s)
 	cs.lastErr.Store(nil)
+	cs.outUnknown.Store(false)
 	n.publishRead(cs, s, nil)
 	n.afterRead(cs)
 	return s, nil

@@ -208,6 +208,7 @@ func (n *Node) swap(prev, next *binding) {
 	n.cur.Store(next)
 	close(prev.stopPoll)
 	n.startPolls(next)
+	n.reconcileFailSafe(next)
 }
 
 // diffBindings compares definitions (a capability on a reopened bus whose

@@ -77,7 +77,7 @@ func (n *Node) fetchRemote(ctx context.Context, rd interlock.RemoteReading) {
 	n.rr.last[key] = r
 	n.rr.mu.Unlock()
 	if rules := n.interlocks().Reading(key); len(rules) > 0 {
-		n.judgePlant(rules, false)
+		n.judgePlant(rules)
 	}
 }
 

@@ -171,18 +171,30 @@ func (n *Node) driveSafeOnce(ctx context.Context, tool, event, reason string, si
 	if err != nil || cs.cap.Kind != manifest.KindDo || value == nil {
 		return SafeStatus{}, fmt.Errorf("%s: %w", tool, ErrNoSafeState), false
 	}
+	// A drive that could not get the turn in time is retried like one the
+	// device refused, unless the reason for it went away while it waited
+	// (a do_ applied, a lease was renewed, the rule no longer holds).
+	gen0 := n.genOf(tool)
+	notRun := func(why string, err error) (SafeStatus, error, bool) {
+		if n.genOf(tool) != gen0 || still != nil && !still() {
+			return n.moot(cs, event), nil, false
+		}
+		st := n.safeNotRun(cs, event, reason, since, value, why)
+		n.scheduleSafeRetry(tool, event, reason, since, still)
+		return st, err, false
+	}
 	if err := cs.awaitPredecessors(ctx); err != nil {
-		return n.safeNotRun(cs, event, reason, since, value, "an actuation of the previous manifest held the bus past the deadline ("+err.Error()+")"), err, false
+		return notRun("an actuation of the previous manifest held the bus past the deadline ("+err.Error()+")", err)
 	}
 	select {
 	case cs.act.turn <- struct{}{}:
 	case <-ctx.Done():
-		return n.safeNotRun(cs, event, reason, since, value, "another actuation of "+tool+" held the output past the deadline ("+ctx.Err().Error()+")"), ctx.Err(), false
+		return notRun("another actuation of "+tool+" held the output past the deadline ("+ctx.Err().Error()+")", ctx.Err())
 	}
 	n.markStep(cs)
 	defer func() { cs.stepSince.Store(0); <-cs.act.turn }()
 	if still != nil && !still() {
-		return SafeStatus{Tool: tool, State: SafeCleared, Event: event}, nil, false
+		return n.moot(cs, event), nil, false
 	}
 	if n.bound().byTool[tool] != cs {
 		return SafeStatus{}, nil, true
@@ -197,7 +209,7 @@ func (n *Node) driveSafeOnce(ctx context.Context, tool, event, reason string, si
 			why = cs.bindErr.Error()
 		}
 		st := n.safeNotRun(cs, event, reason, since, value, "the device is unavailable: "+why)
-		n.scheduleSafeRetry(cs.tool, event, reason, since)
+		n.scheduleSafeRetry(cs.tool, event, reason, since, still)
 		return st, nil, false
 	}
 	defer cs.bus.leave()
@@ -241,8 +253,30 @@ func (n *Node) driveSafeOnce(ctx context.Context, tool, event, reason string, si
 		st.State, st.Error = SafeFailed, detail
 	}
 	st.AuditSeq = n.auditSafe(cs, st, status)
-	n.safeEnd(cs, gen, st)
+	n.safeEnd(cs, gen, st, still)
 	return n.SafeStatusOf(tool), nil, false
+}
+
+// moot ends a drive whose reason went away before it ran: a failed
+// earlier attempt of the same event stops counting (its retries, /readyz
+// and the alarm end with it).
+func (n *Node) moot(cs *capState, event string) SafeStatus {
+	n.fs.mu.Lock()
+	st := n.fs.status[cs.tool]
+	var cp SafeStatus
+	if st != nil && st.Event == event && st.State == SafeFailed {
+		st.State, st.NextRetry = SafeCleared, time.Time{}
+		cp = *st
+		if t := n.fs.retry[cs.tool]; t != nil {
+			t.Stop()
+			delete(n.fs.retry, cs.tool)
+		}
+	}
+	n.fs.mu.Unlock()
+	if cp.Tool != "" {
+		n.publishSafe(cs, cp)
+	}
+	return SafeStatus{Tool: cs.tool, State: SafeCleared, Event: event}
 }
 
 // startSafeStep admits a safe drive's device step: while draining (a stop
@@ -293,7 +327,7 @@ func (n *Node) safeBegin(cs *capState, event, reason string, since time.Time, va
 
 // safeEnd records the attempt's outcome: verified, the output's lease is
 // over; not, a retry is scheduled.
-func (n *Node) safeEnd(cs *capState, gen uint64, st SafeStatus) {
+func (n *Node) safeEnd(cs *capState, gen uint64, st SafeStatus, still func() bool) {
 	n.fs.mu.Lock()
 	if prev := n.fs.status[cs.tool]; prev != nil {
 		st.Attempts = prev.Attempts
@@ -323,13 +357,14 @@ func (n *Node) safeEnd(cs *capState, gen uint64, st SafeStatus) {
 	}
 	n.publishSafe(cs, st)
 	if st.State == SafeFailed {
-		n.scheduleSafeRetry(cs.tool, st.Event, st.Reason, st.Since)
+		n.scheduleSafeRetry(cs.tool, st.Event, st.Reason, st.Since, still)
 	}
 }
 
 // scheduleSafeRetry tries a failed drive again after the backoff its
-// attempts have earned, unless a do_ applies meanwhile or the node closes.
-func (n *Node) scheduleSafeRetry(tool, event, reason string, since time.Time) {
+// attempts have earned, unless a do_ applies meanwhile, still (the drive's
+// own condition, when it has one) no longer holds, or the node closes.
+func (n *Node) scheduleSafeRetry(tool, event, reason string, since time.Time, still func() bool) {
 	n.fs.mu.Lock()
 	defer n.fs.mu.Unlock()
 	st := n.fs.status[tool]
@@ -361,11 +396,16 @@ func (n *Node) scheduleSafeRetry(tool, event, reason string, since time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), safeStepBound(cs.cap))
 		defer cancel()
 		_, _ = n.driveSafe(ctx, tool, event, reason, since, func() bool {
-			n.fs.mu.Lock()
-			defer n.fs.mu.Unlock()
-			return n.fs.gen[tool] == gen
+			return n.genOf(tool) == gen && (still == nil || still())
 		})
 	})
+}
+
+// genOf is tool's do_ generation (superseded bumps it).
+func (n *Node) genOf(tool string) uint64 {
+	n.fs.mu.Lock()
+	defer n.fs.mu.Unlock()
+	return n.fs.gen[tool]
 }
 
 // safeStepBound bounds waiting for the turn and running one safe drive:
@@ -517,4 +557,33 @@ func (n *Node) startFailSafe(ctx context.Context) error {
 		_, _ = n.driveSafe(ctx, l.Tool, manifest.SafeOnLeaseExpiry, reason, l.ExpiresAt, nil)
 	}
 	return nil
+}
+
+// reconcileFailSafe drops, after a reload, the leases and safe states of
+// outputs the manifest in force no longer gives them: a removed
+// capability, or one whose lease or safe state the reload took away. Their
+// timers stop, their records go, /readyz stops naming them.
+func (n *Node) reconcileFailSafe(b *binding) {
+	n.fs.mu.Lock()
+	var ends []string
+	for tool := range n.fs.leases {
+		if cs := b.byTool[tool]; cs == nil || cs.cap.Lease == nil || cs.cap.Safe == nil {
+			ends = append(ends, tool)
+		}
+	}
+	for tool, st := range n.fs.status {
+		if cs := b.byTool[tool]; cs == nil || cs.cap.Safe == nil {
+			if t := n.fs.retry[tool]; t != nil {
+				t.Stop()
+				delete(n.fs.retry, tool)
+			}
+			delete(n.fs.status, tool)
+			n.log.Warn("a reload removed the safe state of "+tool+"; its drive to safe is no longer tracked", "state", st.State, "event", st.Event)
+		}
+	}
+	n.fs.mu.Unlock()
+	for _, tool := range ends {
+		n.log.Warn("a reload removed the lease terms of "+tool+"; its lease ends without a drive to safe", "tool", tool)
+		n.endLease(tool)
+	}
 }

@@ -137,10 +137,20 @@ func (p *parser) interlock(item *yaml.Node, field string, names map[string]bool,
 		r.MaxAge = conditionMaxAge(m.Capability(manifest.CapabilityName(c.Read)))
 	}
 	if raw.MaxAgeMS != nil {
-		if *raw.MaxAgeMS < 1 || *raw.MaxAgeMS > 3_600_000 {
-			p.Addf(at("max_age_ms"), field+".max_age_ms", "use 1 to 3600000 ms", "%d is out of range", *raw.MaxAgeMS)
-		}
 		r.MaxAge = time.Duration(*raw.MaxAgeMS) * time.Millisecond
+		floor := 100 * time.Millisecond
+		if c.Source == "" {
+			// Between two polls a reading ages by poll_ms: a max_age below
+			// twice that would count a healthy reading as stale and trip.
+			floor = 2 * m.Capability(manifest.CapabilityName(c.Read)).PollInterval()
+		}
+		switch {
+		case *raw.MaxAgeMS < 1 || *raw.MaxAgeMS > 3_600_000:
+			p.Addf(at("max_age_ms"), field+".max_age_ms", "use 1 to 3600000 ms", "%d is out of range", *raw.MaxAgeMS)
+		case r.MaxAge < floor:
+			p.Addf(at("max_age_ms"), field+".max_age_ms", fmt.Sprintf("use at least %d (twice the reading's poll_ms)", floor.Milliseconds()),
+				"%d ms is shorter than twice %s's poll_ms: between two polls a healthy reading would count as stale and trip the rule", *raw.MaxAgeMS, c.Read)
+		}
 	}
 	r.Bypass = p.bypass(raw.Bypass, r.Kind, at, field)
 	if r.Name == "" || len(r.Outputs) == 0 {

@@ -30,7 +30,7 @@ func TestInterlocksParse(t *testing.T) {
 	p, err := policy.Parse("p.yml", []byte(`physmcp_policy_version: "0.1"
 interlocks:
   - {name: hot, kind: trip, while: {read: read_temp, above: 35}, safe: [do_heater]}
-  - {name: warm, kind: interlock, tool: do_heater, while: {read: read_temp, above: 25}, max: 40, max_age_ms: 900}
+  - {name: warm, kind: interlock, tool: do_heater, while: {read: read_temp, above: 25}, max: 40, max_age_ms: 1500}
   - {name: cold, kind: permissive, tool: do_vent, applies_above: 30, requires: {read: read_temp, above: 5}}
 `), m)
 	if err != nil {
@@ -43,7 +43,7 @@ interlocks:
 	if hot.Kind != interlock.Trip || hot.Outputs[0] != "do_heater" || hot.MaxAge.Milliseconds() != 2*500+5000 {
 		t.Errorf("trip: %+v (max age: 2 × poll_ms + timeout_ms)", hot)
 	}
-	if warm.MaxAge.Milliseconds() != 900 || *warm.Max != 40 {
+	if warm.MaxAge.Milliseconds() != 1500 || *warm.Max != 40 {
 		t.Errorf("interlock: %+v", warm)
 	}
 }
