@@ -99,9 +99,13 @@ func (s *notifySupervisor) await(state string, d time.Duration) time.Time {
 func (s *notifySupervisor) fires(from time.Time, limit time.Duration) (time.Time, bool) {
 	deadline := time.After(limit)
 	for {
-		wait := time.Until(from.Add(s.watchdog))
+		// The watchdog fires at the last ping + the watchdog time; the
+		// moment this goroutine wakes after that adds the test's own timer
+		// latency, which is not physd's, so the expiry itself is returned.
+		expiry := from.Add(s.watchdog)
+		wait := time.Until(expiry)
 		if wait < 0 {
-			return time.Now(), true
+			return expiry, true
 		}
 		select {
 		case m := <-s.msgs:
@@ -109,7 +113,7 @@ func (s *notifySupervisor) fires(from time.Time, limit time.Duration) (time.Time
 				from, s.lastPing = time.Now(), time.Now()
 			}
 		case <-time.After(wait):
-			return time.Now(), true
+			return expiry, true
 		case <-deadline:
 			return time.Time{}, false
 		}
