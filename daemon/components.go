@@ -180,7 +180,15 @@ func (d *Daemon) startNode(ctx context.Context) (err error) {
 // grace. The drives run while the node drains (no do_ starts) and each is
 // audited; one that is not verified is logged with its error.
 func (d *Daemon) stopNode(ctx context.Context) {
-	for _, st := range d.n.DriveSafeAll(ctx, manifest.SafeOnShutdown, "physd is stopping") {
+	// Half of the grace at most for the drives (retried until verified),
+	// so that the steps under way and the buses still close in time.
+	dctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
+		defer cancel()
+	}
+	for _, st := range d.n.DriveSafeAllUntil(dctx, manifest.SafeOnShutdown, "physd is stopping") {
 		if st.State != node.SafeReached {
 			d.log.Error("SHUTDOWN SAFE STATE NOT VERIFIED", "tool", st.Tool, "state", st.State, "err", st.Error)
 		}

@@ -155,10 +155,13 @@ func (a *Advertiser) announce() {
 			case <-time.After(time.Second):
 			}
 		}
+		// Marked before it is sent: a query answered while the packet is on
+		// its way must see it (after the send, a querier that heard it could
+		// ask and be multicast to again within the second).
+		a.lastMulticast.Store(time.Now().UnixNano())
 		if err := a.send(a.records(-1), groupAddr, 0); err != nil && !a.closed.Load() {
 			a.log.Warn("mdns: announcement not sent", "err", err.Error())
 		}
-		a.lastMulticast.Store(time.Now().UnixNano())
 	}
 }
 

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,13 +110,10 @@ func heartbeatManifest(t *testing.T, addr string) string {
 // SIGKILLs physd and measures, polling the sim over Modbus TCP, the time
 // until the controller shows the safe state (coil 00001 off, status bit 4
 // set, mode off): within timeout_ms + 1 s, and no sooner than the watchdog
-// time less one heartbeat period. PHYSD_CHAOS_ROUNDS rounds (default 3);
+// time less one heartbeat period. PHYSD_CHAOS_ROUNDS rounds (default 1);
 // the kill→safe p50/p99 are logged.
 func TestHeartbeatKillToSafe(t *testing.T) {
-	rounds := 3
-	if v, err := strconv.Atoi(os.Getenv("PHYSD_CHAOS_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := chaosRoundsOr(t, 1)
 	sim := startModbusSim(t) // -step 1h: the model holds still; the watchdog keeps its own clock
 	probe := newSimProbe(t, sim.addr)
 	if _, s, ok := probe.until(5*time.Second, func(boilerState) bool { return true }); !ok || s.watchdogTicks != 0 {

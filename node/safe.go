@@ -587,3 +587,39 @@ func (n *Node) reconcileFailSafe(b *binding) {
 		n.endLease(tool)
 	}
 }
+
+// DriveSafeAllUntil is DriveSafeAll for a stop: a drive that is not
+// verified is tried again (100 ms, doubling to 1 s) until it is or ctx
+// ends, since no background retry outlives the process.
+func (n *Node) DriveSafeAllUntil(ctx context.Context, event, reason string) []SafeStatus {
+	out := n.DriveSafeAll(ctx, event, reason)
+	wait := 100 * time.Millisecond
+	for {
+		var again []string
+		for _, st := range out {
+			if st.State == SafeFailed {
+				again = append(again, st.Tool)
+			}
+		}
+		if len(again) == 0 {
+			return out
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+		byTool := map[string]SafeStatus{}
+		for _, st := range n.driveSafeTools(ctx, again, event, reason) {
+			byTool[st.Tool] = st
+		}
+		for i, st := range out {
+			if r, ok := byTool[st.Tool]; ok {
+				out[i] = r
+			}
+		}
+	}
+}
