@@ -89,6 +89,7 @@ func atkCall(cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult,
 // unleased capability — is a clear error naming hold_s with nothing
 // actuated and the lease in force untouched.
 func TestAttackHoldSOverMCP(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, srv.Addr)})
 	cs := connectHTTP(t, d, "2026-07-28")
@@ -289,6 +290,7 @@ func atkManifestFile(t *testing.T, addr string, caps []string) string {
 // longer, not a fresh hold from the restart) and then goes safe; the
 // restart shows the lease with its original expiry.
 func TestAttackLeaseAcrossSIGKILL(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	manifest := atkManifestFile(t, srv.Addr, leaseOnlyCaps)
 	state := t.TempDir()
@@ -427,6 +429,7 @@ var verifyTripCaps = []string{
 // fault opens the vent. The interlock must drive the heater safe within an
 // observation, as it does for a heater without a verify point.
 func TestAttackInterlockVerifyPointOutput(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	bank.AddMirror(modbustest.Mirror{Unit: 1, From: modbustest.HoldingRegisters, FromAddr: 10, To: modbustest.HoldingRegisters, ToAddr: 11, N: 1})
 	dir := t.TempDir()
@@ -462,6 +465,7 @@ func TestAttackInterlockVerifyPointOutput(t *testing.T) {
 // The shutdown outputs must go safe promptly: an idle session must not
 // hold the drive back for the whole shutdown grace.
 func TestAttackSIGTERMWithOpenSession(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, srv.Addr)})
 	cs := connectHTTP(t, d, "2026-07-28")
@@ -485,6 +489,7 @@ func TestAttackSIGTERMWithOpenSession(t *testing.T) {
 // that changes only the vent's description (a slow-ish device: 120 ms per
 // vent read) must not drive the heater safe while the vent stays closed.
 func TestAttackSIGHUPTripsHealthyPlant(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	dir := t.TempDir()
 	mp, pp := atkManifestFile(t, srv.Addr, interlockCaps), filepath.Join(dir, "physmcp.policy.yml")

@@ -152,9 +152,25 @@ func safeAudit(t *testing.T, state string) map[string]int {
 	return out
 }
 
+// awaitSafeAudit waits (5 s at most) until the audit holds at least n
+// safe_state lines of key (event/status): the device shows the value a
+// moment before the drive's audit line is written.
+func awaitSafeAudit(t *testing.T, state, key string, n int) map[string]int {
+	t.Helper()
+	end := time.Now().Add(5 * time.Second)
+	for {
+		got := safeAudit(t, state)
+		if got[key] >= n || time.Now().After(end) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestFailSafeSIGTERM: a SIGTERM drives the shutdown outputs to safe before
 // the process exits, each audited.
 func TestFailSafeSIGTERM(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	manifest := failSafeManifest(t, srv.Addr)
 	var took []time.Duration
@@ -189,6 +205,7 @@ func TestFailSafeSIGTERM(t *testing.T) {
 // were (no device watchdog here); the restart drives the start_after_crash
 // outputs safe before /readyz answers 200 and before any call is served.
 func TestFailSafeStartAfterCrash(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	manifest := failSafeManifest(t, srv.Addr)
 	state := t.TempDir()
@@ -244,6 +261,7 @@ func TestFailSafeStartAfterCrash(t *testing.T) {
 // TestFailSafeLeaseExpiry: an agent that goes silent past its lease finds
 // the output at its safe value when the lease ends.
 func TestFailSafeLeaseExpiry(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, srv.Addr)})
 	cs := connectHTTP(t, d, "2026-07-28")
@@ -271,7 +289,7 @@ func TestFailSafeLeaseExpiry(t *testing.T) {
 		!strings.Contains(text(res), `"state":"safe","event":"lease_expiry"`) {
 		t.Errorf("can_do does not show the heater's lease terms and safe state: %s", text(res))
 	}
-	if a := safeAudit(t, d.state); a["lease_expiry/success"] != len(took) {
+	if a := awaitSafeAudit(t, d.state, "lease_expiry/success", len(took)); a["lease_expiry/success"] != len(took) {
 		t.Errorf("safe_state audit %v; want %d lease_expiry/success", a, len(took))
 	}
 	t.Logf("lease end → safe value at the device over %d rounds: %s", len(took), quantiles(took))
@@ -281,6 +299,7 @@ func TestFailSafeLeaseExpiry(t *testing.T) {
 // (exception 04); physd keeps /readyz 503 naming the output and retries
 // with backoff, and the output is safe once the device takes writes again.
 func TestFailSafeWriteFailsThenSucceeds(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, srv.Addr)})
 	cs := connectHTTP(t, d, "2026-07-28")
@@ -323,7 +342,7 @@ func TestFailSafeWriteFailsThenSucceeds(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if a := safeAudit(t, d.state); a["lease_expiry/success"] != len(took) || a["lease_expiry/partial"] < len(took) {
+	if a := awaitSafeAudit(t, d.state, "lease_expiry/success", len(took)); a["lease_expiry/success"] != len(took) || a["lease_expiry/partial"] < len(took) {
 		t.Errorf("safe_state audit %v", a)
 	}
 	t.Logf("device accepts writes again → safe value (retry backoff) over %d rounds: %s", len(took), quantiles(took))
@@ -333,6 +352,7 @@ func TestFailSafeWriteFailsThenSucceeds(t *testing.T) {
 // value nobody commanded; physd drives the bus_restored outputs safe as
 // soon as the bus answers again.
 func TestFailSafeBusRestored(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	addr := srv.Addr
 	d := startHTTP(t, daemonOpts{manifest: failSafeManifest(t, addr)})
@@ -362,7 +382,7 @@ func TestFailSafeBusRestored(t *testing.T) {
 		took = append(took, at.Sub(t0))
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	if a := safeAudit(t, d.state); a["bus_restored/success"] < len(took) {
+	if a := awaitSafeAudit(t, d.state, "bus_restored/success", len(took)); a["bus_restored/success"] < len(took) {
 		t.Errorf("safe_state audit %v", a)
 	}
 	t.Logf("bus answers again → safe value over %d rounds: %s", len(took), quantiles(took))
@@ -418,7 +438,7 @@ func TestFailSafeQuorumLoss(t *testing.T) {
 		}
 		at := awaitDevice(t, 30*time.Second, "minority partition → heater 0", func() bool { return a.sim(t).Signals["zone_a.heater"] == 0 })
 		took = append(took, at.Sub(t0))
-		if got := safeAudit(t, a.state); got["quorum_loss/success"] != 1 {
+		if got := awaitSafeAudit(t, a.state, "quorum_loss/success", 1); got["quorum_loss/success"] != 1 {
 			t.Fatalf("round %d: safe_state audit %v", round, got)
 		}
 		a.stop(t)
@@ -511,6 +531,7 @@ func doRaw(t *testing.T, cs *mcp.ClientSession, tool string, v any, key string) 
 // above the interlock's bound: the heater goes safe within an observation;
 // while the vent is open a do_ above the bound is refused, naming the rule.
 func TestFailSafeInterlockTrip(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, _, cs := startInterlocked(t)
 	bank.SetHolding(1, 31, 50)
 	var took []time.Duration
@@ -538,6 +559,7 @@ func TestFailSafeInterlockTrip(t *testing.T) {
 // TestFailSafePermissiveStops: the tank falls below the permissive's level
 // while the valve is open: the valve goes safe within an observation.
 func TestFailSafePermissiveStops(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, _, cs := startInterlocked(t)
 	valve := func() uint16 { return bank.Holding(1, 12, 1)[0] }
 	var took []time.Duration
@@ -614,7 +636,7 @@ gate:
 		<-c.done
 		at := awaitDevice(t, 20*time.Second, "gw_zone_c killed → heater 0", func() bool { return a.sim(t).Signals["zone_a.heater"] == 0 })
 		took = append(took, at.Sub(t0))
-		if got := safeAudit(t, a.state); got["interlock_trip/success"] < 1 {
+		if got := awaitSafeAudit(t, a.state, "interlock_trip/success", 1); got["interlock_trip/success"] < 1 {
 			t.Fatalf("round %d: safe_state audit %v", round, got)
 		}
 		a.stop(t) // the next round binds the same mesh addresses
@@ -629,6 +651,7 @@ gate:
 // open, and the status page and /interlocks show the bypass; DELETE ends it
 // and the heater goes safe at once.
 func TestInterlockBypassTwoPerson(t *testing.T) {
+	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	pol := strings.Replace(interlockPolicy, "    max: 20\n", "    max: 20\n    bypass: {role: operator, max_minutes: 5}\n", 1) + `identity:
   tokens:
     - {id: operator_console, sha256: d44723fb54413f57fbf393e54ead396013e587a55f29ae10d8565e39e2d6189d, role: operator}

@@ -117,6 +117,7 @@ type peer struct {
 	suspectAt  time.Time // last negative evidence (failed probe or quorum ack)
 	needFetch  bool
 	fetching   bool
+	fetchFails int // catalog fetches failed in a row: the retry's backoff
 	rechecking bool      // a failed probe is being re-checked
 	lossyUntil time.Time // a delivery to it needed a retry: hedge until then
 }
@@ -841,12 +842,29 @@ func (m *Mesh) fetchCatalog(name string) {
 		}
 	}
 	m.mu.Lock()
+	fails := 0
 	if p := m.peers[name]; p != nil {
 		p.fetching = false
+		if err != nil {
+			p.fetchFails++
+		} else {
+			p.fetchFails = 0
+		}
+		fails = p.fetchFails
 	}
 	m.mu.Unlock()
 	if err != nil {
-		m.log.Debug("mesh: catalog fetch failed; will retry", "peer", name, "err", err)
+		// A peer that has just joined may not serve requests yet: try again
+		// soon (250 ms, doubling to 30 s) rather than at the next
+		// reconnect round, which left a new site without its catalogs for
+		// up to a minute.
+		wait := min(250*time.Millisecond<<min(fails-1, 7), 30*time.Second)
+		m.log.Debug("mesh: catalog fetch failed; will retry", "peer", name, "in", wait, "err", err)
+		time.AfterFunc(wait, func() {
+			if !m.closed.Load() {
+				m.wantFetch(name)
+			}
+		})
 		return
 	}
 	m.storeCatalog(cat)
