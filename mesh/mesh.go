@@ -117,7 +117,7 @@ type peer struct {
 	suspectAt  time.Time // last negative evidence (failed probe or quorum ack)
 	needFetch  bool
 	fetching   bool
-	fetchFails int // catalog fetches failed in a row: the retry's backoff
+	fetchFails int       // catalog fetches failed in a row: the retry's backoff
 	rechecking bool      // a failed probe is being re-checked
 	lossyUntil time.Time // a delivery to it needed a retry: hedge until then
 }
