@@ -215,6 +215,9 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 			continue
 		}
 		cs := &capState{cap: c, tool: tool, sum: capSum(c), vocab: vocabulary(c), act: newActuator(), bound: time.Now()}
+		// Decoded once: the interlocks and leases compare with it on every
+		// reading and do_.
+		cs.safe, _ = SafeValue(c)
 		if old != nil {
 			cs.act = old.act
 		}

@@ -100,7 +100,7 @@ func (n *Node) checkInterlocks(ctx context.Context, cs *capState, value any) *re
 	if len(set.On(cs.tool)) == 0 {
 		return nil
 	}
-	safe, _ := SafeValue(cs.cap)
+	safe := cs.safe
 	v := set.Check(interlock.Output{Tool: cs.tool, Safe: safe, Value: value, Known: true}, func(tool string, maxAge time.Duration) interlock.Reading {
 		return n.liveReading(ctx, tool, maxAge)
 	}, n.bypassed)
@@ -211,7 +211,7 @@ func (n *Node) ruleNamed(name string) *interlock.Rule {
 // the device showed (a read, a verified write), unknown after a write
 // whose outcome nobody saw.
 func (n *Node) outputNow(cs *capState) interlock.Output {
-	safe, _ := SafeValue(cs.cap)
+	safe := cs.safe
 	out := interlock.Output{Tool: cs.tool, Safe: safe}
 	if s := cs.last.Load(); s != nil && !cs.outUnknown.Load() {
 		out.Value, out.Known = s.value, true

@@ -103,7 +103,7 @@ func (n *Node) planLease(cs *capState, value any, key string, hold time.Duration
 	if cur != nil {
 		st.restore.Value, _ = json.Marshal(cur)
 	}
-	if safe, err := SafeValue(cs.cap); err == nil && safe != nil && cs.matches(value, safe) {
+	if safe := cs.safe; safe != nil && cs.matches(value, safe) {
 		// The safe value needs no hold. Its record stays until the write
 		// is verified (applyLease): a crash in between leaves the old
 		// lease to run out, which drives the output safe again.
@@ -258,8 +258,7 @@ func (n *Node) failSafeNote(cs *capState) *promcp.FailSafe {
 	if c.Kind != manifest.KindDo || c.Safe == nil {
 		return nil
 	}
-	v, _ := SafeValue(c)
-	fs := &promcp.FailSafe{SafeValue: v, On: c.Safe.On}
+	fs := &promcp.FailSafe{SafeValue: cs.safe, On: c.Safe.On}
 	if c.Lease != nil {
 		fs.Lease = &promcp.LeaseTerms{DefaultS: c.Lease.DefaultS, MaxS: c.Lease.MaxS}
 		if l := n.LeaseOf(cs.tool); l != nil {

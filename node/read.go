@@ -23,6 +23,7 @@ type capState struct {
 	bindErr error           // why the capability has no point (bus missing)
 	vocab   map[string]bool // stemmed words can_do matches against, built once
 	bound   time.Time       // when this definition was bound (the interlocks' first-reading grace)
+	safe    any             // the safe value (manifest safe.value) as a do_ argument decodes it; nil without one
 
 	// preds are the device-step turns of the capabilities a reload replaced
 	// on this bus; the first actuation waits for them (binding.go).
