@@ -23,8 +23,15 @@ type notifySupervisor struct {
 	sock     *net.UnixConn
 	path     string
 	watchdog time.Duration
-	msgs     chan string
+	msgs     chan notifyMsg
 	lastPing time.Time // the last WATCHDOG=1 that fires saw
+}
+
+// notifyMsg is one state line and when the socket reader took it off the
+// socket (the nearest the test gets to when physd sent it).
+type notifyMsg struct {
+	state string
+	at    time.Time
 }
 
 func newNotifySupervisor(t *testing.T, watchdog time.Duration) *notifySupervisor {
@@ -41,7 +48,7 @@ func newNotifySupervisor(t *testing.T, watchdog time.Duration) *notifySupervisor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	s := &notifySupervisor{t: t, sock: conn, path: path, watchdog: watchdog, msgs: make(chan string, 1024)}
+	s := &notifySupervisor{t: t, sock: conn, path: path, watchdog: watchdog, msgs: make(chan notifyMsg, 1024)}
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -50,8 +57,9 @@ func newNotifySupervisor(t *testing.T, watchdog time.Duration) *notifySupervisor
 				close(s.msgs)
 				return
 			}
+			at := time.Now()
 			for _, line := range strings.Split(string(buf[:n]), "\n") {
-				s.msgs <- line
+				s.msgs <- notifyMsg{line, at}
 			}
 		}
 	}()
@@ -83,8 +91,8 @@ func (s *notifySupervisor) await(state string, d time.Duration) time.Time {
 			if !ok {
 				s.t.Fatalf("notify socket closed while waiting for %s", state)
 			}
-			if m == state {
-				return time.Now()
+			if m.state == state {
+				return m.at
 			}
 		case <-deadline:
 			s.t.Fatalf("no %s within %v", state, d)
@@ -95,8 +103,11 @@ func (s *notifySupervisor) await(state string, d time.Duration) time.Time {
 // fires drains the pings physd sends and returns when the watchdog would
 // fire: the first moment more than the watchdog time has passed since the
 // last WATCHDOG=1 (from, or a ping that arrives after it); false if it
-// does not fire within limit.
-func (s *notifySupervisor) fires(from time.Time, limit time.Duration) (time.Time, bool) {
+// does not fire within limit. A ping taken off the socket after sentBy (the
+// moment the process was stopped; zero: running) was sent before it: its
+// time is sentBy, so the reader's own scheduling delay is not counted as
+// physd's.
+func (s *notifySupervisor) fires(from time.Time, limit time.Duration, sentBy time.Time) (time.Time, bool) {
 	deadline := time.After(limit)
 	for {
 		// The watchdog fires at the last ping + the watchdog time; the
@@ -109,8 +120,12 @@ func (s *notifySupervisor) fires(from time.Time, limit time.Duration) (time.Time
 		}
 		select {
 		case m := <-s.msgs:
-			if m == "WATCHDOG=1" {
-				from, s.lastPing = time.Now(), time.Now()
+			if m.state == "WATCHDOG=1" {
+				at := m.at
+				if !sentBy.IsZero() && at.After(sentBy) {
+					at = sentBy
+				}
+				from, s.lastPing = at, at
 			}
 		case <-time.After(wait):
 			return expiry, true
@@ -147,14 +162,14 @@ func TestWatchdogSupervisor(t *testing.T) {
 	resp.Body.Close()
 	for round := range rounds {
 		// Alive: no gap longer than the watchdog time over 3 of them.
-		if at, fired := s.fires(time.Now(), 3*watchdog); fired {
+		if at, fired := s.fires(time.Now(), 3*watchdog, time.Time{}); fired {
 			t.Fatalf("round %d: a running physd missed the watchdog at %v; stderr:\n%s", round, at, stderr.String())
 		}
 		frozen := time.Now()
 		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		at, fired := s.fires(s.lastPing, 10*watchdog) // pings still queued move it on
+		at, fired := s.fires(s.lastPing, 10*watchdog, frozen) // pings still queued move it on
 		if !fired {
 			t.Fatalf("round %d: a frozen physd kept feeding the watchdog", round)
 		}
