@@ -64,7 +64,7 @@ type Server struct {
 	streamable http.Handler // the stateless streamable HTTP transport of every endpoint
 	opts       Options
 	log        *slog.Logger
-	callerKey  []byte // MACs the boundary's caller stamp (caller.go)
+	stamps     *callerStamps // the boundary's caller tickets (caller.go)
 	ts         *toolSet
 	requests   sync.Map // Physd-Request id -> the HTTP request's context
 	fams       familyTools
@@ -110,7 +110,7 @@ func New(n *node.Node, opts Options) *Server {
 			}
 		},
 	}
-	srv := &Server{n: n, opts: opts, log: opts.Logger, callerKey: newCallerKey()}
+	srv := &Server{n: n, opts: opts, log: opts.Logger, stamps: newCallerStamps()}
 	sdkOpts.SubscribeHandler = srv.subscribable
 	sdkOpts.UnsubscribeHandler = func(context.Context, *mcp.UnsubscribeRequest) error { return nil }
 	s := mcp.NewServer(&mcp.Implementation{Name: "physd", Title: "physd — PhysMCP edge node " + n.DeviceID(), Version: Version}, sdkOpts)

@@ -126,7 +126,7 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Public routes answer everyone; an authenticated caller may see
 		// more (see Server.detailed).
 		if c, _, err := b.s.identify(r); err == nil && c.ID != anonymous {
-			b.s.mcp.StampCaller(r, c)
+			defer b.s.mcp.StampCaller(r, c)()
 		}
 	} else {
 		caller, status, err := b.s.identify(r)
@@ -152,7 +152,7 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		b.s.mcp.StampCaller(r, caller)
+		defer b.s.mcp.StampCaller(r, caller)()
 	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
