@@ -91,7 +91,9 @@ start() {
 		grep -q '"msg":"ready"' "$log" 2>/dev/null && break
 		sleep 0.025
 	done
-	ADDR=$(grep -m1 '"msg":"listening"' "$log" | sed -E 's/.*"addr":"([^"]+)".*/\1/')
+	# || true: under set -e a grep that finds nothing would end the script
+	# without the message below.
+	ADDR=$(grep -m1 '"msg":"listening"' "$log" | sed -E 's/.*"addr":"([^"]+)".*/\1/' || true)
 	[[ -n "$ADDR" ]] || { echo "$name did not start:" >&2; cat "$log" >&2; exit 1; }
 }
 
@@ -133,9 +135,11 @@ R=$PID RA=$ADDR
 start physd50 "$PHYSD" run --manifest bench/manifest50.yml --http 127.0.0.1:0 --state "$STATE_ROOT/m50"
 P50=$PID P50A=$ADDR
 if [[ -n "$BEFORE_REF" ]]; then
-	start physd_before "$BEFORE" run --manifest $GH --http 127.0.0.1:0 --state "$STATE_ROOT/gh_before"
+	# The before binary reads the manifests of its own tree: this tree's
+	# may use keys it does not know (safe, lease).
+	start physd_before "$BEFORE" run --manifest "$WORK/before/$GH" --http 127.0.0.1:0 --state "$STATE_ROOT/gh_before"
 	Q=$PID QA=$ADDR
-	start physd50_before "$BEFORE" run --manifest bench/manifest50.yml --http 127.0.0.1:0 --state "$STATE_ROOT/m50_before"
+	start physd50_before "$BEFORE" run --manifest "$WORK/before/bench/manifest50.yml" --http 127.0.0.1:0 --state "$STATE_ROOT/m50_before"
 	Q50=$PID Q50A=$ADDR
 fi
 
