@@ -13,7 +13,6 @@ import (
 	"github.com/physd/physd/lint"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
-	"github.com/physd/physd/node"
 )
 
 // familyTools is the greenhouse listed by family: 3 temperatures, 3
@@ -177,7 +176,7 @@ func (s familySite) RemoteTools() []mcpserver.RemoteTool { return s.tools }
 func (familySite) Read(context.Context, string, string, int64) ([]byte, error) {
 	return nil, context.DeadlineExceeded
 }
-func (familySite) Do(context.Context, string, string, json.RawMessage, string, string, node.Caller) ([]byte, error) {
+func (familySite) Do(context.Context, string, mcpserver.RoutedDo) ([]byte, error) {
 	return nil, context.DeadlineExceeded
 }
 func (familySite) OnChange(func()) {}
@@ -213,14 +212,14 @@ func TestTenGatewaySiteFitsClients(t *testing.T) {
 	}
 }
 
-// captureRouter records the caller a routed call is sent with.
+// captureRouter records the routed calls it is sent.
 type captureRouter struct {
 	familySite
-	got chan node.Caller
+	got chan mcpserver.RoutedDo
 }
 
-func (c captureRouter) Do(_ context.Context, _, _ string, _ json.RawMessage, _, _ string, caller node.Caller) ([]byte, error) {
-	c.got <- caller
+func (c captureRouter) Do(_ context.Context, _ string, d mcpserver.RoutedDo) ([]byte, error) {
+	c.got <- d
 	return []byte(`{"status":"failed"}`), nil
 }
 
@@ -229,14 +228,71 @@ func (c captureRouter) Do(_ context.Context, _, _ string, _ json.RawMessage, _, 
 // role this gateway gave it.
 func TestRoutedCallForwardsTheCredential(t *testing.T) {
 	lo, hi := 0.0, 100.0
-	cr := captureRouter{familySite{[]mcpserver.RemoteTool{{Owner: "gw_other", Tool: "do_pump", Kind: "do", DataType: "int", Min: &lo, Max: &hi}}}, make(chan node.Caller, 1)}
+	cr := captureRouter{familySite{[]mcpserver.RemoteTool{{Owner: "gw_other", Tool: "do_pump", Kind: "do", DataType: "int", Min: &lo, Max: &hi}}}, make(chan mcpserver.RoutedDo, 1)}
 	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{Router: cr}, nil)
 	cs := connectPath(t, s, "/mcp", "2026-07-28", operatorToken)
 	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_pump", Arguments: map[string]any{"source": "gw_other", "value": 5, "idempotency_key": "fwd-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	c := <-cr.got
+	c := (<-cr.got).Caller
 	if c.Credential != operatorToken || c.Role != "operator" {
 		t.Errorf("routed caller: id %s role %s credential %q; want the operator token forwarded", c.ID, c.Role, c.Credential)
+	}
+}
+
+// TestRoutedLeaseTerms: a leased output on another gateway is listed here
+// with its hold_s (bounded by the owner's lease.max_s) and the lease in its
+// description, a routed do_ sends the hold_s the caller asked for (none:
+// 0, the owner's default), and a hold of 0 or less is refused here with
+// nothing sent.
+func TestRoutedLeaseTerms(t *testing.T) {
+	lo, hi := 0.0, 100.0
+	cr := captureRouter{familySite{[]mcpserver.RemoteTool{{Owner: "gw_other", Tool: "do_heater_far", Kind: "do", DataType: "int", Min: &lo, Max: &hi,
+		Lease: &manifest.Lease{DefaultS: 60, MaxS: 600}, SafeValue: "0"}}}, make(chan mcpserver.RoutedDo, 4)}
+	s := newSurface(t, greenhousePolicy(t), mcpserver.Options{Router: cr}, nil)
+	cs := connectPath(t, s, "/mcp", "2026-07-28", operatorToken)
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var def *mcp.Tool
+	for _, tl := range tools.Tools {
+		if tl.Name == "do_heater_far" {
+			def = tl
+		}
+	}
+	if def == nil {
+		t.Fatal("the routed leased tool is not listed")
+	}
+	schema, _ := json.Marshal(def.InputSchema)
+	if !strings.Contains(string(schema), `"hold_s":{`) || !strings.Contains(string(schema), `"maximum":600`) || !strings.Contains(def.Description, "Leased: the value holds for hold_s seconds (default 60, at most 600)") {
+		t.Errorf("routed leased tool: description %q schema %s", def.Description, schema)
+	}
+	call := func(args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		args["source"], args["value"] = "gw_other", 5
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_heater_far", Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	call(map[string]any{"idempotency_key": "lease-1", "hold_s": 30})
+	if d := <-cr.got; d.HoldS != 30 || d.IdempotencyKey != "lease-1" {
+		t.Errorf("routed do_ with hold_s 30 sent %+v", d)
+	}
+	call(map[string]any{"idempotency_key": "lease-2"})
+	if d := <-cr.got; d.HoldS != 0 {
+		t.Errorf("routed do_ without hold_s sent hold %d, want 0 (the owner's default)", d.HoldS)
+	}
+	for _, bad := range []int{0, -5} {
+		if res := call(map[string]any{"idempotency_key": "lease-bad", "hold_s": bad}); !res.IsError {
+			t.Errorf("hold_s %d was not refused", bad)
+		}
+	}
+	select {
+	case d := <-cr.got:
+		t.Errorf("a refused hold_s was sent to the owner: %+v", d)
+	default:
 	}
 }

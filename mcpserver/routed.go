@@ -40,6 +40,23 @@ type RemoteTool struct {
 	EnumValues  []string
 	SideEffects []string
 	Min, Max    *float64
+	// Lease and SafeValue are a leased output's terms on its owner: the
+	// routed tool offers hold_s within them.
+	Lease     *manifest.Lease
+	SafeValue string
+}
+
+// RoutedDo is a do_ call sent to the capability's owner.
+type RoutedDo struct {
+	Tool           string
+	Value          json.RawMessage
+	IdempotencyKey string
+	// Grant is a two-person grant the caller sent (requestState): the
+	// owner, which issued it, redeems it.
+	Grant string
+	// HoldS is the lease the caller asked for (0: the owner's default).
+	HoldS  int
+	Caller node.Caller
 }
 
 // Router reaches the other nodes of the site (the mesh). Each owner
@@ -47,9 +64,7 @@ type RemoteTool struct {
 type Router interface {
 	RemoteTools() []RemoteTool // the tools of live members other than this node
 	Read(ctx context.Context, owner, tool string, maxAgeMS int64) ([]byte, error)
-	// grant is a two-person grant the caller sent (requestState): the
-	// owner, which issued it, redeems it.
-	Do(ctx context.Context, owner, tool string, value json.RawMessage, key, grant string, caller node.Caller) ([]byte, error)
+	Do(ctx context.Context, owner string, d RoutedDo) ([]byte, error)
 	OnChange(func())
 }
 
@@ -151,6 +166,9 @@ func remoteToolDef(t RemoteTool, owners []string) *mcp.Tool {
 	if t.Min != nil && t.Max != nil {
 		c.Range = &manifest.Range{Min: *t.Min, Max: *t.Max}
 	}
+	if t.Lease != nil {
+		c.Lease, c.Safe = t.Lease, &manifest.Safe{Value: t.SafeValue}
+	}
 	var def *mcp.Tool
 	if t.Kind == manifest.KindRead {
 		def = readTool(c)
@@ -215,6 +233,7 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 		MaxAgeMS       *int64          `json:"max_age_ms"`
 		Value          json.RawMessage `json:"value"`
 		IdempotencyKey *string         `json:"idempotency_key"`
+		HoldS          *int            `json:"hold_s"`
 	}
 	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
 		return toolError(err), nil
@@ -240,7 +259,16 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 		if approval.IsGrant(req.Params.RequestState) {
 			grant = req.Params.RequestState
 		}
-		body, err = rt.router.Do(ctx, owner, tool, args.Value, key, grant, caller)
+		hold := 0
+		if args.HoldS != nil {
+			// The owner checks it against its lease terms; 0 would mean
+			// its default, so a 0 the caller sent is refused here.
+			if *args.HoldS < 1 {
+				return toolError(&node.InputError{Field: "hold_s", Msg: fmt.Sprintf("%d: a hold is at least 1 second; leave hold_s out for the default", *args.HoldS)}), nil
+			}
+			hold = *args.HoldS
+		}
+		body, err = rt.router.Do(ctx, owner, RoutedDo{Tool: tool, Value: args.Value, IdempotencyKey: key, Grant: grant, HoldS: hold, Caller: caller})
 		if errors.Is(err, ErrOutcomeUnknown) {
 			return outcomeUnknown(owner, tool, key, args.Value, err), nil
 		}

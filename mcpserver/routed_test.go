@@ -34,7 +34,7 @@ func (r *siteRouter) RemoteTools() []mcpserver.RemoteTool {
 func (r *siteRouter) Read(context.Context, string, string, int64) ([]byte, error) {
 	return nil, r.readErr
 }
-func (r *siteRouter) Do(context.Context, string, string, json.RawMessage, string, string, node.Caller) ([]byte, error) {
+func (r *siteRouter) Do(context.Context, string, mcpserver.RoutedDo) ([]byte, error) {
 	return nil, r.doErr
 }
 func (r *siteRouter) OnChange(func()) {}

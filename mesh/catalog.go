@@ -37,6 +37,17 @@ type CatalogEntry struct {
 	EnumValues  []string `json:"enum_values,omitempty"`
 	SideEffects []string `json:"side_effects,omitempty"`
 	Family      string   `json:"family,omitempty"` // served as one tool per family where families are on
+	// Lease is the do_ tool's lease terms (manifest lease:, with safe:), so
+	// a gateway that routes the tool offers hold_s within them.
+	Lease *CatalogLease `json:"lease,omitempty"`
+}
+
+// CatalogLease is a leased output's terms: the hold without hold_s, the
+// longest a do_ may ask for, and the safe value it goes to after.
+type CatalogLease struct {
+	DefaultS  int    `json:"default_s"`
+	MaxS      int    `json:"max_s"`
+	SafeValue string `json:"safe_value"`
 }
 
 // Canonical returns a deep copy with entries sorted by tool, kind and zone,

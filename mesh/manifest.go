@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/promcp"
 )
 
 // ConfigFromManifest maps network.mesh (and device.id) to a Config and
@@ -46,6 +47,9 @@ func CatalogFromManifest(m *manifest.Manifest) Catalog {
 		if c.Range != nil {
 			lo, hi := c.Range.Min, c.Range.Max
 			e.Min, e.Max = &lo, &hi
+		}
+		if c.Lease != nil && c.Safe != nil {
+			e.Lease = &CatalogLease{DefaultS: c.Lease.DefaultS, MaxS: c.Lease.MaxS, SafeValue: promcp.FormatValue(c.Safe.Value)}
 		}
 		cat.Capabilities = append(cat.Capabilities, e)
 	}

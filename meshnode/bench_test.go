@@ -41,7 +41,9 @@ buses: {plant: {type: sim, zones: {%s: {}}}}
 capabilities:
   - {name: temperature_%s, kind: read, description: Air temperature., zone: %s, binding: {type: sim, bus: plant, point: %s.temperature}, data_type: float, unit: celsius, semantic_tags: [temperature, air, %s]}
   - {name: fan_%s, kind: do, description: Fan speed., zone: %s, binding: {type: sim, bus: plant, point: %s.fan}, data_type: int, unit: percent, range: {min: 0, max: 100}, semantic_tags: [fan, ventilation, cooling, %s]}
-`, i, zone, zone, zone, zone, zone, zone, zone, zone, zone, zone)
+  - {name: heater_%s, kind: do, description: Heater power., zone: %s, binding: {type: sim, bus: plant, point: %s.heater}, data_type: int, unit: percent, range: {min: 0, max: 100}, semantic_tags: [heating, %s],
+     safe: {value: 0, on: [lease_expiry]}, lease: {default_s: 60, max_s: 600}}
+`, i, zone, zone, zone, zone, zone, zone, zone, zone, zone, zone, zone, zone, zone, zone)
 	m, err := manifest.Parse("gw.yml", []byte(src))
 	if err != nil {
 		tb.Fatal(err)

@@ -50,6 +50,8 @@ type doRequest struct {
 	Credential     string          `json:"credential,omitempty"`
 	// Grant is a two-person grant the caller sent; the owner redeems it.
 	Grant string `json:"grant,omitempty"`
+	// HoldS is the lease the caller asked for (0: the owner's default).
+	HoldS int `json:"hold_s,omitempty"`
 }
 
 // Authenticator maps a credential forwarded with a routed call to a caller
@@ -109,7 +111,7 @@ func Handler(n *node.Node, authn Authenticator) mesh.Handler {
 			// its grant (sent with the repeated call, or the decision held
 			// for this caller's call) is redeemed here: the owner's node
 			// checks it against its definition in force.
-			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: ownerCaller(authn, from, r.Credential), Grant: r.Grant})
+			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: ownerCaller(authn, from, r.Credential), Grant: r.Grant, HoldS: r.HoldS})
 			var ar *node.ApprovalRequired
 			if errors.As(err, &ar) {
 				// Approval rounds need the caller's own connection: a routed
@@ -303,8 +305,12 @@ func (r *Router) RemoteTools() []mcpserver.RemoteTool {
 			}
 		}
 		for _, e := range mem.Catalog.Capabilities {
-			out = append(out, mcpserver.RemoteTool{Owner: mem.Name, Tool: e.Tool, Kind: e.Kind, DataType: e.DataType, Unit: e.Unit,
-				Zone: e.Zone, Area: mem.Catalog.Area, Tags: e.Tags, Family: e.Family, Description: e.Description, EnumValues: e.EnumValues, SideEffects: e.SideEffects, Min: e.Min, Max: e.Max})
+			rt := mcpserver.RemoteTool{Owner: mem.Name, Tool: e.Tool, Kind: e.Kind, DataType: e.DataType, Unit: e.Unit,
+				Zone: e.Zone, Area: mem.Catalog.Area, Tags: e.Tags, Family: e.Family, Description: e.Description, EnumValues: e.EnumValues, SideEffects: e.SideEffects, Min: e.Min, Max: e.Max}
+			if e.Lease != nil {
+				rt.Lease, rt.SafeValue = &manifest.Lease{DefaultS: e.Lease.DefaultS, MaxS: e.Lease.MaxS}, e.Lease.SafeValue
+			}
+			out = append(out, rt)
 		}
 	}
 	return out
@@ -323,10 +329,10 @@ func (r *Router) Read(ctx context.Context, owner, tool string, maxAgeMS int64) (
 // The call is two-phase (mesh.CallOptions.Commit): an error before the
 // go-ahead left means nothing was done; after it, a missing answer is
 // mcpserver.ErrOutcomeUnknown.
-func (r *Router) Do(ctx context.Context, owner, tool string, value json.RawMessage, key, grant string, caller node.Caller) ([]byte, error) {
+func (r *Router) Do(ctx context.Context, owner string, d mcpserver.RoutedDo) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(r.DoTimeout, 15*time.Second))
 	defer cancel()
-	payload, _ := json.Marshal(doRequest{Tool: tool, Value: value, IdempotencyKey: key, Caller: caller, Credential: caller.Credential, Grant: grant})
+	payload, _ := json.Marshal(doRequest{Tool: d.Tool, Value: d.Value, IdempotencyKey: d.IdempotencyKey, Caller: d.Caller, Credential: d.Caller.Credential, Grant: d.Grant, HoldS: d.HoldS})
 	b, err := r.Mesh.Call(ctx, owner, KindDo, payload, mesh.CallOptions{Commit: true})
 	if errors.Is(err, mesh.ErrOutcomeUnknown) {
 		return nil, fmt.Errorf("%w: %v", mcpserver.ErrOutcomeUnknown, err)

@@ -150,7 +150,7 @@ func TestRoutedSilentAndDeadOwner(t *testing.T) {
 		if b, err := r.Read(ctx, "gw_02", "read_temperature_zone_02", -1); err != nil || !strings.Contains(string(b), "celsius") {
 			t.Fatalf("routed read: %s %v", b, err)
 		}
-		body, err := r.Do(ctx, "gw_02", "do_fan_zone_02", json.RawMessage("35"), "k1", "", node.Caller{})
+		body, err := r.Do(ctx, "gw_02", mcpserver.RoutedDo{Tool: "do_fan_zone_02", Value: json.RawMessage("35"), IdempotencyKey: "k1"})
 		var res promcp.DoResult
 		if err != nil || json.Unmarshal(body, &res) != nil || res.Status != promcp.StatusSuccess {
 			t.Fatalf("routed do: %s %v", body, err)
@@ -162,7 +162,7 @@ func TestRoutedSilentAndDeadOwner(t *testing.T) {
 			if kind == "read" {
 				_, err = r.Read(ctx, "gw_03", "read_temperature_zone_03", -1)
 			} else {
-				_, err = r.Do(ctx, "gw_03", "do_fan_zone_03", json.RawMessage("35"), "k2", "", node.Caller{})
+				_, err = r.Do(ctx, "gw_03", mcpserver.RoutedDo{Tool: "do_fan_zone_03", Value: json.RawMessage("35"), IdempotencyKey: "k2"})
 			}
 			took := time.Since(start)
 			if !errors.Is(err, mesh.ErrNoAck) || !strings.Contains(err.Error(), "gw_03") || took > 500*time.Millisecond ||
@@ -183,7 +183,7 @@ func TestRoutedSilentAndDeadOwner(t *testing.T) {
 		for _, tool := range r.RemoteTools() {
 			listed = listed || (tool.Owner == "gw_04" && tool.Tool == "do_fan_zone_04")
 		}
-		_, err = r.Do(ctx, "gw_04", "do_fan_zone_04", json.RawMessage("35"), "k3", "", node.Caller{})
+		_, err = r.Do(ctx, "gw_04", mcpserver.RoutedDo{Tool: "do_fan_zone_04", Value: json.RawMessage("35"), IdempotencyKey: "k3"})
 		req := promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"fan"}, Location: "zone_04", Action: "set", Value: 40.0}}
 		rep, _ := nodes[0].CanDo(ctx, req, node.Caller{})
 		if !listed || err == nil || !strings.Contains(err.Error(), "gw_04 is dead") || len(rep.Blocked) != 1 || !strings.Contains(rep.Blocked[0].Reason, "gw_04 is dead") {
@@ -242,6 +242,46 @@ func TestCanDoUnderLoss(t *testing.T) {
 		t.Logf("REPORT 5 gateways, 20%% packet+SYN+segment loss: %d of %d can_dos complete, slowest %v (budget 500ms)", complete, rounds, slowest)
 		if complete < rounds*97/100 || slowest > 500*time.Millisecond {
 			t.Errorf("%d of %d can_dos complete under 20%% loss, slowest %v", complete, rounds, slowest)
+		}
+	})
+}
+
+// TestRoutedLeaseHold: a leased output on another gateway, driven through
+// the mesh, holds for the hold_s the caller asked for (not the owner's
+// default), its owner's default without one, is refused above the owner's
+// max_s with nothing done, and goes to its safe value when the hold runs
+// out.
+func TestRoutedLeaseHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := meshtest.NewNetwork(34)
+		nodes, meshes := site(t, nw, 2, 10)
+		r := &meshnode.Router{Mesh: meshes[0]}
+		ctx := context.Background()
+		do := func(key string, hold int) (promcp.DoResult, error) {
+			b, err := r.Do(ctx, "gw_02", mcpserver.RoutedDo{Tool: "do_heater_zone_02", Value: json.RawMessage("40"), IdempotencyKey: key, HoldS: hold})
+			var res promcp.DoResult
+			if err == nil {
+				err = json.Unmarshal(b, &res)
+			}
+			return res, err
+		}
+		start := time.Now()
+		res, err := do("lease-5", 5)
+		if err != nil || res.Status != promcp.StatusSuccess || res.LeaseExpiresAt == nil || res.LeaseExpiresAt.Sub(start) > 6*time.Second || res.LeaseExpiresAt.Sub(start) < 4*time.Second {
+			t.Fatalf("routed do_ with hold_s 5: %+v, %v", res, err)
+		}
+		if res, err = do("lease-default", 0); err != nil || res.LeaseExpiresAt == nil || res.LeaseExpiresAt.Sub(time.Now()) < 59*time.Second {
+			t.Errorf("routed do_ without hold_s: lease_expires_at %v (want the owner's default 60 s), %v", res.LeaseExpiresAt, err)
+		}
+		if res, err := do("lease-long", 601); err == nil && res.Status == promcp.StatusSuccess {
+			t.Errorf("hold_s 601 above the owner's max_s 600 was applied: %+v", res)
+		}
+		// The second do_ renewed the lease for 60 s; once it runs out the
+		// owner drives the heater to its safe value.
+		time.Sleep(62 * time.Second)
+		synctest.Wait()
+		if st := nodes[1].SafeStatusOf("do_heater_zone_02"); st.State != node.SafeReached || st.Event != "lease_expiry" || st.ReadBack != int64(0) {
+			t.Errorf("after the routed lease ran out, the owner's heater: %+v", st)
 		}
 	})
 }
