@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -492,7 +493,15 @@ func TestAttackSIGHUPTripsHealthyPlant(t *testing.T) {
 	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	dir := t.TempDir()
-	mp, pp := atkManifestFile(t, srv.Addr, interlockCaps), filepath.Join(dir, "physmcp.policy.yml")
+	// The vent's reads may take up to a second (default max age: 2 × poll +
+	// timeout = 1.2 s): the test is about the reload, and on a loaded
+	// machine a 120 ms read that misses a 200 ms timeout is a real stale
+	// reading, which rightly trips.
+	caps := slices.Clone(interlockCaps)
+	for i, c := range caps {
+		caps[i] = strings.Replace(c, "    description: vent position\n", "    description: vent position\n    timeout_ms: 1000\n", 1)
+	}
+	mp, pp := atkManifestFile(t, srv.Addr, caps), filepath.Join(dir, "physmcp.policy.yml")
 	if err := os.WriteFile(pp, []byte(interlockPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
