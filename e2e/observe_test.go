@@ -153,7 +153,8 @@ func TestObservationsAlarmsHistory(t *testing.T) {
 // power is held at a known value in headless Chromium: the active alarm
 // heads the page, and the screenshot shows the chart's mean line at the
 // height of that value (70 % of a 0–100 range: 30 % from the top of the
-// 36 px chart).
+// 36 px chart). The window is tall enough for the trend cards, which
+// follow the values table.
 func TestStatusPageChartInChromium(t *testing.T) {
 	bin := chromium(t)
 	dir := t.TempDir()
@@ -187,7 +188,7 @@ func TestStatusPageChartInChromium(t *testing.T) {
 	if strings.Count(page, `<svg class="chart"`) != 2 {
 		t.Errorf("want a chart for each of the 2 capabilities:\n%s", page)
 	}
-	if out, err := exec.CommandContext(ctx, bin, append(args, "--window-size=1200,900", "--screenshot="+shot, d.url("/"))...).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, bin, append(args, "--window-size=1200,2000", "--screenshot="+shot, d.url("/"))...).CombinedOutput(); err != nil {
 		t.Fatalf("chromium screenshot: %v\n%s", err, out)
 	}
 	f, err := os.Open(shot)

@@ -254,6 +254,10 @@ func writeHTML(w http.ResponseWriter, status int, name string, v any, s *Server)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", consoleCSP)
+	// Chromium sends "Origin: null" with a form post from a no-referrer
+	// page, which the boundary refuses (an opaque origin); same-origin
+	// still sends no referrer to any other origin.
+	w.Header().Set("Referrer-Policy", "same-origin")
 	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 }
