@@ -153,7 +153,7 @@ func TestObservationsAlarmsHistory(t *testing.T) {
 // power is held at a known value in headless Chromium: the active alarm
 // heads the page, and the screenshot shows the chart's mean line at the
 // height of that value (70 % of a 0–100 range: 30 % from the top of the
-// 36 px chart). The window is tall enough for the trend cards, which
+// 80 px plot). The window is tall enough for the trend cards, which
 // follow the values table.
 func TestStatusPageChartInChromium(t *testing.T) {
 	bin := chromium(t)
@@ -220,7 +220,7 @@ func TestStatusPageChartInChromium(t *testing.T) {
 	}
 	// The read capability's chart: the band (min = max = 70 after the
 	// first poll, drawn at least 1 px) and the line share rows; the line is
-	// about 0.3 × 36 ≈ 11 px below the top of its chart. The do_ capability's
+	// about 0.3 × 80 = 24 px below the top of its plot. The do_ capability's
 	// chart shows 0 → 70 and so spans more rows; both charts' line rows must
 	// include one that is within 2 px of a band row.
 	shared := 0

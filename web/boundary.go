@@ -39,7 +39,7 @@ import (
 //     (application/x-www-form-urlencoded), and only with a CSRF token.
 //  5. CSRF: a state-changing request authenticated by a console session
 //     cookie (session.go), and every form post, must carry its CSRF token
-//     (the session's, or the physd_csrf cookie's without a session). 403.
+//     (the session's, or the physd-csrf cookie's without a session). 403.
 //
 // The caller found in step 3 travels to the MCP tool handlers and to this
 // package's own routes in an internal header (mcpserver.Server.StampCaller),

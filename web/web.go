@@ -1,6 +1,7 @@
 // Package web is physd's one HTTP surface: the boundary in front of every
 // route (boundary.go), the MCP endpoints package mcpserver serves, health
-// and readiness, /status and the status page, the emergency override, the
+// and readiness, /status, the operator's console (console.go, login.go,
+// session.go), the emergency override, the
 // approvals routes, /metrics and the simulator controls, and the listener
 // (Serve, CheckListen). It imports mcpserver; mcpserver knows nothing of
 // HTTP routes.
