@@ -11,6 +11,7 @@
 package alarms
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -46,7 +47,22 @@ type Active struct {
 	Since      time.Time `json:"since"`
 	Value      any       `json:"value,omitempty"`
 	Message    string    `json:"message"`
+	// AckedBy and AckedAt name who acknowledged this raise of the alarm
+	// (Acknowledge); a raise after a clear starts unacknowledged.
+	AckedBy string    `json:"acknowledged_by,omitempty"`
+	AckedAt time.Time `json:"acknowledged_at,omitzero"`
 }
+
+// ack is an operator's acknowledgement of one raise of an alarm: it counts
+// only while the alarm raised at since is the one active.
+type ack struct {
+	since time.Time
+	by    string
+	at    time.Time
+}
+
+// ErrNotActive is returned when acknowledging an alarm that is not raised.
+var ErrNotActive = errors.New("the alarm is not raised (it cleared, or no such alarm is declared)")
 
 // Engine evaluates the alarms of one node.
 type Engine struct {
@@ -65,6 +81,8 @@ type Engine struct {
 
 	safeTools  map[string]bool // do_ tools with a safe state (safe.go)
 	safeActive map[safeKey]*safeAlarm
+
+	acks map[safeKey]ack // by tool and kind (under mu)
 }
 
 type capAlarms struct {
@@ -434,6 +452,19 @@ func (e *Engine) Tick(now time.Time) []Event {
 func (e *Engine) Active() []Active {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	out := e.active()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Capability != out[j].Capability {
+			return out[i].Capability < out[j].Capability
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out
+}
+
+// active lists the raised alarms with their acknowledgements, unsorted
+// (under e.mu).
+func (e *Engine) active() []Active {
 	out := []Active{}
 	for _, ca := range e.caps {
 		for k, c := range ca.conds {
@@ -445,13 +476,37 @@ func (e *Engine) Active() []Active {
 	for k, a := range e.safeActive {
 		out = append(out, Active{Capability: k.tool, Kind: k.kind, Since: a.since.UTC(), Value: a.value, Message: a.message})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Capability != out[j].Capability {
-			return out[i].Capability < out[j].Capability
+	for i := range out {
+		if a, ok := e.acks[safeKey{out[i].Capability, out[i].Kind}]; ok && a.since.Equal(out[i].Since) {
+			out[i].AckedBy, out[i].AckedAt = a.by, a.at.UTC()
 		}
-		return out[i].Kind < out[j].Kind
-	})
+	}
 	return out
+}
+
+// Acknowledge records that by has seen the alarm of tool and kind raised
+// now. It changes nothing the alarm evaluates (an acknowledged alarm stays
+// raised until its condition clears) and emits no event: the caller audits
+// it. An acknowledgement belongs to one raise: after a clear, the next
+// raise is unacknowledged again, as an HMI's alarm list shows it.
+func (e *Engine) Acknowledge(tool, kind, by string, at time.Time) (Active, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range e.active() {
+		if a.Capability != tool || a.Kind != kind {
+			continue
+		}
+		if a.AckedBy != "" {
+			return a, nil // the first acknowledgement stands
+		}
+		if e.acks == nil {
+			e.acks = map[safeKey]ack{}
+		}
+		e.acks[safeKey{tool, kind}] = ack{since: a.Since, by: by, at: at}
+		a.AckedBy, a.AckedAt = by, at.UTC()
+		return a, nil
+	}
+	return Active{}, ErrNotActive
 }
 
 // IsActive reports whether the alarm of tool and kind is raised.

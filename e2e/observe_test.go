@@ -153,7 +153,8 @@ func TestObservationsAlarmsHistory(t *testing.T) {
 // power is held at a known value in headless Chromium: the active alarm
 // heads the page, and the screenshot shows the chart's mean line at the
 // height of that value (70 % of a 0–100 range: 30 % from the top of the
-// 36 px chart).
+// 80 px plot). The window is tall enough for the trend cards, which
+// follow the values table.
 func TestStatusPageChartInChromium(t *testing.T) {
 	bin := chromium(t)
 	dir := t.TempDir()
@@ -187,7 +188,7 @@ func TestStatusPageChartInChromium(t *testing.T) {
 	if strings.Count(page, `<svg class="chart"`) != 2 {
 		t.Errorf("want a chart for each of the 2 capabilities:\n%s", page)
 	}
-	if out, err := exec.CommandContext(ctx, bin, append(args, "--window-size=1200,900", "--screenshot="+shot, d.url("/"))...).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, bin, append(args, "--window-size=1200,2000", "--screenshot="+shot, d.url("/"))...).CombinedOutput(); err != nil {
 		t.Fatalf("chromium screenshot: %v\n%s", err, out)
 	}
 	f, err := os.Open(shot)
@@ -219,7 +220,7 @@ func TestStatusPageChartInChromium(t *testing.T) {
 	}
 	// The read capability's chart: the band (min = max = 70 after the
 	// first poll, drawn at least 1 px) and the line share rows; the line is
-	// about 0.3 × 36 ≈ 11 px below the top of its chart. The do_ capability's
+	// about 0.3 × 80 = 24 px below the top of its plot. The do_ capability's
 	// chart shows 0 → 70 and so spans more rows; both charts' line rows must
 	// include one that is within 2 px of a band row.
 	shared := 0

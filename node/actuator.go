@@ -207,7 +207,7 @@ func (n *Node) commit(res promcp.DoResult, caller Caller, entry store.LedgerEntr
 	if err == nil {
 		entry.Response = body
 		n.store.CompleteDeferred(entry)
-		n.recent.add(body)
+		n.recent.add(body, caller.ID)
 		return body, nil
 	}
 	n.log.Error("AUDIT WRITE FAILED after an actuation", "tool", res.Capability, "key", res.IdempotencyKey, "err", err)
@@ -223,7 +223,7 @@ func (n *Node) commit(res promcp.DoResult, caller Caller, entry store.LedgerEntr
 		return nil, fmt.Errorf("the actuation ran (status %s: read %s before acting again) but neither its audit nor its ledger record could be written: %w",
 			res.Status, "read_"+res.Capability[len("do_"):], err)
 	}
-	n.recent.add(body)
+	n.recent.add(body, caller.ID)
 	return body, nil
 }
 

@@ -242,7 +242,7 @@ func (n *Node) refuseAs(event string, res promcp.DoResult, caller Caller, r refu
 			return nil, err
 		}
 	}
-	n.recent.add(body)
+	n.recent.add(body, caller.ID)
 	return body, nil
 }
 

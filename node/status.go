@@ -53,31 +53,39 @@ func (n *Node) Capabilities() []CapabilityStatus {
 	return out
 }
 
+// Actuation is one do_ answer of the recent log with who called: the
+// answer itself names no caller (it is what the caller was sent), but an
+// operator's screen must say who moved the plant.
+type Actuation struct {
+	Caller string          `json:"caller"`
+	Answer json.RawMessage `json:"answer"`
+}
+
 // recentLog keeps the last actuation decisions for operators.
 type recentLog struct {
 	mu   sync.Mutex
-	buf  []json.RawMessage
+	buf  []Actuation
 	next int
 	full bool
 }
 
 const recentSize = 50
 
-func (r *recentLog) add(body []byte) {
+func (r *recentLog) add(body []byte, caller string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.buf == nil {
-		r.buf = make([]json.RawMessage, recentSize)
+		r.buf = make([]Actuation, recentSize)
 	}
-	r.buf[r.next] = append(json.RawMessage(nil), body...)
+	r.buf[r.next] = Actuation{Caller: caller, Answer: append(json.RawMessage(nil), body...)}
 	r.next = (r.next + 1) % recentSize
 	r.full = r.full || r.next == 0
 }
 
-func (r *recentLog) list() []json.RawMessage {
+func (r *recentLog) list() []Actuation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []json.RawMessage
+	var out []Actuation
 	n := r.next
 	if r.full {
 		n = recentSize
@@ -90,4 +98,13 @@ func (r *recentLog) list() []json.RawMessage {
 
 // RecentActuations returns the last do_ answers (newest first), refusals
 // included, as sent to callers.
-func (n *Node) RecentActuations() []json.RawMessage { return n.recent.list() }
+func (n *Node) RecentActuations() []json.RawMessage {
+	var out []json.RawMessage
+	for _, a := range n.recent.list() {
+		out = append(out, a.Answer)
+	}
+	return out
+}
+
+// RecentActuationsBy is RecentActuations with each answer's caller.
+func (n *Node) RecentActuationsBy() []Actuation { return n.recent.list() }

@@ -77,9 +77,27 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, approver
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": `body: send {"decision": "approve"} or {"decision": "deny", "reason": "..."}`})
 		return
 	}
-	d, err := s.n.Approvals().Decide(id, approver.Party(), in.Decision == "approve", in.Reason, s.n.ApprovalDigest)
+	status, msg, d := s.decide(approver, id, in.Decision, in.Reason)
+	if status != http.StatusOK {
+		writeJSON(w, status, map[string]any{"error": msg})
+		return
+	}
+	out := map[string]any{"id": id, "state": d.State, "tool": d.Tool, "value": d.Value, "idempotency_key": d.Key, "caller": d.Caller, "definition": d.Definition}
+	if d.Grant != "" {
+		out["grant"], out["grant_expires_at"] = d.Grant, d.GrantExpiresAt
+		out["next"] = "the caller runs it by calling " + d.Tool + " again with the same arguments and idempotency_key (or with requestState set to grant), once, before grant_expires_at"
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decide takes approver's decision ("approve" or "deny") on request id in
+// the approval authority and audits it: the one decision path of the JSON
+// route and the console's form. status is 200, or the refusal's status
+// with msg saying why.
+func (s *Server) decide(approver node.Caller, id, decision, reason string) (int, string, approval.Decision) {
+	d, err := s.n.Approvals().Decide(id, approver.Party(), decision == "approve", reason, s.n.ApprovalDigest)
 	audited := map[string]any{"approval_id": id, "approver_role": approver.Role, "requested_by": d.Caller,
-		"requested_by_credentials": d.CallerCredentials, "definition": d.Definition, "decision": in.Decision}
+		"requested_by_credentials": d.CallerCredentials, "definition": d.Definition, "decision": decision}
 	status, msg := 0, ""
 	switch {
 	case errors.Is(err, approval.ErrUnknown):
@@ -101,17 +119,11 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, approver
 			s.auditApproval(&audit.Record{Event: "approval_refused", Tool: d.Tool, IdempotencyKey: d.Key, Caller: approver.ID,
 				Credentials: approver.Credentials, Requested: d.Value, Reason: msg, Data: audited})
 		}
-		writeJSON(w, status, map[string]any{"error": msg})
-		return
-	}
-	out := map[string]any{"id": id, "state": d.State, "tool": d.Tool, "value": d.Value, "idempotency_key": d.Key, "caller": d.Caller, "definition": d.Definition}
-	if d.Grant != "" {
-		out["grant"], out["grant_expires_at"] = d.Grant, d.GrantExpiresAt
-		out["next"] = "the caller runs it by calling " + d.Tool + " again with the same arguments and idempotency_key (or with requestState set to grant), once, before grant_expires_at"
+		return status, msg, d
 	}
 	s.auditApproval(&audit.Record{Event: "approval_" + d.State, Tool: d.Tool, IdempotencyKey: d.Key, Caller: approver.ID,
-		Credentials: approver.Credentials, Requested: d.Value, Reason: in.Reason, Data: audited})
-	writeJSON(w, http.StatusOK, out)
+		Credentials: approver.Credentials, Requested: d.Value, Reason: reason, Data: audited})
+	return http.StatusOK, "", d
 }
 
 func (s *Server) auditApproval(rec *audit.Record) {

@@ -3,6 +3,7 @@ package web
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"mime"
@@ -34,6 +35,11 @@ import (
 //     the only routes without this step.
 //  4. A POST body must be application/json: a browser cannot send that
 //     cross-site without a CORS preflight, which physd never grants. 415.
+//     The console's own routes (routeRule.form) also take HTML forms
+//     (application/x-www-form-urlencoded), and only with a CSRF token.
+//  5. CSRF: a state-changing request authenticated by a console session
+//     cookie (session.go), and every form post, must carry its CSRF token
+//     (the session's, or the physd-csrf cookie's without a session). 403.
 //
 // The caller found in step 3 travels to the MCP tool handlers and to this
 // package's own routes in an internal header (mcpserver.Server.StampCaller),
@@ -50,6 +56,8 @@ type routeRule struct {
 	// writeAlways, when set, is the least role for non-GET methods even when
 	// no credentials are configured: only a policy identity can hold it.
 	writeAlways func() string
+	// form routes (the console's) accept HTML form posts besides JSON.
+	form bool
 }
 
 // unknownRoute guards what no pattern matches (404, 405): an anonymous
@@ -122,14 +130,17 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		rule = unknownRoute
 	}
+	var ss *session
 	if rule.public {
 		// Public routes answer everyone; an authenticated caller may see
 		// more (see Server.detailed).
-		if c, _, err := b.s.identify(r); err == nil && c.ID != anonymous {
+		if c, sess, _, err := b.s.identifyWith(r); err == nil && c.ID != anonymous {
 			defer b.s.mcp.StampCaller(r, c)()
+			ss = sess
 		}
 	} else {
-		caller, status, err := b.s.identify(r)
+		caller, sess, status, err := b.s.identifyWith(r)
+		ss = sess
 		if err == nil {
 			if need := rule.need(r.Method, b.s.credentialsRequired()); need != "" && policy.RoleLevel(caller.Role) < policy.RoleLevel(need) {
 				if caller.ID == anonymous {
@@ -140,6 +151,13 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if err != nil {
+			if status == http.StatusUnauthorized && r.Method == http.MethodGet && wantsHTML(r) && !hasBearer(r) {
+				// A person's browser: the way in is the sign-in page, not a
+				// 401 line it cannot act on.
+				b.count(r, "unauthenticated")
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
 			if status == http.StatusUnauthorized {
 				challenge := `Bearer realm="physd"`
 				if hasBearer(r) {
@@ -154,14 +172,26 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer b.s.mcp.StampCaller(r, caller)()
 	}
-	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-			b.refuse(w, r, http.StatusUnsupportedMediaType, "media_type", "Unsupported Media Type: send the body as Content-Type: application/json")
+	if !safeMethod(r.Method) {
+		form := isForm(r)
+		if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" && !(form && rule.form) {
+				b.refuse(w, r, http.StatusUnsupportedMediaType, "media_type", "Unsupported Media Type: send the body as Content-Type: application/json")
+				return
+			}
+		}
+		// A session cookie and a form are what a browser sends by itself:
+		// either needs the token only this origin's pages hold.
+		if (ss != nil || form) && !csrfOK(w, r, ss) {
+			b.refuse(w, r, http.StatusForbidden, "csrf", "Forbidden: missing or wrong CSRF token: post the form from this server's own page (reload it), "+
+				"or send the session's token in the "+csrfHeader+" header")
 			return
 		}
 	}
 	b.mux.ServeHTTP(w, r)
 }
+
+func safeMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead }
 
 // hostAllowed is the DNS-rebinding check. A rebinding page reaches physd
 // under the attacker's name, so only names physd knows as its own pass; an
@@ -226,17 +256,22 @@ func (b *boundary) crossOrigin(r *http.Request) string {
 }
 
 func (b *boundary) refuse(w http.ResponseWriter, r *http.Request, status int, reason, msg string) {
-	if b.s.refusals != nil {
-		b.s.refusals.WithLabelValues(reason).Inc()
-	}
+	b.count(r, reason)
 	b.s.log.Info("http request refused", "status", status, "reason", reason, "method", r.Method, "path", r.URL.Path,
 		"host", r.Host, "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
 	http.Error(w, msg, status)
 }
 
+// count counts a refusal in physd_http_refusals_total.
+func (b *boundary) count(_ *http.Request, reason string) {
+	if b.s.refusals != nil {
+		b.s.refusals.WithLabelValues(reason).Inc()
+	}
+}
+
 func newRefusalCounter(reg *prometheus.Registry) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "physd_http_refusals_total",
-		Help: "HTTP requests refused by the boundary, by reason (host, origin, unauthenticated, forbidden, media_type)."}, []string{"reason"})
+		Help: "HTTP requests refused by the boundary, by reason (host, origin, unauthenticated, forbidden, media_type, csrf)."}, []string{"reason"})
 	reg.MustRegister(c)
 	return c
 }
@@ -269,17 +304,43 @@ func (s *Server) credentialsRequired() bool {
 // certificate grants. status is 401 for a missing or bad credential and
 // 403 for credentials that disagree.
 func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
+	c, _, status, err := s.identifyWith(r)
+	return c, status, err
+}
+
+// identifyWith is identify with the console session the caller came with
+// (nil: none). A session cookie counts only when no Authorization header
+// is sent: a header is the caller's explicit choice, and a cookie the
+// browser added by itself must not raise or lower it.
+func (s *Server) identifyWith(r *http.Request) (node.Caller, *session, int, error) {
+	var ss *session
 	c, err := s.authenticateBearer(r.Header)
+	if err == nil && len(r.Header.Values("Authorization")) == 0 {
+		if got, ok := s.sessionCaller(r); ok {
+			ss, c = &got, got.caller
+		}
+	}
+	c.Transport = "http"
 	if r.TLS != nil {
 		c.Transport = "https"
 	}
 	if err != nil {
-		return c, http.StatusUnauthorized, err
+		return c, nil, http.StatusUnauthorized, err
 	}
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-		return c, 0, nil
+		return c, ss, 0, nil
 	}
 	chain := r.TLS.VerifiedChains[0]
+	if ss != nil && slices.Contains(c.Credentials, policy.CertFingerprint(chain[0])) {
+		return c, ss, 0, nil // the session was opened with this certificate (re-checked in stillValid)
+	}
+	c, status, err := s.withCert(c, chain)
+	return c, ss, status, err
+}
+
+// withCert joins a verified client certificate to the caller c found from
+// the bearer token or session.
+func (s *Server) withCert(c node.Caller, chain []*x509.Certificate) (node.Caller, int, error) {
 	var id policy.Identity
 	if s.opts.Guard != nil {
 		id = s.opts.Guard.Policy().Identity

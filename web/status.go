@@ -1,16 +1,13 @@
 package web
 
 import (
-	"embed"
 	"encoding/json"
-	"html/template"
 	"net/http"
 	"time"
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
-	"github.com/physd/physd/promcp"
 )
 
 // Status is GET /status: what an operator needs to see at a glance.
@@ -37,12 +34,6 @@ type Status struct {
 	// Interlocks are the policy's rules in force with their readings and
 	// bypasses.
 	Interlocks []node.InterlockState `json:"interlocks"`
-}
-
-// pageData is the status page: the status and each capability's chart.
-type pageData struct {
-	Status
-	Charts map[string]template.HTML
 }
 
 func (s *Server) status() Status {
@@ -82,41 +73,4 @@ func (s *Server) status() Status {
 
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.status())
-}
-
-//go:embed status.html
-var pageFS embed.FS
-
-var page = template.Must(template.New("status.html").Funcs(template.FuncMap{
-	"value": func(v any) string {
-		if v == nil {
-			return "—"
-		}
-		return promcp.FormatValue(v)
-	},
-	"decode": func(raw json.RawMessage) map[string]any {
-		var m map[string]any
-		_ = json.Unmarshal(raw, &m)
-		return m
-	},
-	"fmtv": func(v any) string {
-		if v == nil {
-			return "—"
-		}
-		if f, ok := v.(float64); ok {
-			return promcp.FormatValue(f)
-		}
-		return promcp.FormatValue(v)
-	},
-}).ParseFS(pageFS, "status.html"))
-
-// servePage is a small read-only HTML view of /status for an operator's
-// browser: no scripts, no external assets, refreshed every 5 s.
-func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if err := page.Execute(w, pageData{Status: s.status(), Charts: s.charts(time.Now())}); err != nil {
-		s.log.Error("status page", "err", err)
-	}
 }

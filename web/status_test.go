@@ -130,21 +130,30 @@ func TestStatusPageAlarmsAndCharts(t *testing.T) {
 		if w.Code != 200 {
 			t.Fatalf("GET /: %d %s", w.Code, page)
 		}
-		alarmsAt, checksAt := strings.Index(page, `<table id="alarms">`), strings.Index(page, "<h2>Checks</h2>")
-		if alarmsAt < 0 || alarmsAt > checksAt || !strings.Contains(page, `<td><code>read_heater_power_zone_a</code></td><td class="error">high</td>`) {
+		alarmsAt, checksAt := strings.Index(page, `<table id="alarms">`), strings.Index(page, `<h2 id="h-checks">Checks</h2>`)
+		if alarmsAt < 0 || alarmsAt > checksAt || !strings.Contains(page, `<th scope="row"><code>read_heater_power_zone_a</code></th><td data-label="alarm" class="error">high</td>`) {
 			t.Fatalf("no active alarm above the checks:\n%s", page)
 		}
-		// Range 0..100 over 36 px: a mean of 30 is at y 25.2; minute 2 holds
-		// one poll of 30 and 59 of 70, mean 69.33, y 11.0; minute 3 (under
-		// way, at the right edge) 70, y 10.8.
-		row := strings.Index(page, `<tr><td><code>read_heater_power_zone_a</code></td><td>`)
-		i := strings.Index(page[max(row, 0):], `<polyline`) + max(row, 0)
-		if row < 0 || i < row {
+		// Range 0..100 over the 80 px plot from y 10: a mean of 30 is at
+		// y 66.0; minute 2 holds one poll of 30 and 59 of 70, mean 69.33,
+		// y 34.5; minute 3 (under way, at the right edge, x 312) 70, y 34.0.
+		fig := strings.Index(page, `<figcaption><code>read_heater_power_zone_a</code>`)
+		i := strings.Index(page[max(fig, 0):], `<polyline`) + max(fig, 0)
+		if fig < 0 || i < fig {
 			t.Fatalf("no chart:\n%s", page)
 		}
 		line := page[i : i+strings.Index(page[i:], "/>")]
-		if strings.Count(line, ",25.2") != 4 || strings.Count(line, ",11.0 ") != 2 || !strings.HasSuffix(line, ` 239.0,10.8 240.0,10.8"`) || strings.Count(page, `<svg class="chart"`) != 2 {
+		if strings.Count(line, ",66.0") != 4 || strings.Count(line, ",34.5 ") != 2 || !strings.HasSuffix(line, ` 311.0,34.0 312.0,34.0"`) || strings.Count(page, `<svg class="chart"`) != 2 {
 			t.Fatalf("chart line %s (charts: %d)", line, strings.Count(page, `<svg class="chart"`))
+		}
+		// The axes: the range's ends and middle with the unit, the hour's
+		// start, middle and end in UTC, and the hour's min and max.
+		chart := page[fig : fig+strings.Index(page[fig:], "</figure>")]
+		for _, want := range []string{`text-anchor="end">100</text>`, `text-anchor="end">50</text>`, `text-anchor="end">0</text>`, `>%</text>`,
+			`text-anchor="start">23:03</text>`, `text-anchor="end">00:03</text>`, `<p class="stats">min 30 · max 70 percent</p>`, `aria-label="read_heater_power_zone_a, last hour: min 30 · max 70 percent"`} {
+			if !strings.Contains(chart, want) {
+				t.Errorf("chart lacks %s:\n%s", want, chart)
+			}
 		}
 	})
 }

@@ -1,6 +1,7 @@
 // Package web is physd's one HTTP surface: the boundary in front of every
 // route (boundary.go), the MCP endpoints package mcpserver serves, health
-// and readiness, /status and the status page, the emergency override, the
+// and readiness, /status, the operator's console (console.go, login.go,
+// session.go), the emergency override, the
 // approvals routes, /metrics and the simulator controls, and the listener
 // (Serve, CheckListen). It imports mcpserver; mcpserver knows nothing of
 // HTTP routes.
@@ -78,6 +79,8 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	refusals *prometheus.CounterVec // nil without metrics
+	sessions *sessions              // the console's sign-ins (session.go)
+	live     liveReads              // the console's reads (live.go)
 }
 
 // New builds the HTTP surface of ms (and of the node it serves).
@@ -85,7 +88,7 @@ func New(ms *mcpserver.Server, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{start: time.Now(), n: ms.Node(), mcp: ms, opts: opts, log: opts.Logger}
+	s := &Server{start: time.Now(), n: ms.Node(), mcp: ms, opts: opts, log: opts.Logger, sessions: newSessions()}
 	if opts.Metrics != nil {
 		s.refusals = newRefusalCounter(opts.Metrics.Registry)
 	}
@@ -112,7 +115,19 @@ func (s *Server) Handler() http.Handler {
 		s.mcp.Endpoint(name).ServeHTTP(w, r)
 	}))
 	b.handle("GET /status", viewer, http.HandlerFunc(s.serveStatus))
-	b.handle("GET /{$}", viewer, http.HandlerFunc(s.servePage))
+	// The operator's console (console.go) and its sign-in (login.go). The
+	// sign-in page, sign-out and the static assets are public: the way in
+	// must open without a credential (sign-in and sign-out still need the
+	// CSRF token of the page they were posted from).
+	b.handle("GET /{$}", viewer, http.HandlerFunc(s.serveConsole))
+	b.handle("GET /console/live", viewer, http.HandlerFunc(s.serveLive))
+	b.handle("GET /console/console.js", routeRule{public: true}, serveAsset("console.js", "text/javascript; charset=utf-8"))
+	b.handle("GET /console/console.css", routeRule{public: true}, serveAsset("console.css", "text/css; charset=utf-8"))
+	b.handle("/login", routeRule{public: true, form: true}, http.HandlerFunc(s.serveLogin))
+	b.handle("POST /logout", routeRule{public: true, form: true}, http.HandlerFunc(s.serveLogout))
+	if s.opts.Alarms != nil {
+		b.handle("POST /console/alarms/ack", routeRule{read: "viewer", write: "operator", form: true}, http.HandlerFunc(s.serveAlarmAck))
+	}
 	if s.opts.Metrics != nil {
 		b.handle("GET /metrics", viewer, s.opts.Metrics.Handler())
 	}
@@ -137,6 +152,8 @@ func (s *Server) Handler() http.Handler {
 		rule := routeRule{read: "operator", writeAlways: func() string { return "operator" }}
 		b.handle("/approvals", rule, http.HandlerFunc(s.serveApprovals))
 		b.handle("/approvals/{id}", rule, http.HandlerFunc(s.serveApprovals))
+		rule.form = true
+		b.handle("POST /console/approvals/{id}", rule, http.HandlerFunc(s.serveApprovalForm))
 	}
 	for bus, h := range s.opts.SimControls {
 		prefix := "/sim/" + bus
