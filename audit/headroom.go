@@ -1,9 +1,6 @@
 package audit
 
-import (
-	"fmt"
-	"syscall"
-)
+import "fmt"
 
 // Reserve is the room an actuation needs in the audit trail before it may
 // touch a device: several do_ lines (each at most a few KiB) with margin.
@@ -19,17 +16,11 @@ func (l *Log) Headroom(need int64) error {
 	l.mu.Lock()
 	dir, size := l.dir, l.size
 	l.mu.Unlock()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err == nil {
-		if free := int64(st.Bavail) * int64(st.Bsize); free < need {
-			return fmt.Errorf("the audit's file system has %d bytes free, under the %d kept for the next actuations' records (free space on %s)", free, need, dir)
-		}
+	if free, ok := fsFree(dir); ok && free < need {
+		return fmt.Errorf("the audit's file system has %d bytes free, under the %d kept for the next actuations' records (free space on %s)", free, need, dir)
 	}
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &rl); err == nil && rl.Cur < 1<<62 { // RLIM_INFINITY is all ones
-		if limit := int64(rl.Cur); size+need > limit {
-			return fmt.Errorf("the audit file is %d bytes and the process's file-size limit (RLIMIT_FSIZE) is %d: no room for the next actuations' records (raise the limit, or lower the audit's rotation size)", size, limit)
-		}
+	if limit, ok := fileSizeLimit(); ok && size+need > limit {
+		return fmt.Errorf("the audit file is %d bytes and the process's file-size limit (RLIMIT_FSIZE) is %d: no room for the next actuations' records (raise the limit, or lower the audit's rotation size)", size, limit)
 	}
 	return nil
 }

@@ -3,10 +3,8 @@ package audit
 import (
 	"bytes"
 	"fmt"
-	"log/syslog"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,12 +40,11 @@ func NewRemoteSink(kind, address string) (*RemoteSink, error) {
 			}
 			network, raddr = u.Scheme, u.Host
 		}
-		w, err := syslog.Dial(network, raddr, syslog.LOG_NOTICE|syslog.LOG_DAEMON, "physd")
+		send, closeFn, err := dialSyslog(network, raddr)
 		if err != nil {
 			return nil, fmt.Errorf("audit.remote_sink: syslog %s: %w", address, err)
 		}
-		s.send = func(line []byte) error { return w.Notice(strings.TrimSuffix(string(line), "\n")) }
-		s.closeFn = w.Close
+		s.send, s.closeFn = send, closeFn
 	case "http":
 		u, err := url.Parse(address)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

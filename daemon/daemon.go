@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -93,25 +94,43 @@ func New(cfg Config) (*Daemon, error) {
 	if d.cfg.HTTPAddr == "" && !cfg.Stdio {
 		d.cfg.HTTPAddr = "127.0.0.1:8080"
 	}
-	d.token = os.Getenv("PHYSD_AUTH_TOKEN")
-	if cfg.TokenFile != "" {
-		b, err := os.ReadFile(cfg.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--auth-token-file: %w", err)
-		}
-		d.token = strings.TrimSpace(string(b))
+	var err error
+	if d.token, err = readToken(cfg.TokenFile); err != nil {
+		return nil, err
 	}
 	if d.cfg.HTTPAddr != "" {
 		if err := checkExposure(d.cfg, d.token); err != nil {
 			return nil, err
 		}
 	}
-	var err error
 	if d.notify, err = sdnotify.New(d.log); err != nil {
 		return nil, err
 	}
 	d.parts = d.components()
 	return d, nil
+}
+
+// readToken is the bearer token /mcp requires: the --auth-token-file's
+// first line, else $PHYSD_AUTH_TOKEN. An empty file is refused: it would
+// silently serve without the token the flag asked for.
+func readToken(file string) (string, error) {
+	if file == "" {
+		return os.Getenv("PHYSD_AUTH_TOKEN"), nil
+	}
+	const fix = "fix: give a file that holds the bearer token on one line, readable by the user physd runs as (or drop the flag and set PHYSD_AUTH_TOKEN)"
+	b, err := os.ReadFile(file)
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return "", fmt.Errorf("--auth-token-file %s: cannot read it (%v); %s", file, pe.Err, fix)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--auth-token-file %s: %w; %s", file, err, fix)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--auth-token-file %s is empty; %s", file, fix)
+	}
+	return tok, nil
 }
 
 // Run starts the components in order, serves until ctx ends (or stdin

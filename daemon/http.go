@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/web"
@@ -71,7 +72,7 @@ func (d *Daemon) startListeners(ctx context.Context) error {
 	if f.HTTPAddr != "" {
 		l, err := net.Listen("tcp", f.HTTPAddr)
 		if err != nil {
-			return fmt.Errorf("--http %s: %w", f.HTTPAddr, err)
+			return listenError(f.HTTPAddr, err)
 		}
 		d.mcpAddr = l.Addr()
 		d.serving++
@@ -82,4 +83,17 @@ func (d *Daemon) startListeners(ctx context.Context) error {
 		d.serveStdio(ctx)
 	}
 	return nil
+}
+
+// listenError names --http and what to do about the usual reasons a
+// listener cannot open.
+func listenError(addr string, err error) error {
+	fix := "fix: pass --http with an address of this machine, e.g. --http 127.0.0.1:8080"
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		fix = "fix: another process listens on " + addr + " (a physd run started earlier? `ss -ltnp` names it): stop it, or pass --http with a free port, e.g. --http 127.0.0.1:8081"
+	case errors.Is(err, syscall.EACCES):
+		fix = "fix: ports below 1024 need privileges physd does not take; pass --http with a port above 1023, e.g. --http 127.0.0.1:8080"
+	}
+	return fmt.Errorf("--http %s: %w; %s", addr, err, fix)
 }

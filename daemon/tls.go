@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -104,6 +105,9 @@ var modernSuites = []uint16{
 // load reads every file and swaps them in only if all are good.
 func (c *certStore) load(now time.Time) error {
 	kp, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	if err := c.unreadable(err); err != nil {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("--tls-cert %s / --tls-key %s: %w; fix: a PEM certificate (leaf first, then intermediates) and the PEM private key it was issued for", c.certFile, c.keyFile, err)
 	}
@@ -113,8 +117,11 @@ func (c *certStore) load(now time.Time) error {
 	var pool *x509.CertPool
 	if c.caFile != "" {
 		b, err := os.ReadFile(c.caFile)
+		if err := c.unreadable(err); err != nil {
+			return err
+		}
 		if err != nil {
-			return fmt.Errorf("--tls-client-ca: %w", err)
+			return fmt.Errorf("--tls-client-ca %s: %w", c.caFile, err)
 		}
 		pool = x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(b) {
@@ -124,6 +131,21 @@ func (c *certStore) load(now time.Time) error {
 	c.cert.Store(&kp)
 	c.clientCAs.Store(pool)
 	return nil
+}
+
+// unreadable names the flag of a file that could not be read (nil for
+// any other error, or none): "open x.pem: no such file" alone does not
+// say which of the three flags to fix.
+func (c *certStore) unreadable(err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	flag := map[string]string{c.certFile: "--tls-cert", c.keyFile: "--tls-key", c.caFile: "--tls-client-ca"}[pe.Path]
+	if flag == "" {
+		return nil
+	}
+	return fmt.Errorf("%s %s: cannot read it (%v); fix: give the path of the PEM file, readable by the user physd runs as", flag, pe.Path, pe.Err)
 }
 
 // config is the listener's TLS configuration: TLS 1.2 or later with

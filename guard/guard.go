@@ -145,7 +145,7 @@ func (g *Guard) ActiveOverride() *Override {
 func (g *Guard) Evaluate(ctx context.Context, a node.Action, dryRun bool) node.Verdict {
 	rs := g.rules.Load()
 	ov := g.ActiveOverride()
-	out := rs.pol.Evaluate(ctx, policy.Check{Tool: a.Tool, Value: a.Value, Role: a.Caller.Role, Now: a.Now,
+	out := rs.pol.Evaluate(ctx, policy.Check{Tool: a.Tool, Value: a.Value, Role: a.Caller.Role, Transport: a.Caller.Transport, Now: a.Now,
 		Override: ov != nil, Reserve: !dryRun}, g.lim, g.quorum)
 	v := node.Verdict{Permission: out.Permission, Value: out.Value, Reason: out.Reason, Details: out.Details,
 		ValidFor: out.ValidFor, Rate: rateLimit(out.Rate)}

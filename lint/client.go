@@ -57,10 +57,12 @@ type ConnectError struct{ Err error }
 func (e *ConnectError) Error() string { return e.Err.Error() }
 func (e *ConnectError) Unwrap() error { return e.Err }
 
-// headerTransport adds fixed headers to every request.
+// headerTransport adds fixed headers to every request and keeps the
+// first refusal the server explained (refused).
 type headerTransport struct {
-	h  http.Header
-	rt http.RoundTripper
+	h       http.Header
+	rt      http.RoundTripper
+	refused *refusal
 }
 
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -71,7 +73,67 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header.Add(k, v)
 		}
 	}
-	return t.rt.RoundTrip(r)
+	resp, err := t.rt.RoundTrip(r)
+	if err == nil && resp.StatusCode >= 400 && t.refused != nil {
+		t.refused.keep(resp)
+	}
+	return resp, err
+}
+
+// refusal is an HTTP error answer's status and body. The MCP client
+// reports only the status text ("Unauthorized"); the body says why (a
+// token not accepted here, a Host not allowed), which is what the person
+// running lint needs.
+type refusal struct {
+	mu     sync.Mutex
+	status string
+	code   int
+	body   string
+}
+
+// keep records resp's status and the start of its body (the first
+// refusal only), and gives the body back to the caller intact.
+func (f *refusal) keep(resp *http.Response) {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.status == "" {
+		f.status, f.code = resp.Status, resp.StatusCode
+		f.body = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+		// "Unauthorized: the bearer token is not accepted here" after a
+		// status that already says Unauthorized.
+		f.body = strings.TrimPrefix(f.body, http.StatusText(resp.StatusCode)+": ")
+	}
+}
+
+// err is the refusal as one line with its fix, or nil when none came;
+// whole says it explains the failure by itself (a refused credential, a
+// wrong URL) rather than one protocol version's.
+func (f *refusal) err(url string) (whole bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.status == "" {
+		return false, nil
+	}
+	msg := fmt.Sprintf("%s answered %s", url, f.status)
+	if f.body != "" {
+		msg += ": " + f.body
+	}
+	switch f.code {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		msg += `; fix: send a credential the server accepts, e.g. --header "Authorization: Bearer <token>" with a token the server's policy lists`
+	case http.StatusNotFound:
+		msg += "; fix: give the MCP endpoint's URL (physd serves it at /mcp)"
+	default:
+		return false, errors.New(msg)
+	}
+	return true, errors.New(msg)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // lockedBuffer keeps a stdio server's stderr for error reports.
@@ -98,6 +160,7 @@ func (l *lockedBuffer) String() string {
 // connect opens a session, trying each protocol version in turn.
 func connect(ctx context.Context, t Target, o Options) (*mcp.ClientSession, string, error) {
 	var errs []error
+	refused := &refusal{}
 	for _, v := range Versions {
 		c := mcp.NewClient(&mcp.Implementation{Name: o.ClientName, Version: o.ClientVersion},
 			&mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}) // no elicitation, sampling or roots
@@ -106,7 +169,7 @@ func connect(ctx context.Context, t Target, o Options) (*mcp.ClientSession, stri
 			stderr *lockedBuffer
 		)
 		if t.URL != "" {
-			hc := &http.Client{Transport: headerTransport{t.Header, http.DefaultTransport}}
+			hc := &http.Client{Transport: headerTransport{t.Header, http.DefaultTransport, refused}}
 			tr = &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: hc, MaxRetries: 1}
 		} else {
 			cmd := exec.CommandContext(ctx, t.Command[0], t.Command[1:]...)
@@ -132,6 +195,13 @@ func connect(ctx context.Context, t Target, o Options) (*mcp.ClientSession, stri
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	if whole, err := refused.err(t.URL); whole {
+		// A credential or the URL is wrong, whatever the version: say
+		// it once.
+		return nil, "", err
+	} else if err != nil {
+		errs = append(errs, err)
 	}
 	return nil, "", errors.Join(errs...)
 }

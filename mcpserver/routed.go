@@ -270,7 +270,7 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 		}
 		body, err = rt.router.Do(ctx, owner, RoutedDo{Tool: tool, Value: args.Value, IdempotencyKey: key, Grant: grant, HoldS: hold, Caller: caller})
 		if errors.Is(err, ErrOutcomeUnknown) {
-			return outcomeUnknown(owner, tool, key, args.Value, err), nil
+			return outcomeUnknown(owner, tool, key, args.Value, err, rt.lookFirst(owner, tool)), nil
 		}
 	}
 	if err != nil {
@@ -295,17 +295,42 @@ func (ts *toolSet) routedLocal(ctx context.Context, req *mcp.CallToolRequest, ki
 	return res, true
 }
 
+// lookFirst is how an agent sees the owner's device after a routed do_
+// whose outcome is unknown, naming a tool the site serves: the owner's
+// read_<cap> when it has one, else can_do scoped to the owner, whose
+// candidate for the tool carries the device's current value.
+func (rt *routing) lookFirst(owner, tool string) string {
+	read := "read_" + manifest.CapabilityName(tool)
+	var tags []string
+	for _, t := range rt.router.RemoteTools() {
+		if t.Owner != owner {
+			continue
+		}
+		if t.Tool == read && t.Kind == manifest.KindRead {
+			return fmt.Sprintf("Read %s with source %s before acting again", read, owner)
+		}
+		if t.Tool == tool {
+			tags = t.Tags
+		}
+	}
+	if tags == nil {
+		tags = []string{}
+	}
+	args, _ := json.Marshal(map[string]any{"intent": map[string]any{"semantic_tags": tags}, "scope": []string{owner}})
+	return fmt.Sprintf("Look before acting again: call can_do with %s; its candidate %s on %s shows the device's current value (current_state)", args, tool, owner)
+}
+
 // outcomeUnknown is the do_ answer for a routed actuation whose request
 // reached the owner but whose answer did not come back.
-func outcomeUnknown(owner, tool, key string, value json.RawMessage, err error) *mcp.CallToolResult {
+func outcomeUnknown(owner, tool, key string, value json.RawMessage, err error, look string) *mcp.CallToolResult {
 	var requested any
 	_ = json.Unmarshal(value, &requested)
 	r := promcp.DoResult{
 		Status: promcp.StatusPartial, IdempotencyKey: key, Timestamp: time.Now().UTC(), SideEffects: []string{},
 		Capability: tool, Source: owner, RequestedValue: requested, Verified: false,
 		Permission: promcp.PermSourceUnreachable, Code: promcp.CodeOutcomeUnknown,
-		Reason: fmt.Sprintf("%s on %s: the request reached %s and was told to go ahead, but no answer came back (%v): the actuation may have happened. Read the matching read_ tool on %s before acting again; retry only with the same idempotency_key.",
-			tool, owner, owner, err, owner),
+		Reason: fmt.Sprintf("%s on %s: the request reached %s and was told to go ahead, but no answer came back (%v): the actuation may have happened. %s; retry only with the same idempotency_key.",
+			tool, owner, owner, err, look),
 		Details: "code=outcome_unknown; owner=" + owner,
 		Policy:  promcp.PolicyNote{Configured: false, Decision: "not_evaluated", Note: "decided on the owner " + owner},
 	}

@@ -89,7 +89,10 @@ func TestRoutedOutcomeUnknownAndDeadOwner(t *testing.T) {
 	b, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(b, &got)
 	if res.IsError || got["status"] != "partial" || got["code"] != "outcome_unknown" || got["verified"] != false ||
-		got["idempotency_key"] != "k-1" || got["source"] != "gw_09" || !strings.Contains(fmt.Sprint(got["reason"]), "read_") {
+		got["idempotency_key"] != "k-1" || got["source"] != "gw_09" ||
+		// gw_09 serves no read_fan_zone_09: the way to look is can_do on gw_09.
+		!strings.Contains(fmt.Sprint(got["reason"]), `call can_do with {"intent":{"semantic_tags":[]},"scope":["gw_09"]}; its candidate do_fan_zone_09 on gw_09`) ||
+		strings.Contains(fmt.Sprint(got["reason"]), "read_fan_zone_09") {
 		t.Errorf("outcome unknown: isError %v, %v", res.IsError, got)
 	}
 

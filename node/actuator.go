@@ -145,7 +145,7 @@ func (n *Node) execute(ctx context.Context, cs *capState, j job) ([]byte, error)
 		res.Compensable, res.CompensationHint = true, &hint
 	}
 	entry.State = store.StateDone
-	return n.commit(res, j.caller, entry)
+	return n.commit(cs, res, j.caller, entry)
 }
 
 // pendingRecord is what a pending ledger entry keeps of the call, for
@@ -196,7 +196,7 @@ func releaseSlot(s Slot) {
 // record follows with the next commit. If the audit cannot be written the
 // ledger records the answer synchronously instead, the answer says so, and
 // the node refuses new do_ calls until the audit works again.
-func (n *Node) commit(res promcp.DoResult, caller Caller, entry store.LedgerEntry) ([]byte, error) {
+func (n *Node) commit(cs *capState, res promcp.DoResult, caller Caller, entry store.LedgerEntry) ([]byte, error) {
 	var body []byte
 	_, err := n.appendAudit(func(seq uint64) (*audit.Record, error) {
 		res.Audit = &promcp.AuditNote{Seq: seq}
@@ -220,8 +220,8 @@ func (n *Node) commit(res promcp.DoResult, caller Caller, entry store.LedgerEntr
 	entry.Response = body
 	if err := n.store.Complete(entry); err != nil {
 		n.log.Error("LEDGER WRITE FAILED after an actuation", "tool", res.Capability, "key", res.IdempotencyKey, "err", err)
-		return nil, fmt.Errorf("the actuation ran (status %s: read %s before acting again) but neither its audit nor its ledger record could be written: %w",
-			res.Status, "read_"+res.Capability[len("do_"):], err)
+		return nil, fmt.Errorf("the actuation ran (status %s) but neither its audit nor its ledger record could be written: %w. %s",
+			res.Status, err, n.lookFirst(cs))
 	}
 	n.recent.add(body, caller.ID)
 	return body, nil
@@ -418,13 +418,17 @@ func checkStep(cs *capState, current, value any, max float64) *refusal {
 // device's current value (current_state) — a do_ capability alone has no
 // read_ tool.
 func (n *Node) readFirst(cs *capState) string {
-	const retry = ": a retry with the same idempotency_key returns this answer, a new key actuates again"
+	return n.lookFirst(cs) + ": a retry with the same idempotency_key returns this answer, a new key actuates again"
+}
+
+// lookFirst is readFirst without what a retry does.
+func (n *Node) lookFirst(cs *capState) string {
 	if rc, ok := n.bound().byTool["read_"+cs.cap.Name]; ok && rc.cap.Kind == manifest.KindRead {
-		return "Read read_" + cs.cap.Name + " before acting again" + retry
+		return "Read read_" + cs.cap.Name + " before acting again"
 	}
 	intent, _ := json.Marshal(map[string]any{"intent": map[string]any{"semantic_tags": cs.cap.SemanticTags}})
 	return "Look before acting again: call can_do with " + string(intent) + "; its candidate " + cs.tool +
-		" shows the device's current value (current_state)" + retry
+		" shows the device's current value (current_state)"
 }
 
 // writeDevice writes within the capability's timeout.

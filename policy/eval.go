@@ -13,11 +13,15 @@ import (
 
 // Check is one actuation to judge.
 type Check struct {
-	Tool     string
-	Value    any // float64, int64, bool or string (already type-checked)
-	Role     string
-	Now      time.Time
-	Override bool // an emergency override is active: time windows are lifted
+	Tool  string
+	Value any // float64, int64, bool or string (already type-checked)
+	Role  string
+	// Transport is how the caller reached physd (http, https, stdio,
+	// mesh; "" when unknown): a refusal's remedy depends on it, since
+	// stdio has no token and a routed call's role is proven on its owner.
+	Transport string
+	Now       time.Time
+	Override  bool // an emergency override is active: time windows are lifted
 	// Reserve takes the rate and cooldown slot (a real call); without it
 	// Evaluate records nothing (the can_do dry run).
 	Reserve bool
@@ -140,9 +144,26 @@ func (p *Policy) checkRole(c Check) (Outcome, bool) {
 		return Outcome{}, false
 	}
 	return refusal(c, promcp.PermPermissionInsufficient, "role",
-		fmt.Sprintf("%s needs the %s role or higher; the caller has %s. Ask an operator, or call with a credential that carries the role "+
-			"(over HTTP a token, JWT or client certificate the policy maps to it; over stdio physd's --stdio-role)", c.Tool, minRole, role),
+		fmt.Sprintf("%s needs the %s role or higher; the caller has %s. Ask an operator, or %s", c.Tool, minRole, role, RoleRemedy(c.Transport, minRole)),
 		"required_role="+minRole+"; caller_role="+role), true
+}
+
+// RoleRemedy is how a caller on transport gets minRole: the credential
+// that transport can carry.
+func RoleRemedy(transport, minRole string) string {
+	switch transport {
+	case "stdio":
+		return "have the MCP client start physd with --stdio-role " + minRole +
+			" (over stdio the role is the one physd run --stdio is started with, no credential is sent; physd client-config --stdio-role " + minRole + " prints the entry)"
+	case "http":
+		return "call with a bearer token or JWT that the policy's identity maps to " + minRole + " (Authorization: Bearer …)"
+	case "https":
+		return "call with a bearer token, JWT or client certificate that the policy's identity maps to " + minRole
+	case "mesh":
+		return "call through your gateway with a bearer token or JWT that the policy of the gateway owning the tool maps to " + minRole +
+			" (your gateway forwards the token with the routed call and the owner checks it itself; a client certificate or --stdio-role on your gateway does not travel)"
+	}
+	return "call with a credential that carries the role (over HTTP a token, JWT or client certificate the policy maps to it; over stdio physd's --stdio-role)"
 }
 
 // checkWindows refuses a call inside a deny_during window or outside every

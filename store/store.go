@@ -21,6 +21,9 @@ import (
 
 const bucketPrefixKV = "kv_"
 
+// fixStateDir is the remedy for a state directory physd cannot use.
+const fixStateDir = "fix: make the directory writable by the user physd runs as, or pass --state DIR with one it can create and write (the ledger and audit trail must survive a reboot)"
+
 // Store wraps the bbolt database.
 type Store struct {
 	db *bolt.DB
@@ -40,13 +43,17 @@ type Store struct {
 // instead of waiting on the file lock.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+		return nil, fmt.Errorf("state directory %s: %w; %s", dir, err, fixStateDir)
 	}
 	path := filepath.Join(dir, "physd.db")
 	db, err := openDB(path)
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, lockedError(dir, path)
+	}
 	if err != nil {
 		return nil, err
 	}
+	writeOwner(dir)
 	if db, err = compactIfSparse(db); err != nil {
 		return nil, err
 	}
@@ -65,10 +72,10 @@ func Open(dir string) (*Store, error) {
 
 func openDB(path string) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 500 * time.Millisecond, NoFreelistSync: true})
+	if errors.Is(err, os.ErrPermission) {
+		return nil, fmt.Errorf("state database %s: %w; %s", path, err, fixStateDir)
+	}
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("state database %s is locked by another physd process (use a different --state directory)", path)
-		}
 		return nil, fmt.Errorf("state database %s: %w", path, err)
 	}
 	return db, nil
@@ -81,6 +88,7 @@ func (s *Store) Close() error {
 		// Only a stop that kept everything it acknowledged is clean.
 		ferr = s.clearRun()
 	}
+	removeOwner(filepath.Dir(s.db.Path()))
 	return errors.Join(ferr, s.db.Close())
 }
 

@@ -42,10 +42,16 @@ func TestLedgerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second process on the same state directory is refused quickly.
-	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "locked by another physd") {
+	// It names the holder's PID and the fix.
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "locked by another physd") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("(PID %d, from %s)", os.Getpid(), filepath.Join(dir, OwnerFile))) ||
+		!strings.Contains(err.Error(), "--state DIR") {
 		t.Errorf("second open: %v", err)
 	}
 	s.Close()
+	if _, err := os.Stat(filepath.Join(dir, OwnerFile)); !os.IsNotExist(err) {
+		t.Errorf("%s outlives the physd that wrote it: %v", OwnerFile, err)
+	}
 	s, err = Open(dir)
 	if err != nil {
 		t.Fatal(err)

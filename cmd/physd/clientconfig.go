@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,6 +33,10 @@ type clientConfig struct {
 	client, transport, name string
 	// stdio: the client starts physd itself.
 	binary, manifest, policy, role string
+	// state is the stdio physd's own state directory: never the one a
+	// daemon on this machine uses, whose database lock would make the
+	// client's physd exit at start (seen only in the client's MCP log).
+	state string
 	// http: the client connects to a running physd.
 	url     string
 	noToken bool
@@ -46,7 +51,8 @@ func cmdClientConfig(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cc.name, "name", "", "the server's name in the client (default: the manifest's device.id)")
 	fs.StringVar(&cc.binary, "binary", "", "stdio: the physd binary the client starts (default: this one, or physd on $PATH)")
 	fs.StringVar(&cc.policy, "policy", "", "stdio: the physmcp.policy.yml that physd enforces")
-	fs.StringVar(&cc.role, "stdio-role", "none", "stdio: the role of the client: none, operator, supervisor or admin")
+	fs.StringVar(&cc.role, "stdio-role", "none", "stdio: the role of the client: none, viewer, operator, supervisor or admin")
+	fs.StringVar(&cc.state, "state", "", "stdio: the state directory of the physd the client starts (default $XDG_STATE_HOME/physd-<client>/<device id>, else ~/.local/state/physd-<client>/<device id>: its own, so it runs beside a physd run on the same manifest)")
 	fs.StringVar(&cc.url, "url", "http://127.0.0.1:8080/mcp", "http: the MCP endpoint (keep physd on loopback and tunnel: ssh -L 8080:127.0.0.1:8080 pi@gateway)")
 	fs.BoolVar(&cc.noToken, "no-token", false, "http: send no bearer token (a physd without --auth-token-file and policy tokens)")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
@@ -56,9 +62,9 @@ func cmdClientConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: physd client-config --manifest FILE [--client claude-desktop|vscode|cursor] [--transport stdio|http] [flags]; physd client-config -h lists the flags")
 		return 2
 	}
-	m, err := loadManifest(*manifestPath)
+	m, err := loadManifest("--manifest", *manifestPath)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, prefixed("physd client-config", err))
 		return 1
 	}
 	if cc.name == "" {
@@ -70,10 +76,16 @@ func cmdClientConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	if cc.policy != "" {
 		if _, _, err := loadPolicy(cc.policy, m); err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, prefixed("physd client-config", err))
 			return 1
 		}
 		cc.policy, _ = filepath.Abs(cc.policy)
+	}
+	if cc.transport == "stdio" {
+		if cc.state, err = clientStateDir(cc.state, cc.client, m.Device.ID); err != nil {
+			fmt.Fprintln(stderr, "physd client-config:", err)
+			return 2
+		}
 	}
 	if cc.transport == "stdio" && cc.binary == "" {
 		var note string
@@ -89,6 +101,9 @@ func cmdClientConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	_, _ = stdout.Write(out)
 	fmt.Fprintf(stderr, "paste into %s\n", clientKinds[cc.client])
+	if cc.transport == "stdio" {
+		fmt.Fprintf(stderr, "the physd it starts keeps its ledger and audit trail in %s, its own: it runs beside a physd run on the default state directory\n", cc.state)
+	}
 	return 0
 }
 
@@ -102,9 +117,9 @@ func (cc clientConfig) render() ([]byte, error) {
 	switch cc.transport {
 	case "stdio":
 		if policy.RoleLevel(cc.role) < 0 {
-			return nil, fmt.Errorf("--stdio-role %q: use none, operator, supervisor or admin", cc.role)
+			return nil, fmt.Errorf("--stdio-role %q: use none, viewer, operator, supervisor or admin", cc.role)
 		}
-		args := []string{"run", "--manifest", cc.manifest, "--stdio"}
+		args := []string{"run", "--manifest", cc.manifest, "--stdio", "--state", cc.state}
 		if cc.policy != "" {
 			args = append(args, "--policy", cc.policy)
 		}
@@ -176,6 +191,27 @@ func (cc clientConfig) httpServer(u *url.URL) (map[string]any, []any) {
 		s["env"] = map[string]string{"PHYSD_AUTH_HEADER": "Bearer <paste the token here>"}
 	}
 	return s, nil
+}
+
+// clientStateDir is the state directory of the physd a client starts:
+// the one given, else physd-<client>/<device id> beside physd run's own
+// default (physd/<device id>), so each client keeps its own ledger and
+// audit trail and a daemon on the same manifest keeps the one it locks.
+// The path is absolute: a client starts physd from a directory of its
+// own choosing.
+func clientStateDir(given, client, deviceID string) (string, error) {
+	if given != "" {
+		return filepath.Abs(given)
+	}
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", errors.New("no state directory for the physd the client starts: $HOME and $XDG_STATE_HOME are unset; fix: pass --state DIR (a directory that survives a reboot)")
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "physd-"+client, deviceID), nil
 }
 
 func isLoopbackHost(h string) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -95,8 +96,11 @@ func listTools(t *testing.T, ctx context.Context, tr mcp.Transport) []string {
 }
 
 // TestClientConfigStdio: each client's stdio entry, started exactly as the
-// client would start it, is a physd serving the manifest's tools.
+// client would start it, is a physd serving the manifest's tools, on a
+// state directory of that client's own.
 func TestClientConfigStdio(t *testing.T) {
+	xdg := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", xdg)
 	manifest, _ := filepath.Abs(testdata("errors", "greenhouse.manifest.yml"))
 	policy, _ := filepath.Abs(testdata("..", "..", "..", "examples", "greenhouse", "physmcp.policy.yml"))
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -105,7 +109,8 @@ func TestClientConfigStdio(t *testing.T) {
 		t.Run(client, func(t *testing.T) {
 			s, _ := clientConfigFor(t, "--manifest", testdata("errors", "greenhouse.manifest.yml"), "--client", client,
 				"--policy", policy, "--stdio-role", "operator", "--binary", os.Args[0])
-			want := []string{"run", "--manifest", manifest, "--stdio", "--policy", policy, "--stdio-role", "operator"}
+			state := filepath.Join(xdg, "physd-"+client, "gw_greenhouse_001")
+			want := []string{"run", "--manifest", manifest, "--stdio", "--state", state, "--policy", policy, "--stdio-role", "operator"}
 			if s.Command != os.Args[0] || !slices.Equal(s.Args, want) {
 				t.Fatalf("command %q %q, want %q %q", s.Command, s.Args, os.Args[0], want)
 			}
@@ -113,12 +118,46 @@ func TestClientConfigStdio(t *testing.T) {
 				t.Errorf("VS Code needs type stdio, got %q", s.Type)
 			}
 			cmd := exec.Command(s.Command, s.Args...)
-			cmd.Env = append(os.Environ(), asPhysd+"=1", "XDG_STATE_HOME="+t.TempDir())
+			cmd.Env = append(os.Environ(), asPhysd+"=1")
 			tools := listTools(t, ctx, &mcp.CommandTransport{Command: cmd})
 			if !slices.Contains(tools, "can_do") || !slices.Contains(tools, "do_heater_zone_a") || !slices.Contains(tools, "read_temperature_zone_a") {
 				t.Errorf("tools = %v", tools)
 			}
+			if _, err := os.Stat(filepath.Join(state, "physd.db")); err != nil {
+				t.Errorf("the client's physd kept no ledger in its state directory: %v", err)
+			}
 		})
+	}
+}
+
+// TestClientConfigBesideDaemon: with a physd run on the default state
+// directory (the README's walkthrough daemon), the stdio entry
+// client-config prints starts a physd that serves beside it; the same
+// entry on the daemon's state directory exits with the error that names
+// the daemon's PID and the fix.
+func TestClientConfigBesideDaemon(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	gh := testdata("errors", "greenhouse.manifest.yml")
+	daemonPID := startHolder(t, gh, "") // no --state: the default
+	s, _ := clientConfigFor(t, "--manifest", gh, "--binary", os.Args[0])
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.Command(s.Command, s.Args...)
+	cmd.Env = append(os.Environ(), asPhysd+"=1")
+	if tools := listTools(t, ctx, &mcp.CommandTransport{Command: cmd}); !slices.Contains(tools, "do_vent_zone_c") {
+		t.Errorf("tools = %v", tools)
+	}
+
+	i := slices.Index(s.Args, "--state")
+	if i < 0 {
+		t.Fatalf("no --state in %q", s.Args)
+	}
+	shared := slices.Clone(s.Args)
+	shared[i+1], _ = stateDir(runFlags{}, "gw_greenhouse_001")
+	out, err := physdCommand(ctx, shared...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), fmt.Sprintf("locked by another physd process (PID %d,", daemonPID)) ||
+		!strings.Contains(string(out), "--state DIR") {
+		t.Errorf("a stdio physd on the daemon's state directory: %v\n%s", err, out)
 	}
 }
 

@@ -48,10 +48,15 @@ func (f *headerFlag) Set(s string) error {
 
 func cmdLint(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("physd lint", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, lintUsage)
+	// Parse reports nothing itself: -h prints the usage on stdout, a bad
+	// flag one line on stderr (flagError).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, lintUsage)
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 	jsonOut := fs.Bool("json", false, "print the report as JSON (promcp-lint's shape plus target and runtime)")
 	strict := fs.Bool("strict", false, "warnings fail too (exit 1)")
@@ -73,8 +78,10 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				printUsage(stdout)
 				return 0
 			}
+			flagError(fs, err, stderr)
 			return 2
 		}
 		if fs.NArg() == 0 {
@@ -87,7 +94,7 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 	case len(command) > 0 && len(positional) == 0:
 	case len(command) == 0 && len(positional) == 1:
 	default:
-		fs.Usage()
+		printUsage(stderr)
 		return 2
 	}
 

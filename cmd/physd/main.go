@@ -71,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "physd: unknown command %q\n\n%s", args[0], usage)
+	fmt.Fprintln(stderr, unknownCommand(args[0]))
 	return 2
 }
 
@@ -97,9 +97,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	args = fs.Args()
-	m, err := loadManifest(args[0])
+	m, err := loadManifest("manifest", args[0])
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, prefixed("physd validate", err))
 		return 1
 	}
 	reads, dos := 0, 0
@@ -115,7 +115,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if *policyPath != "" {
 		pol, g, err := loadPolicy(*policyPath, m)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, prefixed("physd validate", err))
 			return 1
 		}
 		for _, w := range daemon.PolicyWarnings(pol, g) {

@@ -41,7 +41,7 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 	}
 	data, err := os.ReadFile(f.manifest)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, "physd run:", fileError("--manifest", f.manifest, err, fixManifest))
 		return nil, 1
 	}
 	m, err := daemon.ParseManifest(f.manifest, data)
@@ -56,7 +56,7 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 	c := &checked{manifest: m, sum: sha256.Sum256(data)}
 	if f.policy != "" {
 		if c.policy, c.gate, err = loadPolicy(f.policy, m); err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, prefixed("physd run", err))
 			return nil, 1
 		}
 	}
@@ -68,18 +68,21 @@ func preflight(f runFlags, stderr io.Writer) (*checked, int) {
 }
 
 // loadManifest parses the manifest and checks every binding offline, the
-// one check both validate and run apply.
-func loadManifest(path string) (*manifest.Manifest, error) {
+// one check both validate and run apply; what names where the path came
+// from (a flag, or "manifest" for an argument).
+func loadManifest(what, path string) (*manifest.Manifest, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, fileError(what, path, err, fixManifest)
 	}
 	return daemon.ParseManifest(path, data)
 }
 
-// loadPolicy is daemon.LoadPolicy for this build.
+// loadPolicy is daemon.LoadPolicy for this build, its file named as the
+// --policy flag that gave it.
 func loadPolicy(path string, m *manifest.Manifest) (*policy.Policy, *gate.Gate, error) {
-	return daemon.LoadPolicy(path, m, buildVersion())
+	p, g, err := daemon.LoadPolicy(path, m, buildVersion())
+	return p, g, fileError("--policy", path, err, fixPolicy)
 }
 
 // errNoStateDir says why physd will not pick a state directory by itself.
@@ -113,7 +116,8 @@ func stateDir(f runFlags, deviceID string) (string, error) {
 
 // parseFlags parses a subcommand's flags. -h/--help prints the flags on
 // stdout and ends the command with exit code 0; a bad flag prints the
-// problem and the flags on stderr (exit code 2). ok is false when the
+// problem on one line on stderr, with a "did you mean" for a misspelt
+// flag (exit code 2). ok is false when the
 // command must end with code.
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
 	var out bytes.Buffer
@@ -125,7 +129,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 		_, _ = stdout.Write(out.Bytes())
 		return 0, false
 	case err != nil:
-		_, _ = stderr.Write(out.Bytes())
+		flagError(fs, err, stderr)
 		return 2, false
 	}
 	return 0, true

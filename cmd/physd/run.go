@@ -91,11 +91,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 	d, err := daemon.New(f.config(c, log))
-	if err == nil {
-		err = d.Run(context.Background())
-	}
 	if err != nil {
+		// A flag's problem, found before anything started: text only,
+		// like preflight's.
+		fmt.Fprintf(stderr, "physd run: %v\n", err)
+		return 1
+	}
+	if err := d.Run(context.Background()); err != nil {
+		// The log line for the collector, and the same as text: the one
+		// line a person (or an MCP client's log) must be able to read.
 		log.Error("physd stopped", "err", err.Error())
+		fmt.Fprintf(stderr, "physd run: %v\n", err)
 		return 1
 	}
 	log.Info("stopped")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/physd/physd/drivers/i2c"
 	"github.com/physd/physd/drivers/modbus"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/schemas"
 )
 
 const scanUsage = `usage: physd scan modbus (--tcp HOST:PORT | --rtu DEVICE [--baud N --parity E --stop-bits 1])
@@ -141,6 +143,7 @@ func writeSkeleton(cmd string, skel []byte, out string, found bool, miss string,
 	if name == "" {
 		name = "<skeleton>"
 	}
+	skel = append([]byte(schemaLine(out)+"\n"), skel...)
 	m, verr := manifest.Parse(name, skel)
 	if verr == nil {
 		verr = daemon.CheckBindings(m)
@@ -163,6 +166,43 @@ func writeSkeleton(cmd string, skel []byte, out string, found bool, miss string,
 		return 1
 	}
 	return 0
+}
+
+// installedSchemas is where the Debian package puts the JSON Schemas.
+var installedSchemas = "/usr/share/physd/schemas"
+
+// schemaLine is the editor's schema line for a skeleton written to out
+// (stdout: the current directory, where a redirect puts it). It points at
+// a schema on this machine, as the examples do, so completion works
+// offline: the schemas/ of the physd clone the file is in (relative to
+// the file, like the examples' ../../schemas/…), else the installed ones;
+// with neither, a comment says how to add the line.
+func schemaLine(out string) string {
+	dir, err := filepath.Abs(filepath.Dir(out))
+	if out == "" {
+		dir, err = os.Getwd()
+	}
+	if err == nil {
+		for d := dir; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "schemas", schemas.ManifestFile)); err == nil {
+				rel, _ := filepath.Rel(dir, filepath.Join(d, "schemas", schemas.ManifestFile))
+				return "# yaml-language-server: $schema=" + filepath.ToSlash(rel)
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	if abs := filepath.Join(installedSchemas, schemas.ManifestFile); fileExists(abs) {
+		return "# yaml-language-server: $schema=" + filepath.ToSlash(abs)
+	}
+	return "# Editor completion: add the line  # yaml-language-server: $schema=<path to physd's schemas/" + schemas.ManifestFile +
+		">  (docs/manifest.md, Editor completion)"
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // parseUnits parses "1-247" or "1,2,10-20". RTU unit ids are 1..247

@@ -86,3 +86,98 @@ func TestScanModbusFlags(t *testing.T) {
 		t.Errorf("missing port: exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// TestScanSkeletonSchemaResolves: the skeleton's yaml-language-server
+// line names a schema file that exists on this machine, relative to the
+// written file as the examples' lines are (../../schemas/…): written
+// inside the clone, it is the repository's schemas/; written to stdout,
+// relative to the current directory; elsewhere, the installed schemas.
+func TestScanSkeletonSchemaResolves(t *testing.T) {
+	bank := modbustest.NewBank(2)
+	bank.SetHolding(1, 0, 42)
+	srv, err := modbustest.StartTCP("127.0.0.1:0", bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	// scan returns the skeleton's first line.
+	scan := func(t *testing.T, out string) string {
+		t.Helper()
+		args := []string{"scan", "modbus", "--tcp", srv.Addr, "--units", "1", "--registers", "0-3", "--timeout-ms", "200"}
+		if out != "" {
+			args = append(args, "--out", out)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("scan exit %d: %s", code, stderr.String())
+		}
+		skel := stdout.String()
+		if out != "" {
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			skel = string(b)
+		}
+		first, _, _ := strings.Cut(skel, "\n")
+		return first
+	}
+	schemaRef := func(t *testing.T, first string) string {
+		t.Helper()
+		ref, ok := strings.CutPrefix(first, "# yaml-language-server: $schema=")
+		if !ok || strings.Contains(ref, "://") {
+			t.Fatalf("the skeleton's first line is %q, want a schema line naming a file on this machine", first)
+		}
+		return ref
+	}
+	repoSchema, err := os.ReadFile(filepath.Join("..", "..", "schemas", "physmcp.manifest.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolvesTo := func(t *testing.T, base, ref string) {
+		t.Helper()
+		if filepath.IsAbs(ref) || !strings.HasPrefix(ref, "../") {
+			t.Errorf("$schema=%s: want a path relative to the file, like the examples'", ref)
+		}
+		got, err := os.ReadFile(filepath.Join(base, filepath.FromSlash(ref)))
+		if err != nil || !bytes.Equal(got, repoSchema) {
+			t.Errorf("$schema=%s from %s does not resolve to the repository's manifest schema: %v", ref, base, err)
+		}
+	}
+
+	t.Run("in the clone", func(t *testing.T) {
+		dir, err := os.MkdirTemp("testdata", "scan-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		out := filepath.Join(dir, "site", "physmcp.manifest.yml")
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ref := schemaRef(t, scan(t, out))
+		if ref != "../../../../../schemas/physmcp.manifest.schema.json" {
+			t.Errorf("$schema=%s", ref)
+		}
+		resolvesTo(t, filepath.Dir(out), ref)
+	})
+	t.Run("stdout", func(t *testing.T) {
+		resolvesTo(t, ".", schemaRef(t, scan(t, "")))
+	})
+	t.Run("outside a clone", func(t *testing.T) {
+		installed := t.TempDir()
+		if err := os.WriteFile(filepath.Join(installed, "physmcp.manifest.schema.json"), repoSchema, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer func(old string) { installedSchemas = old }(installedSchemas)
+		installedSchemas = installed
+		ref := schemaRef(t, scan(t, filepath.Join(t.TempDir(), "physmcp.manifest.yml")))
+		if got, err := os.ReadFile(ref); err != nil || !bytes.Equal(got, repoSchema) {
+			t.Errorf("$schema=%s: want the installed schema (%s): %v", ref, installed, err)
+		}
+		installedSchemas = filepath.Join(installed, "absent")
+		if first := scan(t, filepath.Join(t.TempDir(), "physmcp.manifest.yml")); !strings.HasPrefix(first, "# Editor completion: add the line") {
+			t.Errorf("with no schema on this machine the skeleton should say how to add the line: %q", first)
+		}
+	})
+}

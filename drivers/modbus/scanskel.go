@@ -63,7 +63,6 @@ func (s *skeleton) p(format string, a ...any) { fmt.Fprintf(&s.w, format+"\n", a
 // header writes the comments that say how the scan ran and what to decide.
 func (s *skeleton) header() {
 	r, o := s.r, s.o
-	s.p("# yaml-language-server: $schema=https://physd.dev/schemas/physmcp.manifest.schema.json")
 	s.p("# Manifest skeleton written by physd scan (read-only: only read requests were sent).")
 	if o.Command != "" {
 		s.p("#   %s", oneLine(o.Command))

@@ -2,18 +2,22 @@
 # Starts three physd gateways on 127.0.0.2-4 that form one mesh, then shows
 # a can_do answered across them (each owner applies its own policy), a do_
 # routed to its owner, and the mesh as one gateway sees it.
-#   examples/mesh-3node/run.sh
+#   examples/mesh-3node/run.sh                        # builds physd first
+#   PHYSD=/path/to/physd examples/mesh-3node/run.sh   # uses that physd
 set -euo pipefail
 # physd builds with go1.27.3 (go.mod); machines that pin GOTOOLCHAIN=local need it named.
 export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/../.."
-go build -o /tmp/physd-mesh ./cmd/physd
 state=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$state"' EXIT
+if [ -z "${PHYSD:-}" ]; then
+  PHYSD=$state/physd
+  go build -o "$PHYSD" ./cmd/physd
+fi
 for n in a b c; do
   ip=$(grep -m1 'bind:' examples/mesh-3node/node_$n.yml | awk '{print $2}')
-  /tmp/physd-mesh run --manifest examples/mesh-3node/node_$n.yml --http "$ip:8080" --state "$state/$n" 2>"$state/$n.log" &
+  "$PHYSD" run --manifest examples/mesh-3node/node_$n.yml --http "$ip:8080" --state "$state/$n" 2>"$state/$n.log" &
   pids+=($!)
 done
 sleep 3
