@@ -67,16 +67,16 @@ type OAuthVerifier interface {
 
 // OAuthRefusal is why an access token was refused. Public is what the
 // caller is told; Detail (the token's audience, issuer, key id …) goes to
-// the log and, when Verified, the audit: a caller that presents a token
+// the log and, when Audit, the audit: a caller that presents a token
 // for another resource learns nothing about which resources physd is.
 type OAuthRefusal struct {
 	Public string
 	Detail string
-	// Verified is true when the token's signature verified: a refusal of a
-	// token a trusted AS really issued (an audience for another resource)
-	// is worth an audit line; a forged one is only logged, so that nobody
-	// can make physd fsync at will.
-	Verified bool
+	// Audit is set for a token a trusted AS really issued (its signature
+	// verified, or the AS vouched for it) for another resource; a forged
+	// or expired one is only logged, so that nobody can make physd fsync
+	// at will.
+	Audit bool
 }
 
 func (e *OAuthRefusal) Error() string { return e.Public }
