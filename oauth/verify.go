@@ -157,7 +157,7 @@ func (v *Verifier) verifySignature(ctx context.Context, as *authServer, tok *jos
 func (v *Verifier) check(iss, sub string, aud []string, exp, nbf *josejwt.NumericDate, scopes, audiences []string) (policy.Principal, error) {
 	now, skew := time.Now(), v.cfg.ClockSkew
 	if !matchesAny(aud, audiences) {
-		r := refuse("the access token is not accepted here", "audience %q is not this endpoint's resource (accepted: %q)", aud, audiences)
+		r := refuse("the access token is not accepted here", "issuer %s, subject %q: audience %q is not this endpoint's resource (accepted: %q)", iss, sub, aud, audiences)
 		// A token a trusted AS issued for another resource: the audit
 		// keeps who tried (its signature or the AS vouched for it).
 		r.Audit = true
