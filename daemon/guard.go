@@ -11,9 +11,15 @@ import (
 	"github.com/physd/physd/gate"
 	"github.com/physd/physd/guard"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/oauth"
 	"github.com/physd/physd/policy"
 	"github.com/physd/physd/store"
 )
+
+// oauthKeys holds the OAuth authorization servers' metadata and keys for
+// the life of the process: a reloaded policy keeps the keys the previous
+// one fetched (an AS that is down at the reload locks nobody out).
+var oauthKeys = oauth.NewPool(nil)
 
 // LoadPolicy reads the policy and builds its gate; both are validated
 // against the manifest, so `validate` and `run` refuse the same files.
@@ -22,6 +28,8 @@ func LoadPolicy(path string, m *manifest.Manifest, version string) (*policy.Poli
 	if err != nil {
 		return nil, nil, err
 	}
+	// No fetch happens here: keys are fetched on the first token.
+	oauthKeys.Attach(pol)
 	var cfg gate.Config
 	if pol.Gate != nil {
 		// Its errors are positioned (path:line:col: gate.field: …).

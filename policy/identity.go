@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
@@ -134,24 +135,44 @@ var ErrUnmappedCert = errors.New("the client certificate is not mapped to a role
 var errRoleClaim = errors.New("role claim")
 
 // Authenticate maps a bearer credential to a principal: a static token by
-// its SHA-256, else a JWT from a configured issuer and audience. When no
-// provider accepts a JWT, the error is the most specific one any provider
-// gave (expired, wrong audience or issuer, bad signature), not the last.
+// its SHA-256, else a JWT from a configured issuer and audience, else an
+// OAuth access token for this gateway's resource (AuthenticateAt). When
+// no provider accepts a JWT, the error is the most specific one any
+// provider gave (expired, wrong audience or issuer, bad signature), not
+// the last.
 func (id *Identity) Authenticate(bearer string) (Principal, error) {
+	return id.AuthenticateAt(context.Background(), bearer, "")
+}
+
+// AuthenticateAt is Authenticate at the MCP endpoint of a view ("" for
+// every other route): an OAuth token must have been issued for that
+// endpoint's resource (OAuth.Audiences). A JWT whose issuer is an
+// identity.oauth authorization server is an OAuth token; an opaque token
+// is one when an authorization server introspects.
+func (id *Identity) AuthenticateAt(ctx context.Context, bearer, view string) (Principal, error) {
 	sum := sha256.Sum256([]byte(bearer))
 	for _, t := range id.Tokens {
 		if subtle.ConstantTimeCompare(sum[:], t.SHA256[:]) == 1 {
 			return Principal{ID: "token:" + t.ID, Role: t.Role, Credentials: []string{TokenCredential(t.ID)}}, nil
 		}
 	}
-	if len(id.JWT) == 0 || strings.Count(bearer, ".") != 2 {
+	isJWT := strings.Count(bearer, ".") == 2
+	if id.OAuth != nil && ((isJWT && id.OAuth.issuer(unverifiedIssuer(bearer))) || (!isJWT && id.OAuth.introspects())) {
+		if id.OAuth.Verifier == nil {
+			return Principal{}, &OAuthRefusal{Public: "OAuth access tokens are not checked by this process", Detail: "identity.oauth has no verifier"}
+		}
+		return id.OAuth.Verifier.Verify(ctx, bearer, id.OAuth.Audiences(view))
+	}
+	if len(id.JWT) == 0 || !isJWT {
 		return Principal{}, ErrUnknownToken
 	}
 	return id.authenticateJWT(bearer)
 }
 
 // Configured reports whether any credential is configured.
-func (id *Identity) Configured() bool { return len(id.Tokens)+len(id.JWT)+len(id.MTLS) > 0 }
+func (id *Identity) Configured() bool {
+	return len(id.Tokens)+len(id.JWT)+len(id.MTLS) > 0 || id.OAuth != nil
+}
 
 // authenticateJWT tries every provider and keeps the error of the one that
 // got furthest with the token: a provider whose key verified the signature
@@ -355,7 +376,7 @@ func (id *Identity) CurrentRole(principal string) (role string, known bool) {
 		// The role is in the token's claims; but an issuer this policy no
 		// longer trusts gives none.
 		iss, ok := jwtIssuerOf(principal)
-		if ok && slices.ContainsFunc(id.JWT, func(p JWTProvider) bool { return p.Issuer == iss }) {
+		if ok && (slices.ContainsFunc(id.JWT, func(p JWTProvider) bool { return p.Issuer == iss }) || id.OAuth.issuer(iss)) {
 			return "", false
 		}
 		return "", true

@@ -23,6 +23,7 @@ type rawIdentity struct {
 	Tokens    []yaml.Node `yaml:"tokens"`
 	Providers []yaml.Node `yaml:"providers"`
 	People    []yaml.Node `yaml:"people"`
+	OAuth     *yaml.Node  `yaml:"oauth"`
 }
 
 type rawPerson struct {
@@ -69,6 +70,7 @@ func (p *parser) identity(id *rawIdentity, pol *Policy) {
 		}
 		p.jwtProvider(&n, field, pol)
 	}
+	p.oauth(id.OAuth, pol)
 	p.people(id.People, pol)
 }
 
@@ -111,7 +113,11 @@ func (p *parser) jwtProvider(n *yaml.Node, field string, pol *Policy) {
 		return
 	}
 	if r.Type != "jwt" {
-		p.Addf(n, field+".type", "use jwt or mtls", "unknown provider type %q", r.Type)
+		fix := "use jwt or mtls"
+		if strings.Contains(strings.ToLower(r.Type), "oauth") || strings.Contains(strings.ToLower(r.Type), "oidc") {
+			fix = "use jwt or mtls; OAuth 2.1 authorization servers are configured under identity.oauth (docs/policy.md#oauth)"
+		}
+		p.Addf(n, field+".type", fix, "unknown provider type %q", r.Type)
 		return
 	}
 	j := JWTProvider{Issuer: r.Issuer, Audience: r.Audience, RoleClaim: r.RoleClaim}
@@ -222,8 +228,8 @@ func (p *parser) people(nodes []yaml.Node, pol *Policy) {
 				p.Addf(at, f, "give both: {issuer: https://idp.example, subject: alice}", "issuer and subject are required")
 				continue
 			}
-			if !slices.ContainsFunc(pol.Identity.JWT, func(j JWTProvider) bool { return j.Issuer == s.Issuer }) {
-				p.Addf(strictyaml.ValueOf(at, "issuer"), f+".issuer", "name the issuer of an identity.providers entry of type jwt", "no jwt provider has issuer %q", s.Issuer)
+			if !slices.ContainsFunc(pol.Identity.JWT, func(j JWTProvider) bool { return j.Issuer == s.Issuer }) && !pol.Identity.OAuth.issuer(s.Issuer) {
+				p.Addf(strictyaml.ValueOf(at, "issuer"), f+".issuer", "name the issuer of an identity.providers entry of type jwt or of an identity.oauth authorization server", "no jwt provider or OAuth authorization server has issuer %q", s.Issuer)
 				continue
 			}
 			claim(JWTCredential(s.Issuer, s.Subject), f, at)

@@ -81,7 +81,7 @@ func TestPeopleErrors(t *testing.T) {
 	for _, want := range []string{
 		`identity.people[0].tokens[1]: no identity.tokens entry has id "nobody"`,
 		`no mtls rule maps "unknown-cn"`, `"sha256:xyz" is not a SHA-256 fingerprint`,
-		`no jwt provider has issuer "https://other.example"`, "issuer and subject are required",
+		`no jwt provider or OAuth authorization server has issuer "https://other.example"`, "issuer and subject are required",
 		`token:alice_op is already listed under "alice"`, "identity.people[2].name", `duplicate person "alice"`, "colour",
 	} {
 		if !strings.Contains(msg, want) {

@@ -80,6 +80,8 @@ type Identity struct {
 	Tokens []Token
 	JWT    []JWTProvider
 	MTLS   []MTLSProvider
+	// OAuth, when set, accepts OAuth 2.1 access tokens (identity.oauth).
+	OAuth *OAuth
 	// People joins credentials that are one person's (identity.people).
 	People []Person
 }
@@ -249,6 +251,11 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 				}
 			}
 			ids = append(ids, id)
+		}
+	}
+	if o := p.Identity.OAuth; o != nil {
+		for _, as := range o.Servers {
+			ids = append(ids, map[string]string{"type": "oauth", "issuer": as.Issuer, "resource": o.Resource, "scopes": strings.Join(o.ScopeNames(), " ")})
 		}
 	}
 	for _, person := range p.Identity.People {

@@ -70,6 +70,7 @@ func Schema(gate *jsonschema.Schema) *jsonschema.Schema {
 	person.Properties["jwt"].Items = sub
 	person.Properties["jwt"].Description = "JWT subjects of a jwt provider's issuer."
 	id.Properties["people"].Items = person
+	id.Properties["oauth"] = oauthSchema()
 
 	e := p["emergency"]
 	e.Properties["override_permission"] = roleEnum(Roles[1:], "Role that may lift time windows for a while.")
@@ -193,4 +194,31 @@ func interlocksSchema() *jsonschema.Schema {
 	il.Properties["requires"] = cond
 	il.Properties["while"] = cond
 	return &jsonschema.Schema{Type: "array", Items: il, Description: "Permissives, interlocks and trips: rules that tie an output to an observation (docs/safety.md)."}
+}
+
+// oauthSchema is identity.oauth (policy/parse_oauth.go).
+func oauthSchema() *jsonschema.Schema {
+	o := manifest.DecodeSchema(reflect.TypeFor[rawOAuth]())
+	o.Required = []string{"resource", "authorization_servers", "scopes"}
+	o.Description = "physd as an OAuth 2.1 resource server (MCP authorization): accepts access tokens issued for resource by these authorization servers, and maps their scopes to roles."
+	url := func(desc string) *jsonschema.Schema {
+		return &jsonschema.Schema{Type: "string", Format: "uri", Pattern: "^https?://[^#?]+$", Description: desc}
+	}
+	o.Properties["resource"] = url("The canonical URL of /mcp as clients write it (RFC 8707 resource indicator; tokens must carry it in aud). A view at /mcp/<view> is <resource>/<view>.")
+	o.Properties["site_resource"] = url("A resource identifier every gateway of the site accepts too: the audience of tokens for calls routed across the mesh.")
+	as := manifest.DecodeSchema(reflect.TypeFor[rawAuthServer]())
+	as.Required = []string{"issuer"}
+	as.Properties["issuer"] = url("The authorization server's issuer identifier, exactly as its tokens' iss.")
+	as.Properties["metadata_url"] = url("Its metadata document (default: RFC 8414 discovery, then OpenID Connect discovery).")
+	in := as.Properties["introspection"]
+	in.Description = "Check opaque (non-JWT) access tokens by RFC 7662 introspection as this client."
+	in.Required = []string{"client_id"}
+	o.Properties["authorization_servers"].Items = as
+	o.Properties["authorization_servers"].MinItems = ptr(1)
+	o.Properties["algorithms"].Items = &jsonschema.Schema{Type: "string", Enum: anySlice(oauthAlgorithms)}
+	o.Properties["algorithms"].Description = "Accepted JWS algorithms (default RS256, ES256)."
+	o.Properties["clock_skew_seconds"] = &jsonschema.Schema{Type: "integer", Minimum: ptr(0.0), Maximum: ptr(300.0), Description: "Tolerance on exp and nbf, in seconds (default 30)."}
+	o.Properties["scopes"] = &jsonschema.Schema{Type: "object", MinProperties: ptr(1), AdditionalProperties: roleEnum(Roles[1:], ""),
+		Description: `Scope -> role, e.g. {"physd:read": viewer, "physd:operate": operator, "physd:approve": supervisor}; a token gets the highest role its scopes map to.`}
+	return o
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/x509"
@@ -125,6 +126,9 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.refuse(w, r, http.StatusForbidden, "origin", "Forbidden: "+msg)
 		return
 	}
+	if b.queryToken(w, r) {
+		return
+	}
 	_, pattern := b.mux.Handler(r)
 	rule, ok := b.rules[pattern]
 	if !ok {
@@ -141,8 +145,12 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		caller, sess, status, err := b.s.identifyWith(r)
 		ss = sess
+		need := rule.need(r.Method, b.s.credentialsRequired())
 		if err == nil {
-			if need := rule.need(r.Method, b.s.credentialsRequired()); need != "" && policy.RoleLevel(caller.Role) < policy.RoleLevel(need) {
+			if tn := b.s.toolNeed(r, caller); policy.RoleLevel(tn) > policy.RoleLevel(need) {
+				need = tn
+			}
+			if need != "" && policy.RoleLevel(caller.Role) < policy.RoleLevel(need) {
 				if caller.ID == anonymous {
 					status, err = http.StatusUnauthorized, errors.New("this route needs the "+need+" role: send Authorization: Bearer <token> or a client certificate")
 				} else {
@@ -159,13 +167,11 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if status == http.StatusUnauthorized {
-				challenge := `Bearer realm="physd"`
-				if hasBearer(r) {
-					challenge += `, error="invalid_token"`
-				}
-				w.Header().Set("WWW-Authenticate", challenge)
+				b.s.noteRefusal(r.Context(), r, err)
+				w.Header().Set("WWW-Authenticate", b.s.challenge(r, need))
 				b.refuse(w, r, status, "unauthenticated", "Unauthorized: "+err.Error())
 			} else {
+				b.s.insufficientScope(w, r, caller, need)
 				b.refuse(w, r, status, "forbidden", "Forbidden: "+err.Error())
 			}
 			return
@@ -314,7 +320,7 @@ func (s *Server) identify(r *http.Request) (node.Caller, int, error) {
 // browser added by itself must not raise or lower it.
 func (s *Server) identifyWith(r *http.Request) (node.Caller, *session, int, error) {
 	var ss *session
-	c, err := s.authenticateBearer(r.Header)
+	c, err := s.authenticateBearerAt(r.Context(), r.Header, viewOf(r))
 	if err == nil && len(r.Header.Values("Authorization")) == 0 {
 		if got, ok := s.sessionCaller(r); ok {
 			ss, c = &got, got.caller
@@ -373,6 +379,13 @@ func (s *Server) withCert(c node.Caller, chain []*x509.Certificate) (node.Caller
 // (hashed token or JWT) carries its role; no credential is anonymous
 // (role none).
 func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
+	return s.authenticateBearerAt(context.Background(), h, "")
+}
+
+// authenticateBearerAt is authenticateBearer at the MCP endpoint of a
+// view ("" for every other route): an OAuth token must be for that
+// endpoint's resource (policy.Identity.AuthenticateAt).
+func (s *Server) authenticateBearerAt(ctx context.Context, h http.Header, view string) (node.Caller, error) {
 	c := node.Caller{ID: anonymous, Role: "none", Transport: "http", Credentials: []string{anonymous}}
 	auths := h.Values("Authorization")
 	switch {
@@ -389,7 +402,7 @@ func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
 		return node.Caller{ID: "transport-token", Role: "viewer", Transport: "http", Credentials: []string{"transport-token"}}, nil
 	}
 	if s.opts.Guard != nil && s.opts.Guard.Policy().Identity.Configured() {
-		p, err := s.opts.Guard.Policy().Identity.Authenticate(bearer)
+		p, err := s.opts.Guard.Policy().Identity.AuthenticateAt(ctx, bearer, view)
 		if err != nil {
 			return c, err
 		}

@@ -103,6 +103,7 @@ func (s *Server) Handler() http.Handler {
 	b := newBoundary(s)
 	b.handle("GET /healthz", routeRule{public: true}, http.HandlerFunc(s.serveHealth))
 	b.handle("GET /readyz", routeRule{public: true}, http.HandlerFunc(s.serveReady))
+	s.mountOAuth(b)
 	b.handle("/mcp", viewer, s.mcp.Endpoint(""))
 	// Views are looked up per request: a manifest reload may add or
 	// remove them.

@@ -121,7 +121,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		for _, w := range daemon.PolicyWarnings(pol, g) {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
-		fmt.Fprintf(stdout, "%s: ok (%d do_ tools guarded, %d time windows, %d identities)\n", *policyPath, len(pol.Tools), len(pol.Windows), len(pol.Identity.Tokens)+len(pol.Identity.JWT))
+		ids := len(pol.Identity.Tokens) + len(pol.Identity.JWT)
+		if o := pol.Identity.OAuth; o != nil {
+			ids += len(o.Servers) // each authorization server is an identity source
+		}
+		fmt.Fprintf(stdout, "%s: ok (%d do_ tools guarded, %d time windows, %d identities)\n", *policyPath, len(pol.Tools), len(pol.Windows), ids)
 	}
 	return 0
 }
