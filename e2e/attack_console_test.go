@@ -1041,3 +1041,65 @@ func TestAttackConsoleJWTSessionAfterReload(t *testing.T) {
 		t.Errorf("a JWT of the new key does not sign in: %d %.200s", r.code, r.body)
 	}
 }
+
+// TestAttackConsoleApprovalHoldBinding: the operator asks for zone A's
+// heater at 70 % held for 60 s (hold_s: its lease, after which the heater
+// falls back to off); the console shows that request and the admin
+// approves it. The operator then repeats the call with the same key but
+// hold_s 3600: what runs must be what was approved — a 60 s hold, or
+// nothing — never an hour of 70 % heat nobody approved.
+func TestAttackConsoleApprovalHoldBinding(t *testing.T) {
+	t.Parallel()
+	d, _ := consoleFixture(t)
+	op := connectAs(t, d, "2026-07-28", operatorToken, nil)
+	asked := map[string]any{"value": 70, "idempotency_key": "hold-1", "hold_s": 60}
+	id := approvalID(t, structured(t, call(t, op, "do_heater_zone_a", asked)))
+	admin := mustSignIn(t, d, adminDemoToken)
+	page := acDo(t, d, "GET", "/", acOpts{cookies: admin.cookies(), accept: "text/html"}).body
+	i := strings.Index(page, `id="approval-`+id+`"`)
+	if i < 0 {
+		t.Fatalf("the console does not show %s", id)
+	}
+	card := page[i:min(len(page), i+3000)]
+	if !strings.Contains(card, "held for 60 s") {
+		t.Errorf("the approval card does not show the 60 s hold asked for:\n%s", card)
+	}
+	if r := approveForm(t, d, admin, id, "approve"); r.code != http.StatusSeeOther {
+		t.Fatalf("the admin's approval: %d %.300s", r.code, r.body)
+	}
+	res, err := op.CallTool(context.Background(), &mcp.CallToolParams{Name: "do_heater_zone_a",
+		Arguments: map[string]any{"value": 70, "idempotency_key": "hold-1", "hold_s": 3600}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a struct {
+		Status         string     `json:"status"`
+		Code           string     `json:"code"`
+		Timestamp      time.Time  `json:"timestamp"`
+		LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	}
+	_ = json.Unmarshal([]byte(text(res)), &a)
+	if a.Status == "success" && (a.LeaseExpiresAt == nil || a.LeaseExpiresAt.Sub(a.Timestamp) > 90*time.Second) {
+		t.Errorf("an approval of 70 %% for 60 s ran with hold_s 3600: lease until %v (from %v): %s", a.LeaseExpiresAt, a.Timestamp, text(res))
+	}
+	t.Logf("the repeat with hold_s 3600: %s", text(res))
+	if a.Status == "success" {
+		return
+	}
+	if w := d.sim(t).writes("zone_a.heater"); w != 0 {
+		t.Fatalf("the refused repeat wrote the heater %d times", w)
+	}
+	// The call as approved runs, with the hold approved.
+	asked["idempotency_key"] = "hold-2"
+	id = approvalID(t, structured(t, call(t, op, "do_heater_zone_a", asked)))
+	if r := approveForm(t, d, admin, id, "approve"); r.code != http.StatusSeeOther {
+		t.Fatalf("the admin's second approval: %d %.300s", r.code, r.body)
+	}
+	l := doLease(t, op, "do_heater_zone_a", 70, "hold-2", 60)
+	if l.LeaseExpiresAt == nil || l.LeaseExpiresAt.Sub(l.Timestamp) != 60*time.Second {
+		t.Errorf("the approved call's lease: until %v from %v, want 60 s", l.LeaseExpiresAt, l.Timestamp)
+	}
+	if w := d.sim(t).writes("zone_a.heater"); w != 1 {
+		t.Errorf("zone A heater writes: %d, want 1", w)
+	}
+}
