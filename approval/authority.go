@@ -72,12 +72,22 @@ type Call struct {
 	Caller Party
 	// Definition is the Digest of the capability's definition in force.
 	Definition string
+	// HoldS is the lease the call asks for (hold_s; 0: the capability's
+	// default). It is an argument of what is approved: without it in the
+	// fingerprint, 70 % approved for a 60 s hold ran when repeated with
+	// hold_s 3600, an hour nobody approved.
+	HoldS int
 }
 
 // Fingerprint binds an approval to the call's arguments as the caller
-// sent them (the gate's canonical form of the value).
+// sent them (the gate's canonical form of the value, and hold_s when
+// given: a call without one keeps the fingerprint it always had).
 func (c Call) Fingerprint() string {
-	_, fp := gate.Canonical(c.Tool, map[string]any{"value": c.Value})
+	args := map[string]any{"value": c.Value}
+	if c.HoldS != 0 {
+		args["hold_s"] = c.HoldS
+	}
+	_, fp := gate.Canonical(c.Tool, args)
 	return fp
 }
 

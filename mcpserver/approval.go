@@ -35,7 +35,7 @@ func canElicit(req *mcp.CallToolRequest) bool {
 // approvalRound returns an input-required result that asks the client's
 // human to confirm exactly this call.
 func (ts *toolSet) approvalRound(ar *node.ApprovalRequired, caller node.Caller, note string) (*mcp.CallToolResult, error) {
-	token, exp, err := ts.approvals().IssueRound(approval.Call{Tool: ar.Tool, Value: ar.Value, Caller: caller.Party(), Definition: ts.n.ApprovalDigest(ar.Tool)}, layerOf(ar))
+	token, exp, err := ts.approvals().IssueRound(approval.Call{Tool: ar.Tool, Value: ar.Value, Caller: caller.Party(), Definition: ts.n.ApprovalDigest(ar.Tool), HoldS: ar.HoldS}, layerOf(ar))
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (ts *toolSet) handleApprovalRetry(ctx context.Context, req *mcp.CallToolReq
 		return toolError(err), nil
 	}
 	def := ts.n.ApprovalDigest(dr.Tool)
-	_, verr := ts.approvals().RedeemRound(req.Params.RequestState, approval.Call{Tool: dr.Tool, Value: value, Caller: dr.Caller.Party(), Definition: def})
+	_, verr := ts.approvals().RedeemRound(req.Params.RequestState, approval.Call{Tool: dr.Tool, Value: value, Caller: dr.Caller.Party(), Definition: def, HoldS: dr.HoldS})
 	if verr != nil || !answered {
 		// A round confirmed for a definition no longer in force is spent
 		// (ErrVoid) and, like any state that does not verify, starts a

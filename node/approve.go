@@ -117,7 +117,7 @@ func (n *Node) redeemApproval(req DoRequest, cs *capState, value any, res promcp
 		}
 		return approvalUse{}, nil, nil
 	}
-	call := approval.Call{Tool: cs.tool, Value: value, Key: req.IdempotencyKey, Caller: req.Caller.Party()}
+	call := approval.Call{Tool: cs.tool, Value: value, Key: req.IdempotencyKey, Caller: req.Caller.Party(), HoldS: req.HoldS}
 	token := req.Grant
 	if token == "" {
 		if !n.approval.Holds(cs.tool) {
@@ -188,12 +188,15 @@ func (n *Node) registerApproval(req DoRequest, cs *capState, value any, reason, 
 	if cs.cap.Unit != "" {
 		what += " " + cs.cap.Unit
 	}
+	if req.HoldS != 0 {
+		what += fmt.Sprintf(" held for %d s (hold_s)", req.HoldS) // the approver sees the lease asked for
+	}
 	what += " on " + n.DeviceID()
 	if cs.cap.Description != "" {
 		what += ": " + cs.cap.Description
 	}
 	p, err := n.approval.Register(approval.Ask{
-		Call:   approval.Call{Tool: cs.tool, Value: value, Key: req.IdempotencyKey, Caller: req.Caller.Party(), Definition: n.approvalDigest(cs)},
+		Call:   approval.Call{Tool: cs.tool, Value: value, Key: req.IdempotencyKey, Caller: req.Caller.Party(), Definition: n.approvalDigest(cs), HoldS: req.HoldS},
 		Source: n.DeviceID(), Unit: cs.cap.Unit, What: what, Reason: reason, SideEffects: cs.cap.SideEffects, ApproverRole: approverRole,
 	})
 	if err != nil {

@@ -64,6 +64,9 @@ type ApprovalRequired struct {
 	// Pending is set when another person must approve and the request was
 	// registered: Body says so; no elicitation round is started.
 	Pending *PendingApproval
+	// HoldS is the call's hold_s (0: none), bound into the round's
+	// fingerprint like the value.
+	HoldS int
 }
 
 func (e *ApprovalRequired) Error() string { return "human approval required: " + e.Reason }
@@ -250,7 +253,7 @@ func (n *Node) refuseAs(event string, res promcp.DoResult, caller Caller, r refu
 // when another person must approve, registers the request
 // (req.RequestApproval) and answers that it is pending.
 func (n *Node) approvalRequired(res promcp.DoResult, req DoRequest, cs *capState, v Verdict) error {
-	ar := &ApprovalRequired{Tool: cs.tool, Value: res.RequestedValue, Reason: v.Reason, SideEffects: cs.cap.SideEffects, Gate: v.Gate, Approver: v.Approver}
+	ar := &ApprovalRequired{Tool: cs.tool, Value: res.RequestedValue, Reason: v.Reason, SideEffects: cs.cap.SideEffects, Gate: v.Gate, Approver: v.Approver, HoldS: req.HoldS}
 	r := refusal{perm: v.Permission, code: string(v.Permission),
 		reason:  v.Reason + ". Nothing was actuated. A client that supports elicitation is asked to confirm; otherwise a person with the required role must approve and run it",
 		details: v.Details}

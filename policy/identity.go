@@ -206,6 +206,41 @@ func (id *Identity) authenticateJWT(raw string) (Principal, error) {
 	return Principal{}, best
 }
 
+// JWTProviderOf is the fingerprint of the provider that verifies raw now
+// (the one authenticateJWT takes), or "" when none does. A console session
+// opened with a JWT keeps it, never the JWT, and lives only while
+// TrustsJWTProvider still finds it: a reload that rotates the provider's
+// key, or changes its audience or role claim, changes what the JWT proves
+// and so ends the session.
+func (id *Identity) JWTProviderOf(raw string) string {
+	for i := range id.JWT {
+		if _, err := id.JWT[i].verify(raw); err == nil {
+			return id.JWT[i].fingerprint()
+		}
+	}
+	return ""
+}
+
+// TrustsJWTProvider reports whether a provider of fingerprint fp (see
+// JWTProviderOf) is configured.
+func (id *Identity) TrustsJWTProvider(fp string) bool {
+	return fp != "" && slices.ContainsFunc(id.JWT, func(p JWTProvider) bool { return p.fingerprint() == fp })
+}
+
+// fingerprint digests everything that decides what a JWT of p proves:
+// issuer, audience, role claim and key.
+func (p *JWTProvider) fingerprint() string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(p.Issuer), []byte(p.Audience), []byte(p.RoleClaim), p.HS256Key} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	if p.RS256Key != nil {
+		fmt.Fprintf(h, "rsa:%d:%x", p.RS256Key.E, p.RS256Key.N.Bytes())
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // unverifiedIssuer reads the iss claim without checking anything: it only
 // picks which provider's error to report, never whom to trust.
 func unverifiedIssuer(raw string) string {

@@ -42,10 +42,11 @@ func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method == http.MethodGet {
-		if ss, ok := s.sessionCaller(r); ok {
+		ss, ok := s.sessionCaller(r)
+		if ok {
 			v.SignedInAs = ss.caller.ID + " (" + ss.caller.Role + ")"
 		}
-		v.CSRF = preCSRF(w, r)
+		v.CSRF = s.loginCSRF(w, r, ss, ok)
 		writeHTML(w, http.StatusOK, "login.html", v, s)
 		return
 	}
@@ -54,7 +55,8 @@ func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, v.Next, http.StatusSeeOther)
 		return
 	}
-	v.CSRF, v.Error = preCSRF(w, r), err.Error()
+	ss, ok := s.sessionCaller(r)
+	v.CSRF, v.Error = s.loginCSRF(w, r, ss, ok), err.Error()
 	if wait := s.sessions.throttled(clientAddr(r), time.Now()); wait > 0 {
 		v.RetryAfterS = int(wait.Seconds() + 0.999)
 		w.Header().Set("Retry-After", fmt.Sprint(v.RetryAfterS))
@@ -63,6 +65,19 @@ func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="physd"`)
 	}
 	writeHTML(w, status, "login.html", v, s)
+}
+
+// loginCSRF is the CSRF token the sign-in form must carry: the one the
+// boundary will check when it is posted (csrfOK). A browser with a live
+// session posts it with its session cookie, so the session's token; the
+// page offered such a browser the physd-csrf token, and its "sign in as
+// someone else" was always refused (403). The cookie counts only without
+// an Authorization header, as in identifyWith.
+func (s *Server) loginCSRF(w http.ResponseWriter, r *http.Request, ss session, ok bool) string {
+	if ok && len(r.Header.Values("Authorization")) == 0 {
+		return ss.csrf
+	}
+	return preCSRF(w, r)
 }
 
 // clientAddr is the address failed sign-ins are counted by.
@@ -79,7 +94,11 @@ func clientAddr(r *http.Request) string {
 // status of a refusal and why.
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request) (int, error) {
 	now, addr := time.Now(), clientAddr(r)
-	if wait := s.sessions.throttled(addr, now); wait > 0 {
+	// The try is counted as a failure before the credential is checked
+	// (attempt), so concurrent tries cannot all pass the throttle; undo
+	// takes it back for anything but a wrong credential.
+	wait, undo := s.sessions.attempt(addr, now)
+	if wait > 0 {
 		return http.StatusTooManyRequests, fmt.Errorf("too many failed sign-ins from %s: try again in %d s", addr, int(wait.Seconds()+0.999))
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
@@ -103,8 +122,8 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) (int, error) {
 		err = errors.New("sign-in refused: " + err.Error())
 	}
 	if err != nil {
-		if status == http.StatusUnauthorized || status == http.StatusForbidden {
-			s.sessions.failed(addr, now)
+		if status != http.StatusUnauthorized && status != http.StatusForbidden {
+			undo()
 		}
 		s.log.Info("console sign-in refused", "status", status, "remote", r.RemoteAddr, "err", err)
 		return status, err
@@ -113,11 +132,15 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) (int, error) {
 	if exp, ok := jwtExpiry(token); ok && exp.Before(expires) {
 		expires = exp // a session never outlives the JWT that opened it
 	}
-	id, _, err := s.sessions.open(c, proofOf(c, token, r), now, expires)
+	undo() // a right credential is no failure (but forgives none before it)
+	var ident *policy.Identity
+	if s.opts.Guard != nil {
+		ident = &s.opts.Guard.Policy().Identity
+	}
+	id, _, err := s.sessions.open(c, proofOf(c, token, r, ident), now, expires)
 	if err != nil {
 		return http.StatusServiceUnavailable, err
 	}
-	s.sessions.succeeded(addr)
 	setSessionCookie(w, r, id, expires.Sub(now))
 	s.log.Info("console sign-in", "caller", c.ID, "role", c.Role, "remote", r.RemoteAddr)
 	return http.StatusOK, nil

@@ -57,8 +57,14 @@ type proof struct {
 	tokenSum  [32]byte // SHA-256 of the bearer token (policy or transport); zero: none
 	transport bool     // the token was the transport token
 	tokenID   string   // the policy token's id
-	jwtIssuer string   // a JWT's issuer, which must stay trusted
-	certFP    string   // the client certificate's certfp: credential; every request must present it
+	jwt       bool     // opened with a JWT: jwtProvider must stay trusted
+	// jwtProvider is the fingerprint of the JWT provider (issuer, audience,
+	// role claim and key) that verified the JWT: checking only that the
+	// issuer stays trusted let a session outlive a reload that rotated the
+	// key (after a leak) or changed the role claim, so that the JWT it was
+	// opened with no longer proved the session's role, or anything.
+	jwtProvider string
+	certFP      string // the client certificate's certfp: credential; every request must present it
 }
 
 type session struct {
@@ -225,7 +231,18 @@ func (st *sessions) throttled(addr string, now time.Time) time.Duration {
 	return f.until.Sub(now)
 }
 
-func (st *sessions) failed(addr string, now time.Time) {
+// attempt reserves one sign-in try for addr at now. It answers the wait
+// still due (> 0: refused, nothing counted), or counts the try as a
+// failure before the credential is checked and answers the undo for a try
+// that turns out not to be a wrong credential (a success, or a refusal
+// that is not the caller's guess). The check and the count are one step
+// under mu: a separate check, then a count after authenticating, let every
+// concurrent try of a flood pass the check before any of them counted.
+// A success undoes only its own try, never the address's earlier
+// failures: forgiving them let a holder of one valid token (a viewer's)
+// guess another (the admin's) without limit by signing in with their own
+// every fifth guess.
+func (st *sessions) attempt(addr string, now time.Time) (time.Duration, func()) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.sweep(now)
@@ -234,17 +251,32 @@ func (st *sessions) failed(addr string, now time.Time) {
 		f = &failures{}
 		st.fails[addr] = f
 	}
+	if now.Before(f.until) {
+		return f.until.Sub(now), nil
+	}
+	prevLast, prevUntil := f.last, f.until
 	f.n++
 	f.last = now
 	if f.n > freeFailures {
 		f.until = now.Add(min(time.Second<<min(f.n-freeFailures-1, 6), maxFailDelay))
 	}
-}
-
-func (st *sessions) succeeded(addr string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	delete(st.fails, addr)
+	set := f.until
+	return 0, func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if g := st.fails[addr]; g == f {
+			f.n--
+			if f.last == now {
+				f.last = prevLast
+			}
+			if f.until == set {
+				f.until = prevUntil
+			}
+			if f.n <= 0 {
+				delete(st.fails, addr)
+			}
+		}
+	}
 }
 
 // ---- the session as a credential -----------------------------------------
@@ -286,8 +318,8 @@ func (s *Server) stillValid(ss *session, r *http.Request) bool {
 		}) {
 			return false
 		}
-	case p.jwtIssuer != "":
-		if id == nil || !slices.ContainsFunc(id.JWT, func(j policy.JWTProvider) bool { return j.Issuer == p.jwtIssuer }) {
+	case p.jwt:
+		if id == nil || !id.TrustsJWTProvider(p.jwtProvider) {
 			return false
 		}
 	}
@@ -304,8 +336,9 @@ func (s *Server) stillValid(ss *session, r *http.Request) bool {
 }
 
 // proofOf is what re-checks a session opened by caller c with the bearer
-// token (may be "") and the request r.
-func proofOf(c node.Caller, bearer string, r *http.Request) proof {
+// token (may be "") and the request r, under the identity id in force (nil:
+// no policy).
+func proofOf(c node.Caller, bearer string, r *http.Request, id *policy.Identity) proof {
 	var p proof
 	if bearer != "" {
 		p.tokenSum = sha256.Sum256([]byte(bearer))
@@ -317,7 +350,10 @@ func proofOf(c node.Caller, bearer string, r *http.Request) proof {
 		default:
 			for _, cr := range c.Credentials {
 				if strings.HasPrefix(cr, "jwt:") {
-					p.jwtIssuer = jwtIssuer(bearer)
+					p.jwt = true // with no provider found (a reload in between), the session fails its first check
+					if id != nil {
+						p.jwtProvider = id.JWTProviderOf(bearer)
+					}
 				}
 			}
 		}
@@ -331,15 +367,7 @@ func proofOf(c node.Caller, bearer string, r *http.Request) proof {
 	return p
 }
 
-// jwtIssuer and jwtExpiry read claims of a JWT the policy already verified.
-func jwtIssuer(raw string) string {
-	var claims jwt.RegisteredClaims
-	if _, _, err := jwt.NewParser().ParseUnverified(raw, &claims); err != nil {
-		return ""
-	}
-	return claims.Issuer
-}
-
+// jwtExpiry reads the expiry of a JWT the policy already verified.
 func jwtExpiry(raw string) (time.Time, bool) {
 	var claims jwt.RegisteredClaims
 	if _, _, err := jwt.NewParser().ParseUnverified(raw, &claims); err != nil || claims.ExpiresAt == nil {
