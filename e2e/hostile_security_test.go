@@ -1013,8 +1013,15 @@ func TestHostileSecurityOddCredentialsAndOverride(t *testing.T) {
 	t.Parallel()
 	d := startHTTP(t, daemonOpts{extra: []string{"--policy", greenhousePolicy}})
 	for _, p := range []string{"/status?access_token=" + adminDemoToken, "/status?token=" + adminDemoToken, "/metrics?auth=" + adminDemoToken} {
-		if c, _, _ := hsReq(t, d, "GET", p, "", "", ""); c != 401 {
-			t.Errorf("GET %s: %d, want 401", p, c)
+		// access_token is OAuth's query parameter: refused outright as
+		// invalid_request (RFC 6750 §2.3, the MCP authorization spec); the
+		// other names are no credential at all.
+		want := 401
+		if strings.Contains(p, "access_token=") {
+			want = 400
+		}
+		if c, _, _ := hsReq(t, d, "GET", p, "", "", ""); c != want {
+			t.Errorf("GET %s: %d, want %d", p, c, want)
 		}
 	}
 	req, _ := http.NewRequest("GET", d.url("/status"), nil)
