@@ -12,16 +12,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/physd/physd/approval"
-	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
-	"github.com/physd/physd/gate"
-	"github.com/physd/physd/guard"
-	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/node"
-	"github.com/physd/physd/policy"
-	"github.com/physd/physd/store"
 )
 
 func example(name string) string {
@@ -36,12 +30,6 @@ type rig struct {
 	n           *node.Node
 	listChanged chan struct{} // one value per tools/list_changed received
 	progress    func(*mcp.ProgressNotificationParams)
-}
-
-type nonces struct{ st *store.Store }
-
-func (n nonces) Consume(nonce string, exp time.Time) (bool, error) {
-	return n.st.ConsumeNonce(nonce, exp)
 }
 
 // newRig serves the greenhouse with its policy to an in-memory MCP client
@@ -75,40 +63,8 @@ func newRigOpts(t *testing.T, elicit bool, opts mcpserver.Options) *rig {
 
 func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPath string) *rig {
 	t.Helper()
-	m, err := manifest.Load(example("physmcp.manifest.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Load(policyPath, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcfg, err := gate.DecodeConfig(pol.Gate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gate.New(gcfg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gd := guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: gd.SamePerson, Installation: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: gd, Approvals: ap})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := testrig.Open(t, example("physmcp.manifest.yml"), testrig.ReadFile(t, policyPath), nil)
+	n, gd, al := tr.Node, tr.Guard, tr.Audit
 	opts.Guard, opts.Audit = gd, al
 	srv := mcpserver.New(n, opts)
 	ct, stt := mcp.NewInMemoryTransports()
@@ -142,11 +98,8 @@ func newRigFull(t *testing.T, elicit bool, opts mcpserver.Options, era, policyPa
 	t.Cleanup(func() {
 		cs.Close()
 		ss.Wait()
-		n.Close(context.Background())
-		al.Close()
-		st.Close()
 	})
-	r.cs, r.plant, r.srv, r.n = cs, n.Buses()["plant"].(*sim.Plant), srv, n
+	r.cs, r.plant, r.srv, r.n = cs, tr.Plant, srv, n
 	return r
 }
 

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -15,16 +14,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/physd/physd/approval"
-	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
-	"github.com/physd/physd/gate"
-	"github.com/physd/physd/guard"
-	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/mcpserver"
-	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/store"
 	"github.com/physd/physd/web"
 )
 
@@ -295,40 +288,8 @@ type rig struct {
 
 func newRig(t *testing.T, role, policyPath string) *rig {
 	t.Helper()
-	m, err := manifest.Load(example("physmcp.manifest.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Load(policyPath, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcfg, err := gate.DecodeConfig(pol.Gate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gate.New(gcfg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gd := guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: gd.SamePerson, Installation: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: gd, Approvals: ap})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := testrig.Open(t, example("physmcp.manifest.yml"), testrig.ReadFile(t, policyPath), nil)
+	n, gd, al := tr.Node, tr.Guard, tr.Audit
 	srv := mcpserver.New(n, mcpserver.Options{StdioRole: role, Guard: gd, Audit: al})
 	ct, stt := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(context.Background(), stt, nil)
@@ -344,11 +305,8 @@ func newRig(t *testing.T, role, policyPath string) *rig {
 	t.Cleanup(func() {
 		cs.Close()
 		ss.Wait()
-		n.Close(context.Background())
-		al.Close()
-		st.Close()
 	})
-	return &rig{cs: cs, plant: n.Buses()["plant"].(*sim.Plant), web: web.New(srv, web.Options{Guard: gd, Audit: al})}
+	return &rig{cs: cs, plant: tr.Plant, web: web.New(srv, web.Options{Guard: gd, Audit: al})}
 }
 
 func (r *rig) call(t *testing.T, p *mcp.CallToolParams) *mcp.CallToolResult {

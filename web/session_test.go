@@ -1,14 +1,12 @@
 package web_test
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,16 +14,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/physd/physd/approval"
-	"github.com/physd/physd/audit"
-	"github.com/physd/physd/gate"
-	"github.com/physd/physd/guard"
 	"github.com/physd/physd/internal/testpki"
+	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
-	"github.com/physd/physd/node"
 	"github.com/physd/physd/policy"
-	"github.com/physd/physd/store"
 	"github.com/physd/physd/web"
 )
 
@@ -345,45 +338,8 @@ func TestConsoleSessionFollowsThePolicy(t *testing.T) {
 // with no listener: it runs inside a synctest bubble.
 func handlerRig(t *testing.T, policyText string) http.Handler {
 	t.Helper()
-	m, err := manifest.Load(example("physmcp.manifest.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Parse("policy.yml", []byte(policyText), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcfg, err := gate.DecodeConfig(pol.Gate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gate.New(gcfg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gd := guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-	ap, err := approval.New(approval.Config{Nonces: nonces{st}, Same: gd.SamePerson, Installation: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al, Guard: gd, Approvals: ap})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.Close(context.Background())
-		al.Close()
-		st.Close()
-	})
+	tr := testrig.Open(t, example("physmcp.manifest.yml"), policyText, nil)
+	n, gd, al := tr.Node, tr.Guard, tr.Audit
 	ms := mcpserver.New(n, mcpserver.Options{Guard: gd, Audit: al})
 	return web.New(ms, web.Options{Guard: gd, Audit: al}).Handler()
 }

@@ -10,33 +10,21 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/physd/physd/approval"
-	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/sim"
-	"github.com/physd/physd/gate"
 	"github.com/physd/physd/guard"
-	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
-	"github.com/physd/physd/policy"
-	"github.com/physd/physd/store"
 	"github.com/physd/physd/web"
 )
 
 func example(name string) string {
 	_, f, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(f), "..", "examples", "greenhouse", name)
-}
-
-type nonces struct{ st *store.Store }
-
-func (n nonces) Consume(nonce string, exp time.Time) (bool, error) {
-	return n.st.ConsumeNonce(nonce, exp)
 }
 
 // Demo tokens of the greenhouse policy.
@@ -81,44 +69,9 @@ type surface struct {
 // makes it an HTTPS server.
 func newSurface(t *testing.T, policyText string, opts web.Options, tlsConfig *tls.Config) *surface {
 	t.Helper()
-	m, err := manifest.Load(example("physmcp.manifest.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := node.Config{Manifest: m, Store: st, Audit: al}
-	if policyText != "" {
-		pol, err := policy.Parse("policy.yml", []byte(policyText), m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gcfg, err := gate.DecodeConfig(pol.Gate)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := gate.New(gcfg, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Guard = guard.New(guard.Config{Policy: pol, Gate: g, State: st, DeviceID: m.Device.ID})
-		if cfg.Approvals, err = approval.New(approval.Config{Nonces: nonces{st}, Same: opts.Guard.SamePerson, Installation: "test"}); err != nil {
-			t.Fatal(err)
-		}
-		cfg.Guard = opts.Guard
-	}
-	n, err := node.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plant := n.Buses()["plant"].(*sim.Plant)
+	tr := testrig.Open(t, example("physmcp.manifest.yml"), policyText, nil)
+	n, al, plant := tr.Node, tr.Audit, tr.Plant
+	opts.Guard = tr.Guard
 	opts.Audit, opts.Metrics = al, metrics.New()
 	opts.SimControls = map[string]http.Handler{"plant": plant.ControlHandler()}
 	ms := mcpserver.New(n, mcpserver.Options{Guard: opts.Guard, Audit: al, Metrics: opts.Metrics})
@@ -131,11 +84,8 @@ func newSurface(t *testing.T, policyText string, opts web.Options, tlsConfig *tl
 	}
 	t.Cleanup(func() {
 		hs.Close()
-		n.Close(context.Background())
-		al.Close()
-		st.Close()
 	})
-	return &surface{srv: hs, plant: plant, guard: opts.Guard, audit: filepath.Join(dir, "audit", "audit.jsonl"), node: n, mcp: ms}
+	return &surface{srv: hs, plant: plant, guard: opts.Guard, audit: tr.AuditFile, node: n, mcp: ms}
 }
 
 // bearerRT adds headers to every request of an MCP client.
