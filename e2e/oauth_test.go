@@ -546,3 +546,52 @@ func jwtKid(t *testing.T, raw string) string {
 	}
 	return hdr.Kid
 }
+
+// TestOAuthConsoleSession: an operator's OAuth access token signs in to the
+// console like a policy token, and the session follows the policy: a reload
+// that maps the token's scope to a lower role ends it (the session keeps
+// the token's issuer and scopes, never the token), and so does one that
+// drops the authorization server.
+func TestOAuthConsoleSession(t *testing.T) {
+	t.Parallel()
+	as := startAS(t)
+	pol := oauthPolicy(t, as.issuer)
+	d := startHTTP(t, daemonOpts{extra: []string{"--policy", pol}})
+	orig, err := os.ReadFile(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewrite := func(old, new string) {
+		t.Helper()
+		if !strings.Contains(string(orig), old) {
+			t.Fatalf("examples/oauth/physmcp.policy.yml no longer has %q", old)
+		}
+		if err := os.WriteFile(pol, []byte(strings.Replace(string(orig), old, new, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		hupAndWait(t, d, "policy reloaded")
+	}
+	operTok := as.clientCredentials(t, oauthResource, oauthOperScope)
+
+	s := mustSignIn(t, d, operTok)
+	if p := acDo(t, d, "GET", "/", acOpts{cookies: s.cookies(), accept: "text/html"}).body; !strings.Contains(p, "(operator)") {
+		t.Fatalf("the OAuth token's session is not an operator's:\n%.600s", p)
+	}
+	if r := acDo(t, d, "GET", "/approvals", acOpts{cookies: s.cookies()}); r.code != 200 {
+		t.Fatalf("the operator's OAuth session lists no approvals: %d %.200s", r.code, r.body)
+	}
+	rewrite("physd:operate: operator", "physd:operate: viewer")
+	if r := acDo(t, d, "GET", "/approvals", acOpts{cookies: s.cookies()}); r.code == 200 {
+		t.Error("the session still lists the approvals after physd:operate was mapped to viewer")
+	}
+	if s.alive(t, d) {
+		t.Error("an OAuth session outlived a reload that gives its scopes another role")
+	}
+
+	rewrite("", "") // the original policy back
+	s = mustSignIn(t, d, operTok)
+	rewrite("      - issuer: "+as.issuer, "      - issuer: "+as.issuer+"other/")
+	if s.alive(t, d) {
+		t.Error("an OAuth session outlived a reload that no longer trusts its authorization server")
+	}
+}

@@ -163,6 +163,22 @@ func (o *OAuth) issuer(iss string) bool {
 	return o != nil && slices.ContainsFunc(o.Servers, func(a AuthServer) bool { return a.Issuer == iss })
 }
 
+// SessionRole is the role an access token from issuer with these scopes
+// gives under this policy now ("none" when issuer is no longer one of its
+// authorization servers): what a console session opened with such a token
+// re-checks on every request, so that a reload which drops the AS or remaps
+// a scope ends the session.
+func (o *OAuth) SessionRole(issuer string, scopes []string) string {
+	if !o.issuer(issuer) {
+		return "none"
+	}
+	return o.RoleOf(scopes)
+}
+
+// IssuerOf is the issuer of a person's JWT or OAuth credential
+// (JWTCredential); ok is false for any other credential.
+func IssuerOf(credential string) (issuer string, ok bool) { return jwtIssuerOf(credential) }
+
 // introspects reports whether any authorization server checks opaque
 // tokens.
 func (o *OAuth) introspects() bool {

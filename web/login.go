@@ -116,6 +116,10 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) (int, error) {
 		status = http.StatusBadRequest
 	case err == nil && c.ID == anonymous:
 		err, status = errors.New("enter an access token"), http.StatusUnauthorized
+	case err == nil && strings.HasPrefix(c.ID, policy.OAuthPrincipalPrefix) && strings.Count(token, ".") != 2:
+		// An opaque token is checked by introspection on each request; a
+		// session would outlive a revocation the AS reports.
+		err, status = errors.New("sign in with a JWT access token or a policy token: an opaque OAuth token is checked with the authorization server on every request, which a session cannot do"), http.StatusBadRequest
 	case err == nil && policy.RoleLevel(c.Role) < policy.RoleLevel("viewer"):
 		err, status = errors.New(c.ID+" has the role "+c.Role+", which opens no console (viewer at least)"), http.StatusForbidden
 	case err != nil:

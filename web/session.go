@@ -65,6 +65,10 @@ type proof struct {
 	// opened with no longer proved the session's role, or anything.
 	jwtProvider string
 	certFP      string // the client certificate's certfp: credential; every request must present it
+	// oauthIssuer and oauthScopes are an OAuth access token's issuer and
+	// scopes (space-separated): the session lives while that issuer is an
+	// authorization server of the policy and the scopes give its role.
+	oauthIssuer, oauthScopes string
 }
 
 type session struct {
@@ -318,6 +322,10 @@ func (s *Server) stillValid(ss *session, r *http.Request) bool {
 		}) {
 			return false
 		}
+	case p.oauthIssuer != "":
+		if id == nil || id.OAuth == nil || id.OAuth.SessionRole(p.oauthIssuer, strings.Fields(p.oauthScopes)) != role {
+			return false
+		}
 	case p.jwt:
 		if id == nil || !id.TrustsJWTProvider(p.jwtProvider) {
 			return false
@@ -347,6 +355,15 @@ func proofOf(c node.Caller, bearer string, r *http.Request, id *policy.Identity)
 			p.transport = true
 		case strings.HasPrefix(c.ID, "token:"):
 			p.tokenID, _, _ = strings.Cut(strings.TrimPrefix(c.ID, "token:"), " via ")
+		case strings.HasPrefix(c.ID, policy.OAuthPrincipalPrefix):
+			// Not a JWT provider's token: an authorization server's. Its
+			// scopes are read from the JWT the sign-in just verified (an
+			// opaque token has none to read: the sign-in refuses it).
+			for _, cr := range c.Credentials {
+				if iss, ok := policy.IssuerOf(cr); ok {
+					p.oauthIssuer, p.oauthScopes = iss, oauthScopes(bearer)
+				}
+			}
 		default:
 			for _, cr := range c.Credentials {
 				if strings.HasPrefix(cr, "jwt:") {
@@ -365,6 +382,30 @@ func proofOf(c node.Caller, bearer string, r *http.Request, id *policy.Identity)
 		}
 	}
 	return p
+}
+
+// oauthScopes are the scopes of an OAuth JWT access token the policy
+// already verified (scope, or scp as a list or a string), space-separated.
+func oauthScopes(raw string) string {
+	claims := jwt.MapClaims{}
+	if _, _, err := jwt.NewParser().ParseUnverified(raw, claims); err != nil {
+		return ""
+	}
+	var out []string
+	if s, ok := claims["scope"].(string); ok {
+		out = append(out, strings.Fields(s)...)
+	}
+	switch scp := claims["scp"].(type) {
+	case string:
+		out = append(out, strings.Fields(scp)...)
+	case []any:
+		for _, v := range scp {
+			if s, ok := v.(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // jwtExpiry reads the expiry of a JWT the policy already verified.
