@@ -533,13 +533,23 @@ func TestAttackSIGHUPTripsHealthyPlant(t *testing.T) {
 		}
 		time.Sleep(time.Duration(1300+round*170) * time.Millisecond)
 		if v := heaterAt(bank); v != 60 {
+			// The drive's audit line follows its verified write: give it a
+			// moment, so the failure says why.
 			var why []string
-			for _, r := range atkAudit(t, d.state) {
-				if r.Event == "safe_state" {
-					why = append(why, r.Reason)
+			for end := time.Now().Add(3 * time.Second); len(why) == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				for _, r := range atkAudit(t, d.state) {
+					if r.Event == "safe_state" {
+						why = append(why, r.Reason)
+					}
 				}
 			}
-			t.Fatalf("round %d: a SIGHUP that changed only read_vent's description drove the heater to %d with the vent at 40: %q", round, v, why)
+			var logged []string
+			for _, line := range strings.Split(d.stderr.String(), "\n") {
+				if strings.Contains(line, "interlock") || strings.Contains(line, "safe state") || strings.Contains(line, "reload") {
+					logged = append(logged, line)
+				}
+			}
+			t.Fatalf("round %d: a SIGHUP that changed only read_vent's description drove the heater to %d with the vent at 40: %q\nlog:\n%s", round, v, why, strings.Join(logged, "\n"))
 		}
 	}
 }
