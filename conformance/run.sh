@@ -3,7 +3,8 @@
 #
 #   conformance/run.sh            # both parts below
 #   conformance/run.sh suite      # MCP conformance suite, 2026-07-28 and 2025-11-25
-#   conformance/run.sh ts         # TypeScript SDK v2 client (conformance/ts-client), HTTP, stdio and HTTPS
+#   conformance/run.sh ts         # TypeScript SDK v2 client (conformance/ts-client), HTTP, stdio and HTTPS,
+#                                 # and its OAuth client against the zitadel OP (e2e TestOAuthTSClient)
 #
 # Installs Node 22 and the pinned npm packages (package-lock.json) into
 # conformance/node_modules with `npm ci`, only when the lockfile changed;
@@ -140,13 +141,31 @@ run_ts() {
   return $code
 }
 
+# The SDK's OAuth client (conformance/ts-client/oauth.mjs) against physd
+# behind the zitadel OP: the OP lives in the e2e tests' Go code, so the e2e
+# test that starts both runs it (required here: it skips without Node).
+run_ts_oauth() {
+  local log=$OUT/ts-oauth.log code
+  set +e
+  (cd "$ROOT" && PHYSD_REQUIRE_TS=1 go test -count=1 -run '^TestOAuthTSClient$' -v ./e2e) >"$log" 2>&1
+  code=$?
+  set -e
+  if [ "$code" -ne 0 ]; then
+    grep -E '"ok":false|FAIL|Error' "$log" | head -20 || true
+    echo "ts-client oauth: failed (log $(rel "$log"))"
+  else
+    echo "ts-client oauth: discovery, client_credentials, step-up, read_/can_do/do_ ok (log $(rel "$log"))"
+  fi
+  return $code
+}
+
 setup_node
 build_physd
 rc=0
 for p in "${parts[@]}"; do
   case $p in
     suite) run_suite || rc=1 ;;
-    ts) run_ts || rc=1 ;;
+    ts) run_ts || rc=1; run_ts_oauth || rc=1 ;;
     *) echo "usage: conformance/run.sh [suite] [ts]"; exit 2 ;;
   esac
 done

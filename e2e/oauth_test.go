@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -68,7 +69,7 @@ func startAS(t *testing.T) *testAS {
 	registerNative.Do(func() { storage.RegisterClients(storage.NativeClient(nativeClient, nativeRedirect)) })
 	srv := httptest.NewUnstartedServer(nil)
 	issuer := "http://" + srv.Listener.Addr().String() + "/"
-	st := &asStorage{Storage: storage.NewStorage(storage.NewUserStore(issuer)), audiences: map[string]string{}}
+	st := &asStorage{Storage: storage.NewStorage(storage.NewUserStore(issuer)), issuer: issuer, audiences: map[string]string{}, issued: map[string]issuedToken{}}
 	st.rotate(t)
 	// The example logs every request through slog's default logger, which
 	// it replaces with the one given: a silent one keeps the test output
@@ -89,10 +90,68 @@ func startAS(t *testing.T) *testAS {
 // resource, a rotatable signing key and, on demand, tokens issued expired.
 type asStorage struct {
 	*storage.Storage
+	issuer    string
 	mu        sync.Mutex
 	keys      []*asKey          // published; the last one signs
 	audiences map[string]string // auth request id -> resource
 	expired   atomic.Bool
+	// opaque makes the clients get opaque (zitadel's encrypted id)
+	// access tokens instead of JWTs: physd checks them by introspection.
+	opaque atomic.Bool
+	issued map[string]issuedToken // access token id -> what introspection tells
+	lastID string
+}
+
+// issuedToken is what the storage answers an introspection with.
+type issuedToken struct {
+	aud, sub string
+	scopes   []string
+	exp      time.Time
+}
+
+// The resource server client: physd authenticates as it at the
+// introspection endpoint (client_secret_basic).
+const (
+	introClient = "physd-introspect"
+	introSecret = "introspection-secret"
+)
+
+func (s *asStorage) AuthorizeClientIDSecret(ctx context.Context, id, secret string) error {
+	if id == introClient {
+		if secret != introSecret {
+			return errors.New("invalid secret")
+		}
+		return nil
+	}
+	return s.Storage.AuthorizeClientIDSecret(ctx, id, secret)
+}
+
+// SetIntrospectionFromToken answers RFC 7662 for the resource server
+// client only (the example storage answers only a client in the token's
+// audience and only for users, not service accounts): active with the
+// token's audience (the RFC 8707 resource), subject, scope and expiry, or
+// inactive (an error) when unknown, revoked or expired.
+func (s *asStorage) SetIntrospectionFromToken(ctx context.Context, r *oidc.IntrospectionResponse, tokenID, subject, clientID string) error {
+	if clientID != introClient {
+		return errors.New("not the resource server")
+	}
+	s.mu.Lock()
+	tok, ok := s.issued[tokenID]
+	s.mu.Unlock()
+	if !ok || tok.sub != subject || time.Now().After(tok.exp) {
+		return errors.New("token is not active")
+	}
+	r.Issuer, r.Subject, r.Audience, r.Scope, r.ClientID = s.issuer, tok.sub, oidc.Audience{tok.aud}, tok.scopes, serviceClient
+	r.Expiration = oidc.FromTime(tok.exp)
+	return nil
+}
+
+// revoke forgets the last access token issued (the example storage's own
+// revocation answers only the client of an authorization code token).
+func (s *asStorage) revokeLast() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.issued, s.lastID)
 }
 
 type asKey struct {
@@ -143,10 +202,19 @@ func (s *asStorage) KeySet(context.Context) ([]op.Key, error) {
 	return out, nil
 }
 
-// jwtClient issues JWT access tokens and allows physd's scopes.
-type jwtClient struct{ op.Client }
+// jwtClient issues JWT access tokens (opaque ones when opaque) and allows
+// physd's scopes.
+type jwtClient struct {
+	op.Client
+	opaque bool
+}
 
-func (jwtClient) AccessTokenType() op.AccessTokenType { return op.AccessTokenTypeJWT }
+func (c jwtClient) AccessTokenType() op.AccessTokenType {
+	if c.opaque {
+		return op.AccessTokenTypeBearer
+	}
+	return op.AccessTokenTypeJWT
+}
 func (c jwtClient) IsScopeAllowed(s string) bool {
 	return strings.HasPrefix(s, "physd:") || c.Client.IsScopeAllowed(s)
 }
@@ -156,7 +224,7 @@ func (s *asStorage) GetClientByClientID(ctx context.Context, id string) (op.Clie
 	if err != nil {
 		return nil, err
 	}
-	return jwtClient{c}, nil
+	return jwtClient{c, s.opaque.Load()}, nil
 }
 
 func (s *asStorage) ClientCredentials(ctx context.Context, id, secret string) (op.Client, error) {
@@ -164,7 +232,7 @@ func (s *asStorage) ClientCredentials(ctx context.Context, id, secret string) (o
 	if err != nil {
 		return nil, err
 	}
-	return jwtClient{c}, nil
+	return jwtClient{c, s.opaque.Load()}, nil
 }
 
 func resourceOf(ctx context.Context) string {
@@ -219,6 +287,12 @@ func (s *asStorage) CreateAccessToken(ctx context.Context, req op.TokenRequest) 
 	id, exp, err := s.Storage.CreateAccessToken(ctx, req)
 	if s.expired.Load() {
 		exp = time.Now().Add(-10 * time.Minute) // beyond physd's 30 s skew
+	}
+	if err == nil {
+		s.mu.Lock()
+		s.issued[id] = issuedToken{aud: resourceOf(ctx), sub: req.GetSubject(), scopes: req.GetScopes(), exp: exp}
+		s.lastID = id
+		s.mu.Unlock()
 	}
 	return id, exp, err
 }

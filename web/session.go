@@ -1,6 +1,7 @@
 package web
 
 import (
+	"container/list"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -87,10 +88,14 @@ type sessions struct {
 	mu    sync.Mutex
 	byID  map[[32]byte]*session
 	fails map[string]*failures // sign-in failures by client address
+	// failOrder holds the fails entries least recently tried first, so
+	// expiry and eviction take the front: O(1) per sign-in however many
+	// addresses are tracked (at most maxFailAddrs).
+	failOrder *list.List
 }
 
 func newSessions() *sessions {
-	return &sessions{byID: map[[32]byte]*session{}, fails: map[string]*failures{}}
+	return &sessions{byID: map[[32]byte]*session{}, fails: map[string]*failures{}, failOrder: list.New()}
 }
 
 // randomToken is 32 random bytes, base64url: a session id or CSRF secret.
@@ -144,10 +149,26 @@ func (st *sessions) sweep(now time.Time) {
 			delete(st.byID, k)
 		}
 	}
-	for ip, f := range st.fails {
-		if now.Sub(f.last) > failWindow {
-			delete(st.fails, ip)
+	st.sweepFails(now)
+}
+
+// sweepFails drops the failure records not tried for failWindow, from the
+// front of failOrder (mu held). It stops at the first live one: the cost
+// is the number dropped, never the size of the table.
+func (st *sessions) sweepFails(now time.Time) {
+	for e := st.failOrder.Front(); e != nil; e = st.failOrder.Front() {
+		f := e.Value.(*failures)
+		if now.Sub(f.touched) <= failWindow {
+			return
 		}
+		st.dropFail(f)
+	}
+}
+
+func (st *sessions) dropFail(f *failures) {
+	st.failOrder.Remove(f.elem)
+	if st.fails[f.addr] == f {
+		delete(st.fails, f.addr)
 	}
 }
 
@@ -215,12 +236,20 @@ const (
 	freeFailures = 5
 	maxFailDelay = time.Minute
 	failWindow   = 15 * time.Minute
+	// maxFailAddrs caps the addresses tracked: a flood from many source
+	// addresses evicts the least recently tried record rather than grow the
+	// table (an address evicted gets its free tries again, as one not yet
+	// seen would: per-address counting never held against many addresses).
+	maxFailAddrs = 4096
 )
 
 type failures struct {
-	n     int
-	last  time.Time
-	until time.Time
+	addr    string
+	n       int
+	last    time.Time
+	until   time.Time
+	touched time.Time // the latest try, refused ones too (last may be restored by an undo); failOrder and expiry are by it
+	elem    *list.Element
 }
 
 // throttled is how long the address must still wait before a sign-in is
@@ -249,12 +278,22 @@ func (st *sessions) throttled(addr string, now time.Time) time.Duration {
 func (st *sessions) attempt(addr string, now time.Time) (time.Duration, func()) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.sweep(now)
+	st.sweepFails(now)
 	f := st.fails[addr]
 	if f == nil {
-		f = &failures{}
+		if len(st.fails) >= maxFailAddrs {
+			st.dropFail(st.failOrder.Front().Value.(*failures))
+		}
+		f = &failures{addr: addr}
+		f.elem = st.failOrder.PushBack(f)
 		st.fails[addr] = f
 	}
+	// a try, refused or counted, makes the address the most recently
+	// tried: a throttled address under attack is the last one evicted
+	if now.After(f.touched) {
+		f.touched = now
+	}
+	st.failOrder.MoveToBack(f.elem)
 	if now.Before(f.until) {
 		return f.until.Sub(now), nil
 	}
@@ -277,7 +316,7 @@ func (st *sessions) attempt(addr string, now time.Time) (time.Duration, func()) 
 				f.until = prevUntil
 			}
 			if f.n <= 0 {
-				delete(st.fails, addr)
+				st.dropFail(f)
 			}
 		}
 	}
