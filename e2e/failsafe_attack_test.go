@@ -493,15 +493,20 @@ func TestAttackSIGHUPTripsHealthyPlant(t *testing.T) {
 	t.Parallel() // its own daemon, port 0 state and Modbus bank; generous limits
 	bank, srv := startDevice(t, "127.0.0.1:0")
 	dir := t.TempDir()
-	// The vent's reads may take up to a second (default max age: 2 × poll +
-	// timeout = 1.2 s): the test is about the reload, and on a loaded
-	// machine a 120 ms read that misses a 200 ms timeout is a real stale
-	// reading, which rightly trips.
+	// The bus and the vent wait up to a second for a reply (default max
+	// age: 2 × poll + timeout = 1.2 s): the test is about the reload, and
+	// on a loaded machine a 120 ms read that misses the usual 200 ms bus
+	// timeout is a real stale reading, which rightly trips.
 	caps := slices.Clone(interlockCaps)
 	for i, c := range caps {
 		caps[i] = strings.Replace(c, "    description: vent position\n", "    description: vent position\n    timeout_ms: 1000\n", 1)
 	}
 	mp, pp := atkManifestFile(t, srv.Addr, caps), filepath.Join(dir, "physmcp.policy.yml")
+	if b, err := os.ReadFile(mp); err != nil || !strings.Contains(string(b), "timeout_ms: 200}") {
+		t.Fatalf("the modbus manifest's bus timeout changed: update this test (%v)", err)
+	} else if err := os.WriteFile(mp, []byte(strings.Replace(string(b), "timeout_ms: 200}", "timeout_ms: 1000}", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(pp, []byte(interlockPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
