@@ -154,7 +154,14 @@ type Stats struct {
 	Dropped   uint64 `json:"core_dropped"`
 	Errors    uint64 `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
-	Server    string `json:"server,omitempty"`
+	// AuditError is the last error of the audit path (sync or publish);
+	// cleared once a record is acknowledged.
+	AuditError string `json:"audit_error,omitempty"`
+	// Refused is the hub's last refusal of the audit subject (a
+	// permissions violation: these credentials may not publish as this
+	// site and device).
+	Refused string `json:"refused,omitempty"`
+	Server  string `json:"server,omitempty"`
 }
 
 // Uplink publishes one gateway's records to the hub.
@@ -181,6 +188,8 @@ type Uplink struct {
 	errs       atomic.Uint64
 	mu         sync.Mutex
 	lastErr    string
+	auditErr   string
+	refused    string
 	streamSeq  uint64 // the stream sequence of the device's last record (loop only)
 	createOnce bool
 }
@@ -256,6 +265,12 @@ func (u *Uplink) Start(al *audit.Log) error {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			u.fail("nats", err)
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+u.subject+`"`) {
+				u.mu.Lock()
+				u.refused = err.Error()
+				u.mu.Unlock()
+				u.log.Error("fleet: the hub refuses this gateway's audit subject; fix: credentials for this site, or the site they are for in network.fleet.site", "err", err.Error())
+			}
 		}),
 	}, u.cfg.Options...)
 	nc, err := nats.Connect(strings.Join(u.cfg.URLs, ","), opts...)
@@ -310,6 +325,9 @@ func (u *Uplink) loop() {
 		if err := u.drain(); err != nil {
 			u.synced.Store(false)
 			u.fail("audit", err)
+			u.mu.Lock()
+			u.auditErr = err.Error()
+			u.mu.Unlock()
 			u.log.Warn("fleet: audit records not published yet; retrying", "err", err.Error(), "cursor", u.cursor.Load())
 			backoff = time.Now().Add(u.cfg.ReconnectWait)
 		}
@@ -438,11 +456,21 @@ func (u *Uplink) publish(seq uint64, line []byte) error {
 	}
 	u.streamSeq = ack.Sequence
 	u.cursor.Store(seq)
-	u.published.Add(1)
+	if u.published.Add(1) == 1 || u.auditErrSet() {
+		u.mu.Lock()
+		u.auditErr = ""
+		u.mu.Unlock()
+	}
 	return nil
 }
 
 var errResync = errors.New("resync")
+
+func (u *Uplink) auditErrSet() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.auditErr != ""
+}
 
 // Follow publishes the node's observations that count as a change.
 func (u *Uplink) Follow(n *node.Node) {
@@ -514,7 +542,7 @@ func (u *Uplink) Stats() Stats {
 		s.Pending = s.Local - s.Cursor
 	}
 	u.mu.Lock()
-	s.LastError = u.lastErr
+	s.LastError, s.AuditError, s.Refused = u.lastErr, u.auditErr, u.refused
 	u.mu.Unlock()
 	if s.Connected {
 		s.Server = u.nc.ConnectedUrlRedacted()
