@@ -31,9 +31,9 @@ func newUplink(t *testing.T, h *natstest.Hub, al *audit.Log, user, pw, site, dev
 	return u
 }
 
-func admin(t *testing.T, h *natstest.Hub) (*nats.Conn, jetstream.JetStream) {
+func admin(t *testing.T, h *natstest.Hub, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(h.URL(), nats.UserInfo(natstest.Admin, natstest.Admin))
+	nc, err := nats.Connect(h.URL(), append(opts, nats.UserInfo(natstest.Admin, natstest.Admin))...)
 	if err != nil {
 		t.Fatal(err)
 	}

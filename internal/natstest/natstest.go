@@ -43,6 +43,13 @@ func SiteUser(name, password, prefix, site, stream string) *server.User {
 // Start runs a hub with JetStream in dir on a free loopback port.
 func Start(t testing.TB, dir string, users ...*server.User) *Hub {
 	t.Helper()
+	return StartWith(t, dir, nil, users...)
+}
+
+// StartWith is Start with the server's options adjusted by tune (NKey
+// users, TLS) before it starts.
+func StartWith(t testing.TB, dir string, tune func(*server.Options), users ...*server.User) *Hub {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -52,13 +59,26 @@ func Start(t testing.TB, dir string, users ...*server.User) *Hub {
 	users = append(users, &server.User{Username: Admin, Password: Admin})
 	h := &Hub{t: t, opts: server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, Users: users,
 		NoSigs: true, NoLog: true, MaxControlLine: 4096}}
+	if tune != nil {
+		tune(&h.opts)
+	}
 	h.Start()
 	t.Cleanup(h.Stop)
 	return h
 }
 
-// URL is the hub's nats:// URL.
-func (h *Hub) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", h.opts.Port) }
+// URL is the hub's nats:// URL (tls:// when it runs TLS).
+func (h *Hub) URL() string {
+	if h.opts.TLSConfig != nil {
+		return fmt.Sprintf("tls://127.0.0.1:%d", h.opts.Port)
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", h.opts.Port)
+}
+
+// SitePermissions are SiteUser's permissions (for an NKey user).
+func SitePermissions(prefix, site, stream string) *server.Permissions {
+	return SiteUser("", "", prefix, site, stream).Permissions
+}
 
 // Start (re)starts a stopped hub on its port and store.
 func (h *Hub) Start() {
