@@ -41,9 +41,7 @@ func (d *Daemon) startFleetUplink(context.Context) error {
 	if u == nil {
 		return nil
 	}
-	if err := u.Start(d.al); err != nil {
-		return err
-	}
+	u.Start(d.al)
 	u.Follow(d.n)
 	if d.alarms != nil {
 		d.alarms.OnEvent(u.Alarm)

@@ -142,7 +142,8 @@ type Stats struct {
 	// last (re)connect.
 	Synced bool `json:"synced"`
 	// Cursor is the last audit seq the stream is known to hold for this
-	// device; Local the last on local disk; Pending the difference.
+	// device (0 until the first sync); Local the last on local disk;
+	// Pending the difference (before the first sync, every local record).
 	Cursor  uint64 `json:"cursor"`
 	Local   uint64 `json:"local_seq"`
 	Pending uint64 `json:"pending"`
@@ -168,8 +169,8 @@ type Stats struct {
 type Uplink struct {
 	cfg     Config
 	log     *slog.Logger
-	nc      *nats.Conn
-	js      jetstream.JetStream
+	nc      atomic.Pointer[nats.Conn] // set once connected
+	js      jetstream.JetStream       // the loop's only
 	al      *audit.Log
 	base    string // <prefix>.<site>.<device>
 	subject string // base + ".audit"
@@ -240,9 +241,10 @@ func (u *Uplink) wake() {
 	}
 }
 
-// Start connects (in the background: a hub that cannot be reached does
-// not delay the gateway) and starts publishing the audit trail al.
-func (u *Uplink) Start(al *audit.Log) error {
+// Start connects in the background (a hub that cannot be reached, or is
+// slow to answer, never delays the gateway) and publishes the audit trail
+// al from then on.
+func (u *Uplink) Start(al *audit.Log) {
 	u.al = al
 	opts := append([]nats.Option{
 		nats.Name("physd " + u.cfg.Site + "/" + u.cfg.DeviceID),
@@ -273,22 +275,40 @@ func (u *Uplink) Start(al *audit.Log) error {
 			}
 		}),
 	}, u.cfg.Options...)
-	nc, err := nats.Connect(strings.Join(u.cfg.URLs, ","), opts...)
-	if err != nil {
-		return fmt.Errorf("fleet: %w", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return fmt.Errorf("fleet: %w", err)
-	}
-	u.nc, u.js = nc, js
-	if nc.IsConnected() {
-		u.onConnect(nc)
-	}
 	u.done.Add(1)
-	go u.loop()
-	return nil
+	go func() {
+		defer u.done.Done()
+		if u.connect(opts) {
+			u.loop()
+		}
+	}()
+}
+
+// connect dials until it has a connection (nats.go then reconnects by
+// itself) or the uplink is closed.
+func (u *Uplink) connect(opts []nats.Option) bool {
+	for {
+		nc, err := nats.Connect(strings.Join(u.cfg.URLs, ","), opts...)
+		if err == nil {
+			var js jetstream.JetStream
+			if js, err = jetstream.New(nc); err == nil {
+				u.js = js
+				u.nc.Store(nc)
+				if nc.IsConnected() {
+					u.onConnect(nc)
+				}
+				return true
+			}
+			nc.Close()
+		}
+		u.fail("connect", err)
+		u.log.Error("fleet: cannot connect to the hub; retrying", "err", err.Error())
+		select {
+		case <-u.stop:
+			return false
+		case <-time.After(u.cfg.ReconnectWait):
+		}
+	}
 }
 
 func (u *Uplink) onConnect(nc *nats.Conn) {
@@ -308,7 +328,6 @@ func (u *Uplink) fail(what string, err error) {
 // loop syncs the cursor and publishes what the stream does not hold yet,
 // on every audit record, every (re)connect, and once a second.
 func (u *Uplink) loop() {
-	defer u.done.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	backoff := time.Time{}
@@ -319,7 +338,7 @@ func (u *Uplink) loop() {
 		case <-u.nudge:
 		case <-tick.C:
 		}
-		if !u.nc.IsConnected() || time.Now().Before(backoff) {
+		if !u.nc.Load().IsConnected() || time.Now().Before(backoff) {
 			continue
 		}
 		if err := u.drain(); err != nil {
@@ -524,7 +543,8 @@ func (u *Uplink) Alarm(ev alarms.Event) {
 // core1 sends a best-effort message; not connected, it is dropped (and
 // counted): nats.go buffers nothing while disconnected.
 func (u *Uplink) core1(subject string, b []byte) {
-	if u.nc == nil || !u.nc.IsConnected() || u.nc.Publish(subject, b) != nil {
+	nc := u.nc.Load()
+	if nc == nil || !nc.IsConnected() || nc.Publish(subject, b) != nil {
 		u.dropped.Add(1)
 		return
 	}
@@ -533,7 +553,8 @@ func (u *Uplink) core1(subject string, b []byte) {
 
 // Stats reports the uplink's state.
 func (u *Uplink) Stats() Stats {
-	s := Stats{Connected: u.connected.Load() && u.nc != nil && u.nc.IsConnected(), Synced: u.synced.Load(), Cursor: u.cursor.Load(),
+	nc := u.nc.Load()
+	s := Stats{Connected: u.connected.Load() && nc != nil && nc.IsConnected(), Synced: u.synced.Load(), Cursor: u.cursor.Load(),
 		Published: u.published.Load(), Core: u.core.Load(), Dropped: u.dropped.Load(), Errors: u.errs.Load()}
 	if u.al != nil {
 		s.Local = u.al.Seq()
@@ -545,7 +566,7 @@ func (u *Uplink) Stats() Stats {
 	s.LastError, s.AuditError, s.Refused = u.lastErr, u.auditErr, u.refused
 	u.mu.Unlock()
 	if s.Connected {
-		s.Server = u.nc.ConnectedUrlRedacted()
+		s.Server = nc.ConnectedUrlRedacted()
 	}
 	return s
 }
@@ -556,9 +577,9 @@ func (u *Uplink) Close() {
 	u.once.Do(func() {
 		close(u.stop)
 		u.done.Wait()
-		if u.nc != nil {
-			_ = u.nc.FlushTimeout(time.Second)
-			u.nc.Close()
+		if nc := u.nc.Load(); nc != nil {
+			_ = nc.FlushTimeout(time.Second)
+			nc.Close()
 		}
 	})
 }

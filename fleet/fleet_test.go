@@ -25,9 +25,7 @@ func newUplink(t *testing.T, h *natstest.Hub, al *audit.Log, user, pw, site, dev
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Start(al); err != nil {
-		t.Fatal(err)
-	}
+	u.Start(al)
 	return u
 }
 
@@ -253,3 +251,31 @@ type sinkFunc func()
 
 func (f sinkFunc) Send([]byte) { f() }
 func (sinkFunc) Close() error  { return nil }
+
+// TestUplinkStartsWithoutHub: a gateway that starts while its hub is
+// down is not held up, and publishes once the hub is there.
+func TestUplinkStartsWithoutHub(t *testing.T) {
+	h := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "pw", "physd", "north", stream))
+	_, js := admin(t, h)
+	createStream(t, js)
+	h.Stop()
+	al, err := audit.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	appendN(t, al, 3)
+	began := time.Now()
+	u := newUplink(t, h, al, "north", "pw", "north", "gw_1")
+	defer u.Close()
+	if d := time.Since(began); d > 100*time.Millisecond {
+		t.Errorf("Start took %s with the hub down", d)
+	}
+	if s := u.Stats(); s.Connected || s.Pending != 3 {
+		t.Errorf("hub down: %+v", s)
+	}
+	h.Start()
+	_, js = admin(t, h)
+	waitFor(t, "3 records", 15*time.Second, func() bool { return u.Stats().Cursor == 3 })
+	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
+}

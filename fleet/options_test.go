@@ -75,9 +75,7 @@ func TestOptionsNKeyAndMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Start(al); err != nil {
-		t.Fatal(err)
-	}
+	u.Start(al)
 	defer u.Close()
 	waitFor(t, "5 records over TLS with the NKey", 10*time.Second, func() bool { return u.Stats().Cursor == 5 })
 	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
