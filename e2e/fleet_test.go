@@ -338,11 +338,35 @@ func TestFleetWANCutAndKill(t *testing.T) {
 	state := t.TempDir()
 	subject := "physd.north.gw_greenhouse_001.audit"
 
+	// The observations, best effort on core NATS.
+	nc, err := nats.Connect(hub.URL(), nats.UserInfo(natstest.Admin, natstest.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	obs, err := nc.SubscribeSync("physd.north.gw_greenhouse_001.obs.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+
 	d := startHTTP(t, daemonOpts{manifest: manifest, state: state})
 	cs := connectHTTP(t, d, "2026-07-28")
 	keys := doCalls(t, cs, "fleet-a", 10)
 	waitSynced(t, js, state, 20*time.Second)
 	sameTrail(t, js, subject, state)
+	m, err := obs.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no observation on the hub: %v", err)
+	}
+	var o struct {
+		Value   any    `json:"value"`
+		Quality string `json:"quality"`
+	}
+	if err := json.Unmarshal(m.Data, &o); err != nil || o.Quality == "" {
+		t.Errorf("observation on %s: %s (%v)", m.Subject, m.Data, err)
+	}
+	t.Logf("observation on %s: %s", m.Subject, m.Data)
 
 	// The WAN cut: the hub is down; the site keeps serving and is ready.
 	hub.Stop()

@@ -11,8 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/internal/natstest"
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
 )
 
 const stream = "PHYSD_AUDIT"
@@ -278,4 +282,56 @@ func TestUplinkStartsWithoutHub(t *testing.T) {
 	_, js = admin(t, h)
 	waitFor(t, "3 records", 15*time.Second, func() bool { return u.Stats().Cursor == 3 })
 	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
+}
+
+// TestCoreObservationsAndAlarms: observations that count as a change and
+// alarm events go out on their subjects; not connected, they are dropped
+// and counted.
+func TestCoreObservationsAndAlarms(t *testing.T) {
+	h := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "pw", "physd", "north", stream))
+	nc, _ := admin(t, h)
+	createStream(t, jsOf(t, nc))
+	sub, err := nc.SubscribeSync("physd.north.gw_1.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	al, err := audit.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	u := newUplink(t, h, al, "north", "pw", "north", "gw_1")
+	defer u.Close()
+	waitFor(t, "connected", 5*time.Second, func() bool { return u.Stats().Connected })
+	c := &manifest.Capability{Name: "temp", Kind: manifest.KindRead}
+	u.Observe(node.Observed{Cap: c, Obs: promcp.Observation{Value: 21.5, Quality: promcp.QualityGood}, Changed: false}) // not a change: not sent
+	u.Observe(node.Observed{Cap: c, Obs: promcp.Observation{Value: 22.5, Quality: promcp.QualityGood}, Changed: true})
+	u.Alarm(alarms.Event{Capability: "read_temp", Kind: "high", State: "raised", Message: "too hot"})
+	for _, want := range []struct{ subject, has string }{
+		{"physd.north.gw_1.obs.read_temp", `22.5`},
+		{"physd.north.gw_1.alarm.read_temp.high", `"raised"`},
+	} {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject != want.subject || !strings.Contains(string(m.Data), want.has) {
+			t.Errorf("got %s %s, want %s with %s", m.Subject, m.Data, want.subject, want.has)
+		}
+	}
+	h.Stop()
+	waitFor(t, "disconnected", 5*time.Second, func() bool { return !u.Stats().Connected })
+	u.Observe(node.Observed{Cap: c, Obs: promcp.Observation{Value: 23.5, Quality: promcp.QualityGood}, Changed: true})
+	if s := u.Stats(); s.Core != 2 || s.Dropped != 1 {
+		t.Errorf("stats: %+v", s)
+	}
+}
+
+func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
