@@ -345,9 +345,12 @@ func (u *Uplink) loop() {
 			u.synced.Store(false)
 			u.fail("audit", err)
 			u.mu.Lock()
+			again := u.auditErr == err.Error()
 			u.auditErr = err.Error()
 			u.mu.Unlock()
-			u.log.Warn("fleet: audit records not published yet; retrying", "err", err.Error(), "cursor", u.cursor.Load())
+			if !again { // the same error retried every second is logged once
+				u.log.Warn("fleet: audit records not published yet; retrying", "err", err.Error(), "cursor", u.cursor.Load())
+			}
 			backoff = time.Now().Add(u.cfg.ReconnectWait)
 		}
 	}
