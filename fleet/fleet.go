@@ -75,13 +75,13 @@ func Options(f *manifest.Fleet) ([]nats.Option, error) {
 	switch {
 	case f.CredentialsFile != "":
 		if _, err := os.Stat(f.CredentialsFile); err != nil {
-			return nil, fmt.Errorf("network.fleet.credentials_file: %w", err)
+			return nil, fmt.Errorf("network.fleet.credentials_file: %w; fix: the path of a file physd can read (it is read at start)", err)
 		}
 		opts = append(opts, nats.UserCredentials(f.CredentialsFile))
 	case f.NKeySeedFile != "":
 		o, err := nats.NkeyOptionFromSeed(f.NKeySeedFile)
 		if err != nil {
-			return nil, fmt.Errorf("network.fleet.nkey_seed_file: %w", err)
+			return nil, fmt.Errorf("network.fleet.nkey_seed_file: %w; fix: the path of a file physd can read (it is read at start)", err)
 		}
 		opts = append(opts, o)
 	case f.User != "":
@@ -89,7 +89,7 @@ func Options(f *manifest.Fleet) ([]nats.Option, error) {
 		if f.PasswordFile != "" {
 			b, err := os.ReadFile(f.PasswordFile)
 			if err != nil {
-				return nil, fmt.Errorf("network.fleet.password_file: %w", err)
+				return nil, fmt.Errorf("network.fleet.password_file: %w; fix: the path of a file physd can read (it is read at start)", err)
 			}
 			pw = strings.TrimRight(string(b), "\r\n")
 		}
@@ -100,7 +100,7 @@ func Options(f *manifest.Fleet) ([]nats.Option, error) {
 		if f.TLSCA != "" {
 			b, err := os.ReadFile(f.TLSCA)
 			if err != nil {
-				return nil, fmt.Errorf("network.fleet.tls.ca: %w", err)
+				return nil, fmt.Errorf("network.fleet.tls.ca: %w; fix: the path of a file physd can read (it is read at start)", err)
 			}
 			tc.RootCAs = x509.NewCertPool()
 			if !tc.RootCAs.AppendCertsFromPEM(b) {
@@ -263,6 +263,18 @@ func (u *Uplink) Start(al *audit.Log) {
 			u.synced.Store(false)
 			if err != nil {
 				u.log.Warn("fleet hub disconnected; the gateway keeps serving, records are sent after the link returns", "err", err.Error())
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return
+			}
+			u.mu.Lock()
+			again := u.lastErr == "connect: "+err.Error()
+			u.lastErr = "connect: " + err.Error()
+			u.mu.Unlock()
+			if !again {
+				u.log.Warn("fleet: the hub is not reachable; the gateway keeps serving, records are sent once it is", "err", err.Error())
 			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
