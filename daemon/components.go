@@ -24,7 +24,7 @@ import (
 // components is the gateway in start order; Run stops them in the
 // reverse order. The order is the dependencies': the audit trail feeds
 // MQTT, the guard judges the node's calls, the node's observations feed
-// history, alarms and MQTT, the mesh routes to the node, the MCP server
+// history, alarms, MQTT and the fleet uplink, the mesh routes to the node, the MCP server
 // serves all of them, the HTTP surface puts its boundary in front of the
 // MCP server (and authenticates routed calls from then on), the listeners
 // serve both, and mDNS advertises the listeners and the mesh once they
@@ -38,6 +38,7 @@ func (d *Daemon) components() []component {
 				d.pub.Close()
 			}
 		}},
+		{name: "fleet", start: d.startFleet},
 		{name: "audit", start: d.startAudit, stop: func(context.Context) { d.al.Close() }},
 		{name: "guard", start: d.startGuard},
 		{name: "signals", start: d.startSignals, stop: func(context.Context) { d.cancelSignals() }},
@@ -49,6 +50,7 @@ func (d *Daemon) components() []component {
 			}
 		}},
 		{name: "alarms", start: d.startAlarms, stop: func(context.Context) { d.alarms.Close() }},
+		{name: "fleet uplink", start: d.startFleetUplink, stop: d.stopFleet},
 		{name: "mesh", start: d.startMesh, stop: d.stopMesh},
 		{name: "http security", start: d.startHTTPSecurity},
 		{name: "mcp", start: d.startMCP},
@@ -115,7 +117,7 @@ func (d *Daemon) startMQTT(context.Context) (err error) {
 
 func (d *Daemon) startAudit(context.Context) (err error) {
 	m := d.cfg.Manifest
-	aopts := audit.Options{RetentionDays: m.Audit.RetentionDays, Sink: withMQTTSink(d.sink, d.pub)}
+	aopts := audit.Options{RetentionDays: m.Audit.RetentionDays, Sink: withFleetSink(withMQTTSink(d.sink, d.pub), d.up)}
 	d.al, err = audit.OpenWith(filepath.Join(d.cfg.StateDir, "audit"), aopts)
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/approval"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/fleet"
 	"github.com/physd/physd/guard"
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/mcpserver"
@@ -55,6 +56,7 @@ type Daemon struct {
 	st            *store.Store
 	sink          audit.Sink
 	pub           *mqtt.Publisher // nil without --mqtt-url
+	up            *fleet.Uplink   // nil without network.fleet
 	al            *audit.Log
 	guard         *guard.Guard // the policy (nil without --policy)
 	inForce       *guard.Guard // the policy, or the manifest-only guard: reloads replace its rules

@@ -59,7 +59,7 @@ func (d *Daemon) startHTTP(context.Context) error {
 	f := d.cfg
 	d.web = web.New(d.srv, web.Options{AuthToken: d.token, Logger: d.log, SimControls: d.simControls,
 		TLS: d.sec.TLS, AllowedHosts: d.sec.AllowedHosts, RequireCredentials: d.sec.RequireCredentials,
-		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), MeshReady: meshReady(d.site),
+		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), Fleet: fleetStatus(d.up), MeshReady: meshReady(d.site),
 		History: d.hist, Alarms: d.alarms})
 	d.creds.set(d.web)
 	return nil

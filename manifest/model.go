@@ -90,6 +90,8 @@ type Coordinates struct {
 type Network struct {
 	Protocols []Protocol `json:"protocols"`
 	Mesh      Mesh       `json:"mesh"`
+	// Fleet is the site uplink (physd extension); nil without a fleet block.
+	Fleet *Fleet `json:"fleet,omitempty"`
 }
 
 // Protocol is one network.protocols[] entry.

@@ -49,7 +49,7 @@ var (
 	locationKeys   = []string{"zone", "area", "description", "coordinates"}
 	coordKeys      = []string{"x", "y", "z"}
 	certKeys       = []string{"physmcp_certified", "cert_id", "cert_expiry"}
-	networkKeys    = []string{"protocols", "mesh"}
+	networkKeys    = []string{"protocols", "mesh", "fleet"}
 	protocolKeys   = []string{"type", "address", "mcp_port", "role"}
 	busKeys        = []string{"type"}
 	bindingKeys    = []string{"type", "address", "bus"}
@@ -225,6 +225,7 @@ func (p *parser) network(o *obj, deviceID string) Network {
 		}
 	}
 	nw.Mesh = p.mesh(o.sub("mesh", meshKeys, true), deviceID)
+	nw.Fleet = p.fleet(o.sub("fleet", fleetKeys, false))
 	return nw
 }
 

@@ -84,6 +84,28 @@ func networkSchema() *jsonschema.Schema {
 	return object("network", networkKeys, []string{"protocols", "mesh"}, props{
 		"protocols": listOf(protocol, 1, "How the device is reached."),
 		"mesh":      meshSchema(),
+		"fleet":     fleetSchema(),
+	})
+}
+
+func fleetSchema() *jsonschema.Schema {
+	return object("network.fleet", fleetKeys, []string{"urls", "site"}, props{
+		"enabled":          boolean("Publish to the fleet hub. Default true when this block is present."),
+		"urls":             listOf(pattern(`^(nats|tls)://[^@/]+$`, "A NATS server: nats://host:4222 or tls://host:4222.", "nats://hub.example:4222"), 1, "The hub's NATS servers; tried in turn."),
+		"site":             pattern(reSubjectToken.String(), "The site's name: the second token of every subject (physd.<site>.<device>....).", "greenhouse-north"),
+		"credentials_file": text("A NATS .creds file (user JWT and NKey seed).", true),
+		"nkey_seed_file":   text("A file holding the user's NKey seed (SU...).", true),
+		"user":             text("User name; the password is read from password_file.", true),
+		"password_file":    text("File holding the user's password (needs user).", true),
+		"tls": object("network.fleet.tls", fleetTLSKeys, nil, props{
+			"ca":   text("CA certificate (PEM) that issued the server's certificate.", true),
+			"cert": text("Client certificate (PEM); with key.", true),
+			"key":  text("Client private key (PEM); with cert.", true),
+		}),
+		"stream":             pattern(reStreamName.String(), "JetStream stream the audit records go to. Default "+DefaultFleetStream+".", DefaultFleetStream),
+		"subject_prefix":     pattern(reSubjectPrefix.String(), "First token(s) of every subject. Default "+DefaultFleetSubjectPrefix+".", DefaultFleetSubjectPrefix),
+		"connect_timeout_ms": integer(fmt.Sprintf("Deadline of one connection attempt. Default %d.", DefaultFleetConnectTimeoutMS), 100, 300_000),
+		"publish_timeout_ms": integer(fmt.Sprintf("Deadline of one JetStream publish acknowledgement. Default %d.", DefaultFleetPublishTimeoutMS), 100, math.MaxInt32),
 	})
 }
 

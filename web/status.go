@@ -25,6 +25,8 @@ type Status struct {
 	Capabilities []node.CapabilityStatus `json:"capabilities"`
 	Recent       []json.RawMessage       `json:"recent_actuations"`
 	Mesh         any                     `json:"mesh"`
+	// Fleet is the site uplink's state ({"enabled": false} without one).
+	Fleet any `json:"fleet"`
 	// Alarms are the alarms raised now (none without declared alarms).
 	Alarms []alarms.Active `json:"alarms"`
 	// SafeStates are the outputs physd drove to safe (until a do_
@@ -44,7 +46,7 @@ func (s *Server) status() Status {
 		Started: s.start.UTC(), UptimeS: int64(time.Since(s.start).Seconds()),
 		Ready: ready, Checks: checks, Policy: "none (" + node.NoPolicyNote + ")",
 		Capabilities: s.n.Capabilities(), Recent: s.n.RecentActuations(),
-		Mesh:       map[string]any{"enabled": false},
+		Mesh: map[string]any{"enabled": false}, Fleet: map[string]any{"enabled": false},
 		SafeStates: []node.SafeStatus{}, Leases: s.n.Leases(), Interlocks: s.n.InterlockStates(),
 	}
 	for _, ss := range s.n.SafeStatuses() {
@@ -54,6 +56,9 @@ func (s *Server) status() Status {
 	}
 	if s.opts.Mesh != nil {
 		st.Mesh = s.opts.Mesh()
+	}
+	if s.opts.Fleet != nil {
+		st.Fleet = s.opts.Fleet()
 	}
 	st.Alarms = []alarms.Active{}
 	if s.opts.Alarms != nil {

@@ -62,6 +62,8 @@ type Options struct {
 	PolicyPath string
 	// Mesh, when set, reports the mesh for /status.
 	Mesh func() any
+	// Fleet is /status's fleet uplink entry (nil: none).
+	Fleet func() any
 	// MeshReady, when set, is a /readyz check: the mesh is joined.
 	MeshReady func() error
 	// History, when set, draws the status page's charts.

@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/fleet"
+)
+
+// startFleet builds the site uplink from network.fleet (nothing without
+// one) before the audit trail opens, so that the trail's sink can wake it;
+// it connects in startFleetUplink, once the trail, the node and the alarm
+// engine exist. Reading its credentials is the only thing that can fail
+// here: a hub that cannot be reached never stops the gateway.
+func (d *Daemon) startFleet(context.Context) error {
+	cfg, err := fleet.ConfigFromManifest(d.cfg.Manifest, d.log)
+	if err != nil || cfg == nil {
+		return err
+	}
+	d.up, err = fleet.New(*cfg)
+	return err
+}
+
+// withFleetSink adds the uplink's wake-up to the audit's sink.
+func withFleetSink(s audit.Sink, u *fleet.Uplink) audit.Sink {
+	if u == nil {
+		return s
+	}
+	if s == nil {
+		return u.AuditSink()
+	}
+	return teeSink{s, u.AuditSink()}
+}
+
+// startFleetUplink connects (in the background), publishes the audit
+// trail from the stream's cursor, follows the observation stream and the
+// alarm events, and exports the uplink's state. /readyz does not look at
+// it: a site keeps working while its WAN is down.
+func (d *Daemon) startFleetUplink(context.Context) error {
+	u := d.up
+	if u == nil {
+		return nil
+	}
+	u.Start(d.al)
+	u.Follow(d.n)
+	if d.alarms != nil {
+		d.alarms.OnEvent(u.Alarm)
+	}
+	mx := d.mx
+	mx.Gauge("physd_fleet_connected", "1 while the fleet hub (NATS) is connected.", nil, func() float64 {
+		if u.Stats().Connected {
+			return 1
+		}
+		return 0
+	})
+	mx.Gauge("physd_fleet_published", "Audit records the fleet hub's stream acknowledged (this run).", nil, func() float64 { return float64(u.Stats().Published) })
+	mx.Gauge("physd_fleet_pending", "Audit records on local disk the fleet hub's stream does not hold yet (as of the last sync).", nil, func() float64 { return float64(u.Stats().Pending) })
+	mx.Gauge("physd_fleet_core_published", "Observations and alarm events sent to the fleet hub.", nil, func() float64 { return float64(u.Stats().Core) })
+	mx.Gauge("physd_fleet_core_dropped", "Observations and alarm events not sent: the fleet hub was not connected.", nil, func() float64 { return float64(u.Stats().Dropped) })
+	mx.Gauge("physd_fleet_errors", "Failed fleet syncs and publishes (retried).", nil, func() float64 { return float64(u.Stats().Errors) })
+	return nil
+}
+
+func (d *Daemon) stopFleet(context.Context) {
+	if d.up != nil {
+		d.up.Close()
+	}
+}
+
+// fleetStatus is /status's fleet entry.
+func fleetStatus(u *fleet.Uplink) func() any {
+	if u == nil {
+		return nil
+	}
+	return func() any {
+		return struct {
+			Enabled bool   `json:"enabled"`
+			Subject string `json:"subject"`
+			fleet.Stats
+		}{true, u.AuditSubject(), u.Stats()}
+	}
+}

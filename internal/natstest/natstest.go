@@ -1,0 +1,105 @@
+// Package natstest runs a real NATS server with JetStream (nats-server
+// embedded in the test process) for the fleet uplink's tests: per-site
+// users whose permissions confine them to their site's subjects, an
+// admin, and a stop/start on the same port and store (a WAN cut).
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Hub is one nats-server.
+type Hub struct {
+	t    testing.TB
+	opts server.Options
+	S    *server.Server
+}
+
+// Admin is the user name (and password) of the hub's operator.
+const Admin = "admin"
+
+// SiteUser is a gateway's user: it may publish under prefix.site. only,
+// ask the stream for its info and messages (the uplink's cursor) and
+// receive replies; nothing else.
+func SiteUser(name, password, prefix, site, stream string) *server.User {
+	return &server.User{Username: name, Password: password, Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			prefix + "." + site + ".>",
+			"$JS.API.INFO",
+			"$JS.API.STREAM.INFO." + stream,
+			"$JS.API.STREAM.MSG.GET." + stream,
+			"$JS.API.DIRECT.GET." + stream,
+			"$JS.API.DIRECT.GET." + stream + ".>",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}}
+}
+
+// Start runs a hub with JetStream in dir on a free loopback port.
+func Start(t testing.TB, dir string, users ...*server.User) *Hub {
+	t.Helper()
+	return StartWith(t, dir, nil, users...)
+}
+
+// StartWith is Start with the server's options adjusted by tune (NKey
+// users, TLS) before it starts.
+func StartWith(t testing.TB, dir string, tune func(*server.Options), users ...*server.User) *Hub {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	users = append(users, &server.User{Username: Admin, Password: Admin})
+	h := &Hub{t: t, opts: server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, Users: users,
+		NoSigs: true, NoLog: true, MaxControlLine: 4096}}
+	if tune != nil {
+		tune(&h.opts)
+	}
+	h.Start()
+	t.Cleanup(h.Stop)
+	return h
+}
+
+// URL is the hub's nats:// URL (tls:// when it runs TLS).
+func (h *Hub) URL() string {
+	if h.opts.TLSConfig != nil {
+		return fmt.Sprintf("tls://127.0.0.1:%d", h.opts.Port)
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", h.opts.Port)
+}
+
+// SitePermissions are SiteUser's permissions (for an NKey user).
+func SitePermissions(prefix, site, stream string) *server.Permissions {
+	return SiteUser("", "", prefix, site, stream).Permissions
+}
+
+// Start (re)starts a stopped hub on its port and store.
+func (h *Hub) Start() {
+	h.t.Helper()
+	o := h.opts
+	s, err := server.NewServer(&o)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		h.t.Fatal("nats-server not ready in 10 s")
+	}
+	h.S = s
+}
+
+// Stop shuts the hub down (the WAN cut); Start brings it back.
+func (h *Hub) Stop() {
+	if h.S != nil {
+		h.S.Shutdown()
+		h.S.WaitForShutdown()
+		h.S = nil
+	}
+}

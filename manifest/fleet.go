@@ -1,0 +1,145 @@
+package manifest
+
+import (
+	"math"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// network.fleet defaults (physd extension: the site uplink to NATS).
+const (
+	DefaultFleetStream           = "PHYSD_AUDIT"
+	DefaultFleetSubjectPrefix    = "physd"
+	DefaultFleetConnectTimeoutMS = 5_000
+	DefaultFleetPublishTimeoutMS = 5_000
+)
+
+// fleetKeys are the keys of network.fleet.
+var fleetKeys = []string{
+	"enabled", "urls", "site", "credentials_file", "nkey_seed_file", "user", "password_file",
+	"tls", "stream", "subject_prefix", "connect_timeout_ms", "publish_timeout_ms",
+}
+
+var fleetTLSKeys = []string{"ca", "cert", "key"}
+
+// reSubjectToken is one NATS subject token physd writes (site, device id):
+// no dots, wildcards or spaces.
+var reSubjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// reSubjectPrefix is a subject prefix: tokens joined by dots.
+var reSubjectPrefix = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7}$`)
+
+// reStreamName is a JetStream stream name physd accepts.
+var reStreamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Fleet is network.fleet: the site uplink (physd extension). Nil when the
+// manifest has no fleet block.
+type Fleet struct {
+	Enabled bool     `json:"enabled"`
+	URLs    []string `json:"urls"`
+	// Site is the site's name, the second token of every subject.
+	Site string `json:"site"`
+	// One of: a .creds file (user JWT + NKey seed), an NKey seed file, or a
+	// user with a password file.
+	CredentialsFile string `json:"credentials_file,omitempty"`
+	NKeySeedFile    string `json:"nkey_seed_file,omitempty"`
+	User            string `json:"user,omitempty"`
+	PasswordFile    string `json:"password_file,omitempty"`
+	// TLS: CA to verify the server, client certificate and key.
+	TLSCA   string `json:"tls_ca,omitempty"`
+	TLSCert string `json:"tls_cert,omitempty"`
+	TLSKey  string `json:"tls_key,omitempty"`
+	// Stream is the JetStream stream the audit records go to.
+	Stream           string `json:"stream"`
+	SubjectPrefix    string `json:"subject_prefix"`
+	ConnectTimeoutMS int    `json:"connect_timeout_ms"`
+	PublishTimeoutMS int    `json:"publish_timeout_ms"`
+}
+
+// UsesTLS reports whether the uplink must use TLS (a tls:// URL or a tls
+// block).
+func (f *Fleet) UsesTLS() bool {
+	if f.TLSCA != "" || f.TLSCert != "" {
+		return true
+	}
+	for _, u := range f.URLs {
+		if strings.HasPrefix(u, "tls://") {
+			return true
+		}
+	}
+	return false
+}
+
+// fleet parses network.fleet. Rules: urls are nats:// or tls:// URLs
+// (at least one); site is one subject token; at most one of
+// credentials_file, nkey_seed_file and user (password_file needs user);
+// tls.cert and tls.key go together (device.id is already a subject token:
+// lowercase letters, digits and _).
+func (p *parser) fleet(fo *obj) *Fleet {
+	if fo == nil {
+		return nil
+	}
+	f := &Fleet{Enabled: true, Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
+		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
+	if v, ok := fo.boolean("enabled"); ok {
+		f.Enabled = v
+	}
+	f.URLs, _ = fo.strList("urls", true, func(n *yaml.Node, field, s string) bool {
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+			p.add(n, field, "use nats://host:4222 or tls://host:4222 (credentials go in credentials_file, nkey_seed_file or user/password_file, never in the URL)", "invalid NATS URL %s", quoteShort(s))
+			return false
+		}
+		return true
+	})
+	if n := fo.get("urls"); n != nil && len(f.URLs) == 0 && n.Kind == yaml.SequenceNode {
+		p.add(n, fo.field("urls"), "add the hub's URL, e.g. - nats://hub.example:4222", "urls must not be empty")
+	}
+	f.Site, _ = fo.pattern("site", true, reSubjectToken.MatchString, "letters, digits, _ and - (one NATS subject token)", "greenhouse-north")
+	if v, ok := fo.pattern("stream", false, reStreamName.MatchString, "letters, digits, _ and -", DefaultFleetStream); ok {
+		f.Stream = v
+	}
+	if v, ok := fo.pattern("subject_prefix", false, reSubjectPrefix.MatchString, "dot-separated tokens of letters, digits, _ and -", "physd or acme.physd"); ok {
+		f.SubjectPrefix = v
+	}
+	f.CredentialsFile, _ = fo.str("credentials_file", false)
+	f.NKeySeedFile, _ = fo.str("nkey_seed_file", false)
+	f.User, _ = fo.str("user", false)
+	f.PasswordFile, _ = fo.str("password_file", false)
+	var methods []string
+	for _, k := range []string{"credentials_file", "nkey_seed_file", "user"} {
+		if fo.get(k) != nil {
+			methods = append(methods, k)
+		}
+	}
+	if len(methods) > 1 {
+		p.add(fo.key(methods[1]), fo.field(methods[1]), "keep one of credentials_file, nkey_seed_file or user (with password_file)", "%s and %s are two ways to authenticate", methods[0], methods[1])
+	}
+	if f.PasswordFile != "" && f.User == "" {
+		p.add(fo.key("password_file"), fo.field("password_file"), "add user: beside password_file", "password_file without user")
+	}
+	if to := fo.sub("tls", fleetTLSKeys, false); to != nil {
+		f.TLSCA, _ = to.str("ca", false)
+		f.TLSCert, _ = to.str("cert", false)
+		f.TLSKey, _ = to.str("key", false)
+		if (f.TLSCert == "") != (f.TLSKey == "") {
+			p.add(to.node, to.path, "give both cert and key (the client certificate and its private key), or neither", "tls.cert and tls.key go together")
+		}
+		for _, u := range f.URLs {
+			if strings.HasPrefix(u, "nats://") {
+				p.add(to.node, to.path, "use tls://host:4222 in urls, or remove tls:", "a tls block with the plain URL %s", u)
+				break
+			}
+		}
+	}
+	if v, ok := fo.intIn("connect_timeout_ms", 100, 300_000); ok {
+		f.ConnectTimeoutMS = v
+	}
+	if v, ok := fo.intIn("publish_timeout_ms", 100, math.MaxInt32); ok {
+		f.PublishTimeoutMS = v
+	}
+	return f
+}
