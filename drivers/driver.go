@@ -22,6 +22,10 @@ import (
 type Reading struct {
 	Value any
 	At    time.Time
+	// Uncertain, when set, says why the device itself does not vouch for
+	// Value (an OPC UA Uncertain status code): the node serves the value
+	// with quality degraded and this reason.
+	Uncertain string
 }
 
 // Point is one capability's binding, opened on its bus.
