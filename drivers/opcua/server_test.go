@@ -17,7 +17,6 @@ import (
 // server implementation independent of gopcua; they skip when it is not
 // installed.
 
-
 func plant(t *testing.T, endpoint, extra string) (*Bus, map[string]drivers.Point) {
 	t.Helper()
 	bus := "{type: opcua, endpoint: '" + endpoint + "', connect_timeout_ms: 10000, reconnect_backoff_ms: 200" + extra + "}"
