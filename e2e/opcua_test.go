@@ -254,3 +254,38 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestOPCUALostWriteReply: the write reaches the server and its reply is
+// lost on the way back: the answer is partial with outcome_unknown, never
+// success or failed, and a read afterwards (a new session) shows what the
+// server holds.
+func TestOPCUALostWriteReply(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	px := opcuatest.StartLossProxy(t, srv)
+	_, cs := startOPCUA(t, px.Endpoint, "")
+	if o := readOPCUA(t, cs, "setpoint_now"); o["value"] != 20.0 {
+		t.Fatalf("read_setpoint_now: %v", o)
+	}
+	px.Arm()
+	a := doModbus(t, cs, "do_setpoint", 61.0, "sp-lost")
+	if a.Status != "partial" || a.Code != "outcome_unknown" || a.Verified {
+		t.Fatalf("do_setpoint with its reply lost: %+v, want partial outcome_unknown, not verified", a)
+	}
+	if px.Lost() != 1 {
+		t.Fatalf("the proxy dropped %d replies", px.Lost())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o := readOPCUA(t, cs, "setpoint_now")
+		if o["quality"] == "good" {
+			if o["value"] != 61.0 {
+				t.Fatalf("read after the lost reply: %v, the server holds 61", o)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no good read after the lost reply: %v", o)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

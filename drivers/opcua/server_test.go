@@ -230,3 +230,41 @@ func TestOPCUAServerSecure(t *testing.T) {
 		}
 	})
 }
+
+// TestOPCUAServerLostWriteReply: the write reaches the server, its reply
+// is lost: the error says the write may have been applied (not ErrOffline,
+// not ErrBadValue, so the node answers partial/outcome_unknown), and the
+// next read opens a new session and shows the value the server holds.
+func TestOPCUAServerLostWriteReply(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	px := opcuatest.StartLossProxy(t, srv)
+	_, p := plant(t, px.Endpoint, ", timeout_ms: 500")
+	if r := read(t, p["setpoint"]); r.Value != 20.0 {
+		t.Fatalf("setpoint %v", r.Value)
+	}
+	px.Arm()
+	c, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	err := p["setpoint"].Write(c, 61.0)
+	if err == nil || errors.Is(err, drivers.ErrOffline) || errors.Is(err, drivers.ErrBadValue) {
+		t.Fatalf("write with its reply lost: %v, want an error that leaves the outcome open", err)
+	}
+	wantErr(t, err, "may have been applied")
+	if px.Lost() != 1 {
+		t.Fatalf("the proxy dropped %d replies", px.Lost())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := p["setpoint"].Read(ctx(t))
+		if err == nil {
+			if r.Value != 61.0 {
+				t.Fatalf("after the lost reply the server holds %v, want 61 (the write landed)", r.Value)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no read after the lost reply: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
