@@ -88,8 +88,10 @@ func (b *Bus) Health() error {
 	switch {
 	case b.closed:
 		return fmt.Errorf("opcua %s: bus closed: %w", b.spec.name, drivers.ErrOffline)
-	case b.client != nil:
+	case b.client != nil && b.client.State() == opcua.Connected:
 		return nil
+	case b.client != nil:
+		return fmt.Errorf("opcua %s: the session to %s is %s; reconnecting on the next read: %w", b.spec.name, b.spec.Endpoint, b.client.State(), drivers.ErrOffline)
 	case b.lastErr != nil:
 		return fmt.Errorf("opcua %s: %v: %w", b.spec.name, b.lastErr, drivers.ErrOffline)
 	}

@@ -58,7 +58,7 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 	}
 	res, err := c.Read(ctx, &ua.ReadRequest{
 		NodesToRead:        []*ua.ReadValueID{{NodeID: id, AttributeID: ua.AttributeIDValue, IndexRange: p.indexRange()}},
-		TimestampsToReturn: ua.TimestampsToReturnBoth,
+		TimestampsToReturn: ua.TimestampsToReturnNeither,
 	})
 	if err != nil {
 		return drivers.Reading{}, p.serviceErr(gen, "read", err)
@@ -75,10 +75,11 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 	if err != nil {
 		return drivers.Reading{}, err
 	}
+	// At is when physd read the value, not the server's SourceTimestamp:
+	// that says when the value last changed (an untouched setpoint's is
+	// hours old, yet the value is current), and the server's clock may be
+	// off; the node's cache and stale rules count from the read.
 	r := drivers.Reading{Value: v, At: time.Now()}
-	if !dv.SourceTimestamp.IsZero() {
-		r.At = dv.SourceTimestamp
-	}
 	if isUncertain(st) {
 		r.Uncertain = "OPC UA status " + statusName(st)
 	}
