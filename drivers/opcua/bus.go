@@ -3,6 +3,7 @@ package opcua
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,7 +94,7 @@ func (b *Bus) Health() error {
 	case b.client != nil:
 		return fmt.Errorf("opcua %s: the session to %s is %s; reconnecting on the next read: %w", b.spec.name, b.spec.Endpoint, b.client.State(), drivers.ErrOffline)
 	case b.lastErr != nil:
-		return fmt.Errorf("opcua %s: %v: %w", b.spec.name, b.lastErr, drivers.ErrOffline)
+		return fmt.Errorf("opcua %s: %w: %w", b.spec.name, b.lastErr, drivers.ErrOffline)
 	}
 	return fmt.Errorf("opcua %s: connecting to %s: %w", b.spec.name, b.spec.Endpoint, drivers.ErrOffline)
 }
@@ -143,7 +144,7 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 			if wait := b.spec.Reconnect - time.Since(b.lastTry); b.lastErr != nil && wait > 0 {
 				err := b.lastErr
 				b.mu.Unlock()
-				return nil, 0, fmt.Errorf("opcua %s: no session (%v); next attempt in %v: %w", b.spec.name, err, wait.Round(time.Millisecond), drivers.ErrOffline)
+				return nil, 0, fmt.Errorf("opcua %s: no session (%w); next attempt in %v: %w", b.spec.name, err, wait.Round(time.Millisecond), drivers.ErrOffline)
 			}
 			ch = b.startDialLocked()
 		}
@@ -160,7 +161,7 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 			if err == nil {
 				err = errors.New("no session")
 			}
-			return nil, 0, fmt.Errorf("opcua %s: %v: %w", b.spec.name, err, drivers.ErrOffline)
+			return nil, 0, fmt.Errorf("opcua %s: %w: %w", b.spec.name, err, drivers.ErrOffline)
 		}
 		return c, g, nil
 	}
@@ -235,10 +236,10 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	if ep == nil {
 		return nil, fmt.Errorf("%s offers no endpoint with security_policy %s and security_mode %s (it offers %v)", s.Endpoint, s.Policy, s.Mode, offered)
 	}
+	var serverCert []byte
 	if s.Policy != PolicyNone {
-		got, _ := derOf(ep.ServerCertificate)
-		if !bytes.Equal(got, s.serverCert) {
-			return nil, &certError{got: fingerprint(got), want: fingerprint(s.serverCert), file: s.ServerCertFile}
+		if serverCert, err = s.checkServerCert(ep.ServerCertificate); err != nil {
+			return nil, err
 		}
 	}
 	tokenType := ua.UserTokenTypeAnonymous
@@ -265,7 +266,7 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	}
 	opts = append(opts, opcua.SecurityFromEndpoint(ep, tokenType))
 	if s.Policy != PolicyNone {
-		opts = append(opts, opcua.Certificate(s.cert), opcua.PrivateKey(s.key), opcua.RemoteCertificate(s.serverCert))
+		opts = append(opts, opcua.Certificate(s.cert), opcua.PrivateKey(s.key), opcua.RemoteCertificate(serverCert))
 	}
 	c, err := opcua.NewClient(s.Endpoint, opts...)
 	if err != nil {
@@ -280,24 +281,39 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 
 // certError is a server that presents another certificate than the one
 // pinned: nothing is sent to it.
-type certError struct{ got, want, file string }
+type certError struct{ msg string }
 
-func (e *certError) Error() string {
-	return fmt.Sprintf("the server's certificate (sha256 %s) is not the pinned server_certificate %s (sha256 %s): refusing to connect", e.got, e.file, e.want)
-}
-func (e *certError) Code() string { return "server_certificate_mismatch" }
+func (e *certError) Error() string { return e.msg }
+func (e *certError) Code() string  { return "server_certificate_mismatch" }
 func (e *certError) Fix() string {
-	return "check that the endpoint is the intended server; if its certificate was renewed, copy the new one to server_certificate"
+	return "check that the endpoint is the intended server; if its certificate was renewed, copy the new one to server_certificate (or add its issuer to server_trust)"
 }
 
-// derOf returns a certificate's DER from an endpoint's ServerCertificate,
-// which some servers send as a chain: the first certificate is the server's.
-func derOf(b []byte) ([]byte, error) {
-	c, err := parseFirstCert(b)
-	if err != nil {
-		return b, err
+// checkServerCert judges the certificate an endpoint presents (DER, or a
+// chain whose first certificate is the server's): it must be the pinned
+// one, or chain to server_trust. It returns the server's DER.
+func (s *busSpec) checkServerCert(b []byte) ([]byte, error) {
+	chain, err := x509.ParseCertificates(b)
+	if err != nil || len(chain) == 0 {
+		return nil, &certError{msg: fmt.Sprintf("the server's endpoint carries no readable certificate (%v): refusing to connect", err)}
 	}
-	return c, nil
+	leaf := chain[0]
+	if s.trust == nil {
+		if !bytes.Equal(leaf.Raw, s.serverCert) {
+			return nil, &certError{msg: fmt.Sprintf("the server's certificate (sha256 %s) is not the pinned server_certificate %s (sha256 %s): refusing to connect",
+				fingerprint(leaf.Raw), s.ServerCertFile, fingerprint(s.serverCert))}
+		}
+		return leaf.Raw, nil
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: s.trust, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return nil, &certError{msg: fmt.Sprintf("the server's certificate (sha256 %s, subject %q) is not trusted by server_trust %v: %v: refusing to connect",
+			fingerprint(leaf.Raw), leaf.Subject.String(), s.ServerTrust, err)}
+	}
+	return leaf.Raw, nil
 }
 
 func policyName(uri string) string {

@@ -59,13 +59,3 @@ func generateCert(appURI string) ([]byte, *rsa.PrivateKey, error) {
 	}
 	return der, key, nil
 }
-
-// parseFirstCert returns the DER of the first certificate in b (a DER
-// certificate or a concatenated chain).
-func parseFirstCert(b []byte) ([]byte, error) {
-	certs, err := x509.ParseCertificates(b)
-	if err != nil {
-		return nil, err
-	}
-	return certs[0].Raw, nil
-}

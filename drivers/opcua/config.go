@@ -20,18 +20,19 @@ import (
 // busKeys are the keys of an opcua bus entry. Pointers tell "absent" from
 // a zero value.
 type busKeys struct {
-	Endpoint          *string `yaml:"endpoint"`
-	SecurityPolicy    *string `yaml:"security_policy"`
-	SecurityMode      *string `yaml:"security_mode"`
-	Certificate       *string `yaml:"certificate"`
-	PrivateKey        *string `yaml:"private_key"`
-	ServerCertificate *string `yaml:"server_certificate"`
-	ApplicationURI    *string `yaml:"application_uri"`
-	Username          *string `yaml:"username"`
-	PasswordEnv       *string `yaml:"password_env"`
-	TimeoutMS         *int    `yaml:"timeout_ms"`
-	ConnectTimeoutMS  *int    `yaml:"connect_timeout_ms"`
-	ReconnectMS       *int    `yaml:"reconnect_backoff_ms"`
+	Endpoint          *string  `yaml:"endpoint"`
+	SecurityPolicy    *string  `yaml:"security_policy"`
+	SecurityMode      *string  `yaml:"security_mode"`
+	Certificate       *string  `yaml:"certificate"`
+	PrivateKey        *string  `yaml:"private_key"`
+	ServerCertificate *string  `yaml:"server_certificate"`
+	ServerTrust       []string `yaml:"server_trust"`
+	ApplicationURI    *string  `yaml:"application_uri"`
+	Username          *string  `yaml:"username"`
+	PasswordEnv       *string  `yaml:"password_env"`
+	TimeoutMS         *int     `yaml:"timeout_ms"`
+	ConnectTimeoutMS  *int     `yaml:"connect_timeout_ms"`
+	ReconnectMS       *int     `yaml:"reconnect_backoff_ms"`
 }
 
 // Security policies and modes this driver speaks (OPC UA Part 7 names).
@@ -69,6 +70,11 @@ type Config struct {
 	// a server that presents another is refused before any session.
 	ServerCertFile string
 	serverCert     []byte
+	// ServerTrust are the certificates (CAs, or servers' own self-signed
+	// ones) a server certificate must chain to when none is pinned
+	// (server_trust).
+	ServerTrust []string
+	trust       *x509.CertPool
 
 	Username    string // username: user/password identity (else anonymous)
 	PasswordEnv string // password_env: the environment variable holding the password
@@ -175,8 +181,9 @@ func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
 		return filepath.Join(dir, f)
 	}
 	if s.Policy == PolicyNone {
-		for key, v := range map[string]*string{"certificate": k.Certificate, "private_key": k.PrivateKey, "server_certificate": k.ServerCertificate} {
-			if v != nil {
+		for key, given := range map[string]bool{"certificate": k.Certificate != nil, "private_key": k.PrivateKey != nil,
+			"server_certificate": k.ServerCertificate != nil, "server_trust": k.ServerTrust != nil} {
+			if given {
 				p.Add(key+" applies to a secured bus; security_policy is None", "remove "+key+", or set security_policy: Basic256Sha256", key)
 			}
 		}
@@ -205,8 +212,31 @@ func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
 		}
 		s.cert, s.key = cert, key
 	}
+	if k.ServerCertificate != nil && k.ServerTrust != nil {
+		p.Add("server_certificate and server_trust both given", "pin one certificate (server_certificate) or trust a list (server_trust), not both", "server_trust")
+		return
+	}
+	if k.ServerTrust != nil {
+		if len(k.ServerTrust) == 0 {
+			p.Add("server_trust is empty", "list the CA certificates (or the servers' own certificates) to trust", "server_trust")
+			return
+		}
+		s.trust = x509.NewCertPool()
+		for _, f := range k.ServerTrust {
+			f = abs(f)
+			der, err := readCert(f)
+			if err != nil {
+				p.Add(err.Error(), "list certificate files (PEM or DER)", "server_trust")
+				continue
+			}
+			c, _ := x509.ParseCertificate(der)
+			s.trust.AddCert(c)
+			s.ServerTrust = append(s.ServerTrust, f)
+		}
+		return
+	}
 	if k.ServerCertificate == nil {
-		p.Add("a secured bus needs the server certificate to pin", "add server_certificate: the server's certificate file (PEM or DER), copied from the server's PKI (own/certs)", "security_policy")
+		p.Add("a secured bus needs the server certificate to pin, or a trust list", "add server_certificate: the server's certificate file (PEM or DER), copied from the server's PKI (own/certs), or server_trust: [the CA that issued it]", "security_policy")
 		return
 	}
 	s.ServerCertFile = abs(*k.ServerCertificate)

@@ -213,6 +213,28 @@ func TestOPCUAServerSecure(t *testing.T) {
 		_, err := p["temperature"].Read(ctx(t))
 		wantErr(t, err, "BadUserAccessDenied")
 	})
+	t.Run("trust list", func(t *testing.T) {
+		_, p := plant(t, srv.Endpoint, ", security_policy: Basic256Sha256, server_trust: ["+srv.ServerCertificate()+"], username: operator, password_env: PHYSD_TEST_OPCUA_PW")
+		if r := read(t, p["numeric"]); r.Value != 7.25 {
+			t.Fatalf("read %v", r.Value)
+		}
+	})
+	t.Run("untrusted server", func(t *testing.T) {
+		der, _, err := generateCert("urn:some-ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := filepath.Join(t.TempDir(), "ca.der")
+		if err := os.WriteFile(other, der, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, p := plant(t, srv.Endpoint, ", security_policy: Basic256Sha256, server_trust: ["+other+"], username: operator, password_env: PHYSD_TEST_OPCUA_PW")
+		_, err = p["temperature"].Read(ctx(t))
+		wantErr(t, err, "is not trusted by server_trust", "refusing to connect")
+		if code, _, _ := drivers.CodeOf(err); code != "server_certificate_mismatch" {
+			t.Fatalf("code %q", code)
+		}
+	})
 	t.Run("wrong server certificate", func(t *testing.T) {
 		der, _, err := generateCert("urn:impostor")
 		if err != nil {
