@@ -2,9 +2,11 @@ package opcua
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/gopcua/opcua/ua"
+	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
 )
 
@@ -204,4 +206,28 @@ func parseBinding(c *manifest.Capability) (*pointSpec, error) {
 func CheckBinding(c *manifest.Capability) error {
 	_, err := parseBinding(c)
 	return err
+}
+
+// WriteSpan says where a write lands: the node (an array node's whole
+// extent unless the binding indexes one element), so two do_ capabilities
+// on one node are refused. A node written once as ns= and once as nsu=
+// is not recognised as one offline.
+func (s *pointSpec) WriteSpan() (space string, start, count uint64, where string) {
+	space = "opcua node " + s.node.id.String()
+	if s.node.nsURI != "" {
+		space = "opcua node nsu=" + s.node.nsURI + ";" + s.node.rest
+	}
+	if s.index < 0 {
+		return space, 0, math.MaxUint32, s.what()
+	}
+	return space, uint64(s.index), 1, s.what()
+}
+
+// BindingSpan is the driver's offline check with the write span.
+func BindingSpan(c *manifest.Capability) (drivers.Spanner, error) {
+	s, err := parseBinding(c)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

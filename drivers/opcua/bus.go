@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	drivers.RegisterDriver("opcua", drivers.Driver{Open: Open, Check: CheckBinding})
+	drivers.RegisterDriver("opcua", drivers.Driver{Open: Open, Check: CheckBinding, Span: BindingSpan})
 }
 
 // Bus is one OPC UA server endpoint: one secure channel and one session,

@@ -3,6 +3,7 @@ package opcua
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,5 +159,28 @@ func TestEncodeRefusals(t *testing.T) {
 	p := &point{bus: b, spec: &pointSpec{typ: typ, index: -1}}
 	if q, err := p.Quantize(0.1); err != nil || q != float64(float32(0.1)) {
 		t.Fatalf("Quantize(0.1) = %v %v", q, err)
+	}
+}
+
+func TestSharedNodeRefused(t *testing.T) {
+	bus := "{type: opcua, endpoint: 'opc.tcp://h:1'}"
+	m := mustParse(t, bus, doCap("a", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Setpoint'}")+
+		doCap("b", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Setpoint'}")+
+		doCap("c", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Curve', index: 0}")+
+		doCap("d", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Curve', index: 1}")+
+		doCap("e", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Curve2'}")+
+		doCap("f", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Curve2', index: 3}"))
+	var spans []drivers.Spanner
+	for _, c := range m.Capabilities {
+		sp, err := BindingSpan(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spans = append(spans, sp)
+	}
+	err := drivers.SharedSpans("plc", m.Capabilities, spans)
+	wantErr(t, err, "capabilities a and b both write", "capabilities e and f both write")
+	if strings.Contains(err.Error(), "capabilities c and d") {
+		t.Fatalf("two elements of one array refused: %v", err)
 	}
 }

@@ -19,7 +19,13 @@ type point struct {
 	spec *pointSpec
 }
 
-var _ drivers.Quantizer = (*point)(nil)
+var (
+	_ drivers.Quantizer = (*point)(nil)
+	_ drivers.Spanner   = (*point)(nil)
+)
+
+// WriteSpan is the binding's (pointSpec.WriteSpan).
+func (p *point) WriteSpan() (string, uint64, uint64, string) { return p.spec.WriteSpan() }
 
 // nodeID is the point's node in the session's namespace table: a nsu=
 // node is looked up in the table the server sent at this connect.
