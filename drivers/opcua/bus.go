@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	drivers.RegisterDriver("opcua", drivers.Driver{Open: Open, Check: CheckBinding, Span: BindingSpan})
+	drivers.RegisterDriver("opcua", drivers.Driver{Open: Open, Check: CheckBinding, Span: BindingSpan, CheckBus: CheckBus})
 }
 
 // Bus is one OPC UA server endpoint: one secure channel and one session,
@@ -68,6 +68,13 @@ func Open(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
 	bus.startDialLocked()
 	bus.mu.Unlock()
 	return bus, nil
+}
+
+// CheckBus validates an opcua bus entry offline (its keys, and the
+// certificate files it names), for `physd validate`.
+func CheckBus(b *manifest.Bus) error {
+	_, err := parseBus(b)
+	return err
 }
 
 // Point binds a capability to its node.
