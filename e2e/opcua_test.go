@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -8,8 +9,10 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -287,5 +290,41 @@ func TestOPCUALostWriteReply(t *testing.T) {
 			t.Fatalf("no good read after the lost reply: %v", o)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestOPCUAExampleRunScript: examples/opcua/run.sh, given PHYSD, serves the
+// node-opcua server and physd on the example and shows a good read, a
+// verified write, an EURange refusal and a Bad status. Not parallel: the
+// example uses its documented fixed ports (127.0.0.1:8080 and :4840).
+func TestOPCUAExampleRunScript(t *testing.T) {
+	if _, _, why := opcuatest.Dir(); why != "" {
+		t.Skip("OPC UA test server unavailable: " + why)
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:4840"} {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("the example's port %s is taken: %v", addr, err)
+		}
+		l.Close()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, repoPath("examples/opcua/run.sh"))
+	cmd.Env = append(os.Environ(), "PHYSD="+physdBin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"'quality': 'good', 'unit': 'celsius'",
+		"'status': 'success', 'applied_value': 65",
+		"'verified': True",
+		"'code': 'outside_eu_range'",
+		"BadSensorFailure",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("run.sh output has no %q:\n%s", want, out)
+		}
 	}
 }
