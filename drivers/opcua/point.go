@@ -74,7 +74,7 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 	}
 	dv := res.Results[0]
 	st := dv.Status
-	if st.Error() != "" && isBad(st) {
+	if isBad(st) {
 		return drivers.Reading{}, &statusError{what: p.spec.what(), status: st}
 	}
 	v, err := p.decode(dv.Value)
@@ -109,7 +109,7 @@ func (p *point) Write(ctx context.Context, v any) error {
 	}
 	id, err := p.nodeID(c)
 	if err != nil {
-		return err
+		return notSent(err)
 	}
 	if p.spec.typ.class != "bool" && p.spec.typ.class != "string" {
 		if err := p.checkEURange(ctx, c, gen, id, f); err != nil {

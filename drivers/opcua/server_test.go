@@ -32,6 +32,7 @@ func plant(t *testing.T, endpoint, extra string) (*Bus, map[string]drivers.Point
 		doCap("gain", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Gain', ua_type: Float}") +
 		doCap("level", "int", "{type: opcua, bus: plc, node: 'ns=1;s=Level', ua_type: Int16}") +
 		doCap("locked", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Locked'}") +
+		doCap("ghost", "float", "{type: opcua, bus: plc, node: 'nsu=urn:no-such-namespace;s=Setpoint'}") +
 		"  - name: pump\n    kind: do\n    description: d\n    data_type: bool\n    semantic_tags: [t]\n    binding: {type: opcua, bus: plc, node: 'ns=1;s=Pump'}\n" +
 		"  - name: mode\n    kind: do\n    description: d\n    data_type: enum\n    enum_values: [auto, manual]\n    semantic_tags: [t]\n    binding: {type: opcua, bus: plc, node: 'ns=1;s=Mode'}\n"
 	return openAll(t, mustParse(t, bus, caps))
@@ -114,6 +115,17 @@ func TestOPCUAServerReadWrite(t *testing.T) {
 	// A node without EURange takes any value its type holds.
 	if err := p["gain"].Write(ctx(t), 1000.0); err != nil {
 		t.Fatal(err)
+	}
+
+	// A namespace the server does not have: nothing is sent.
+	_, err = p["ghost"].Read(ctx(t))
+	wantErr(t, err, "BadNodeIdUnknown", "no namespace \"urn:no-such-namespace\"")
+	err = p["ghost"].Write(ctx(t), 1.0)
+	if !errors.Is(err, drivers.ErrOffline) {
+		t.Fatalf("write to an unknown namespace: %v, want nothing sent", err)
+	}
+	if code, _, _ := drivers.CodeOf(err); code != "BadNodeIdUnknown" {
+		t.Fatalf("code %q", code)
 	}
 
 	// A Bad write result: the server applied nothing.
