@@ -261,7 +261,10 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	if s.ApplicationURI != "" {
 		opts = append(opts, opcua.ApplicationURI(s.ApplicationURI))
 	}
-	if s.Username != "" {
+	if s.userCert != nil {
+		tokenType = ua.UserTokenTypeCertificate
+		opts = append(opts, opcua.AuthCertificate(s.userCert), opcua.AuthPrivateKey(s.userKey))
+	} else if s.Username != "" {
 		pw, err := s.password()
 		if err != nil {
 			return nil, err
@@ -270,6 +273,16 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 		opts = append(opts, opcua.AuthUsername(s.Username, pw))
 	} else {
 		opts = append(opts, opcua.AuthAnonymous())
+	}
+	var tokens []string
+	offers := false
+	for _, tok := range ep.UserIdentityTokens {
+		tokens = append(tokens, tok.TokenType.String())
+		offers = offers || tok.TokenType == tokenType
+	}
+	if !offers {
+		return nil, &certError{msg: fmt.Sprintf("the endpoint %s/%s of %s takes no %s identity (it takes %v)", s.Policy, s.Mode, s.Endpoint, tokenType, tokens),
+			code: "identity_not_offered", fix: "use an identity the server offers: username/password_env, user_certificate/user_private_key, or none (anonymous)"}
 	}
 	opts = append(opts, opcua.SecurityFromEndpoint(ep, tokenType))
 	if s.Policy != PolicyNone {
@@ -281,6 +294,10 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	}
 	if err := c.Connect(ctx); err != nil {
 		_ = c.Close(context.Background())
+		var st ua.StatusCode
+		if errors.As(err, &st) {
+			return nil, &statusError{what: "a session with " + s.Endpoint, status: st, op: "connect"}
+		}
 		return nil, fmt.Errorf("connecting to %s: %w", s.Endpoint, err)
 	}
 	return c, nil
@@ -288,11 +305,19 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 
 // certError is a server that presents another certificate than the one
 // pinned: nothing is sent to it.
-type certError struct{ msg string }
+type certError struct{ msg, code, fix string }
 
 func (e *certError) Error() string { return e.msg }
-func (e *certError) Code() string  { return "server_certificate_mismatch" }
+func (e *certError) Code() string {
+	if e.code != "" {
+		return e.code
+	}
+	return "server_certificate_mismatch"
+}
 func (e *certError) Fix() string {
+	if e.fix != "" {
+		return e.fix
+	}
 	return "check that the endpoint is the intended server; if its certificate was renewed, copy the new one to server_certificate (or add its issuer to server_trust)"
 }
 

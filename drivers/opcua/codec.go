@@ -299,6 +299,15 @@ func (e *statusError) Error() string {
 func (e *statusError) Code() string { return statusName(e.status) }
 
 func (e *statusError) Fix() string {
+	if e.op == "connect" {
+		switch e.status {
+		case ua.StatusBadIdentityTokenRejected, ua.StatusBadIdentityTokenInvalid, ua.StatusBadUserAccessDenied:
+			return "the server refused physd's identity: check username and the password in password_env, or that the server trusts user_certificate"
+		case ua.StatusBadCertificateUntrusted, ua.StatusBadSecurityChecksFailed, ua.StatusBadCertificateURIInvalid:
+			return "the server does not trust physd's application certificate: add it to the server's trusted certificates (or give certificate: and private_key: the server already trusts)"
+		}
+		return "check the server's log for why it refused the session"
+	}
 	switch e.status {
 	case ua.StatusBadNodeIDUnknown, ua.StatusBadNodeIDInvalid:
 		return "check the binding's node id against the server's address space (browse it with a client such as UaExpert)"

@@ -30,6 +30,8 @@ type busKeys struct {
 	ApplicationURI    *string  `yaml:"application_uri"`
 	Username          *string  `yaml:"username"`
 	PasswordEnv       *string  `yaml:"password_env"`
+	UserCertificate   *string  `yaml:"user_certificate"`
+	UserPrivateKey    *string  `yaml:"user_private_key"`
 	TimeoutMS         *int     `yaml:"timeout_ms"`
 	ConnectTimeoutMS  *int     `yaml:"connect_timeout_ms"`
 	ReconnectMS       *int     `yaml:"reconnect_backoff_ms"`
@@ -78,6 +80,12 @@ type Config struct {
 
 	Username    string // username: user/password identity (else anonymous)
 	PasswordEnv string // password_env: the environment variable holding the password
+
+	// UserCertFile and UserKeyFile are an X.509 user identity
+	// (user_certificate, user_private_key), instead of a user name.
+	UserCertFile, UserKeyFile string
+	userCert                  []byte
+	userKey                   *rsa.PrivateKey
 }
 
 // DefaultConfig is an opcua bus with every key but endpoint left out.
@@ -166,7 +174,7 @@ func parseBus(b *manifest.Bus) (*busSpec, error) {
 		s.ApplicationURI = *k.ApplicationURI
 	}
 	parseCerts(p, &k, s, dir)
-	parseIdentity(p, &k, s)
+	parseIdentity(p, &k, s, dir)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
@@ -247,7 +255,40 @@ func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
 	s.serverCert = cert
 }
 
-func parseIdentity(p *strictyaml.Problems, k *busKeys, s *busSpec) {
+func parseIdentity(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
+	if k.UserCertificate != nil || k.UserPrivateKey != nil {
+		switch {
+		case k.UserCertificate == nil || k.UserPrivateKey == nil:
+			p.Add("user_certificate and user_private_key go together", "give both: the user's X.509 certificate and its RSA key", "user_certificate")
+		case k.Username != nil:
+			p.Add("username and user_certificate both given", "use one identity: a user name with password_env, or a user certificate", "user_certificate")
+		case s.Policy == PolicyNone:
+			p.Add("a user certificate needs a secured channel (its token is signed with the channel's policy)", "set security_policy: Basic256Sha256", "user_certificate")
+		default:
+			abs := func(f string) string {
+				if filepath.IsAbs(f) {
+					return f
+				}
+				return filepath.Join(dir, f)
+			}
+			s.UserCertFile, s.UserKeyFile = abs(*k.UserCertificate), abs(*k.UserPrivateKey)
+			cert, err := readCert(s.UserCertFile)
+			if err != nil {
+				p.Add(err.Error(), "give the user's X.509 certificate (PEM or DER)", "user_certificate")
+			}
+			key, err := readKey(s.UserKeyFile)
+			if err != nil {
+				p.Add(err.Error(), "give the user certificate's RSA private key", "user_private_key")
+			}
+			if cert != nil && key != nil {
+				c, _ := x509.ParseCertificate(cert)
+				if pub, ok := c.PublicKey.(*rsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+					p.Add("user_private_key does not belong to user_certificate", "give the key the user certificate was issued for", "user_private_key")
+				}
+			}
+			s.userCert, s.userKey = cert, key
+		}
+	}
 	if k.PasswordEnv != nil && k.Username == nil {
 		p.Add("password_env without username", "add username:, or remove password_env", "password_env")
 	}

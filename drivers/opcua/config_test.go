@@ -44,6 +44,9 @@ func TestBusErrors(t *testing.T) {
 		{"{type: opcua, endpoint: 'opc.tcp://h:1', security_policy: Basic256Sha256, server_trust: [" + cert + "]}", []string{"server_trust", "not an X.509 certificate"}},
 		{"{type: opcua, endpoint: 'opc.tcp://h:1', username: op}", []string{"password_env", "never the password"}},
 		{"{type: opcua, endpoint: 'opc.tcp://h:1', password_env: X}", []string{"password_env without username"}},
+		{"{type: opcua, endpoint: 'opc.tcp://h:1', user_certificate: u.pem}", []string{"user_certificate and user_private_key go together"}},
+		{"{type: opcua, endpoint: 'opc.tcp://h:1', user_certificate: u.pem, user_private_key: u.key}", []string{"needs a secured channel"}},
+		{"{type: opcua, endpoint: 'opc.tcp://h:1', username: a, password_env: P, user_certificate: u.pem, user_private_key: u.key}", []string{"username and user_certificate both given"}},
 		{"{type: opcua, endpoint: 'opc.tcp://h:1', timeout_ms: 1}", []string{"timeout_ms must be between 10 and 60000"}},
 		{"{type: opcua, endpoint: 'opc.tcp://h:1', endpont: x}", []string{"endpont"}},
 	}

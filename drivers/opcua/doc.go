@@ -1,10 +1,10 @@
 // Package opcua is physd's OPC UA client driver, on gopcua: a bus is one
 // server endpoint (security policy and mode, the application certificate,
 // the server certificate pinned or checked against a trust list, an
-// anonymous or user/password identity) with one session shared by every
-// capability bound to it; a binding is a node id (i=, s=, g=, b=, with
-// ns=<index> or nsu=<uri>) with its OPC UA type (ua_type) and, for an
-// array node, the index of one element.
+// anonymous, user/password or X.509 user identity) with one session
+// shared by every capability bound to it; a binding is a node id (i=, s=,
+// g=, b=, with ns=<index> or nsu=<uri>) with its OPC UA type (ua_type)
+// and, for an array node, the index of one element.
 //
 // Reads honour the value's status code: Good is a reading, Uncertain a
 // reading served as degraded with the code's name, Bad an error whose code
@@ -21,6 +21,6 @@
 // read through a session from before a server restart is served after it.
 //
 // Not done: subscriptions and monitored items (reads poll), browsing the
-// server (physd scan opcua), certificate identity tokens, revocation
-// lists for server_trust.
+// server (physd scan opcua), revocation lists for server_trust, the
+// Aes128/Aes256 policies.
 package opcua

@@ -2,6 +2,8 @@ package opcua
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -300,5 +302,54 @@ func TestOPCUAServerLostWriteReply(t *testing.T) {
 			t.Fatalf("no read after the lost reply: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// writeUserCert writes a generated certificate and key as PEM files.
+func writeUserCert(t *testing.T, uri string) (cert, key string) {
+	t.Helper()
+	der, k, err := generateCert(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key = filepath.Join(dir, "user.pem"), filepath.Join(dir, "user.key")
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// TestOPCUAServerUserCertificate: an X.509 user identity the server
+// trusts opens a session; another certificate is refused; the endpoint
+// takes no anonymous session.
+func TestOPCUAServerUserCertificate(t *testing.T) {
+	cert, key := writeUserCert(t, "urn:physd:user:operator")
+	srv := opcuatest.Start(t, opcuatest.Options{Secure: true, UserCert: cert})
+	_, p := plant(t, srv.Endpoint, ", security_policy: Basic256Sha256, server_certificate: "+srv.ServerCertificate()+
+		", user_certificate: "+cert+", user_private_key: "+key)
+	if err := p["setpoint"].Write(ctx(t), 44.0); err != nil {
+		t.Fatal(err)
+	}
+	if r := read(t, p["setpoint"]); r.Value != 44.0 {
+		t.Fatalf("read back %v", r.Value)
+	}
+
+	otherCert, otherKey := writeUserCert(t, "urn:physd:user:intruder")
+	_, p2 := plant(t, srv.Endpoint, ", security_policy: Basic256Sha256, server_certificate: "+srv.ServerCertificate()+
+		", user_certificate: "+otherCert+", user_private_key: "+otherKey)
+	_, err := p2["temperature"].Read(ctx(t))
+	wantErr(t, err, "BadIdentityTokenRejected")
+	if code, fix, _ := drivers.CodeOf(err); code != "BadIdentityTokenRejected" || !strings.Contains(fix, "user_certificate") {
+		t.Fatalf("code %q fix %q", code, fix)
+	}
+	_, p3 := plant(t, srv.Endpoint, ", security_policy: Basic256Sha256, server_certificate: "+srv.ServerCertificate())
+	_, err = p3["temperature"].Read(ctx(t))
+	wantErr(t, err, "takes no UserTokenTypeAnonymous identity")
+	if code, _, _ := drivers.CodeOf(err); code != "identity_not_offered" {
+		t.Fatalf("code %q", code)
 	}
 }

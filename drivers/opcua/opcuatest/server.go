@@ -23,7 +23,10 @@ import (
 type Options struct {
 	Secure bool   // Basic256Sha256 Sign and SignAndEncrypt only
 	User   string // "name:password": user/password identity required
-	PKI    string // the server's PKI folder (its certificate); "": a temporary one
+	// UserCert is a PEM user certificate the server takes as an X.509
+	// identity (others are refused).
+	UserCert string
+	PKI      string // the server's PKI folder (its certificate); "": a temporary one
 }
 
 // Server is a running test server.
@@ -100,6 +103,9 @@ func (s *Server) start() {
 	}
 	if s.opts.User != "" {
 		args = append(args, "--user", s.opts.User)
+	}
+	if s.opts.UserCert != "" {
+		args = append(args, "--user-cert", s.opts.UserCert)
 	}
 	cmd := exec.Command(s.node, args...)
 	cmd.Dir = s.dir

@@ -2,7 +2,7 @@
 // examples/opcua. It is another implementation than the gopcua client
 // physd uses, so the tests meet a server physd's authors did not write.
 //
-//   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD]
+//   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE]
 //
 // Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
 //   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
@@ -21,8 +21,11 @@
 // --secure it offers Basic256Sha256 Sign and SignAndEncrypt only, its
 // certificate in DIR/own/certs, and it trusts client certificates it has
 // not seen (a test server: a plant server keeps a trust list).
+// --user-cert FILE (PEM) makes the server take that X.509 user identity
+// (and refuse other user certificates) instead of anonymous sessions.
 // It prints "ready <endpoint>" on stdout once it listens and exits on SIGTERM.
 "use strict";
+const fs = require("fs");
 const path = require("path");
 const {
   OPCUAServer, OPCUACertificateManager, Variant, DataType, StatusCodes,
@@ -39,6 +42,7 @@ async function main() {
   const pki = path.resolve(arg("--pki", path.join(__dirname, "pki")));
   const secure = process.argv.includes("--secure");
   const user = arg("--user", "");
+  const userCert = arg("--user-cert", "");
 
   const serverCertificateManager = new OPCUACertificateManager({
     rootFolder: pki,
@@ -56,8 +60,19 @@ async function main() {
     serverInfo: { applicationUri: "urn:physd:opcua-test-server" },
     securityPolicies: secure ? [SecurityPolicy.Basic256Sha256] : [SecurityPolicy.None],
     securityModes: secure ? [MessageSecurityMode.Sign, MessageSecurityMode.SignAndEncrypt] : [MessageSecurityMode.None],
-    allowAnonymous: user === "",
+    allowAnonymous: user === "" && userCert === "",
   };
+  if (userCert !== "") {
+    const userCertificateManager = new OPCUACertificateManager({
+      rootFolder: path.join(pki, "users"),
+      automaticallyAcceptUnknownCertificate: false,
+    });
+    await userCertificateManager.initialize();
+    const pem = fs.readFileSync(userCert, "utf8");
+    const der = Buffer.from(pem.replace(/-----[^-]+-----/g, "").replace(/\s+/g, ""), "base64");
+    await userCertificateManager.trustCertificate(der);
+    options.userCertificateManager = userCertificateManager;
+  }
   if (user !== "") {
     const [name, password] = user.split(":");
     options.userManager = { isValidUser: (u, p) => u === name && p === password };
