@@ -13,6 +13,7 @@ require (
 	github.com/goburrow/serial v0.1.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/jsonschema-go v0.4.3
+	github.com/gopcua/opcua v0.8.0
 	github.com/hashicorp/go-metrics v0.7.0
 	github.com/hashicorp/mdns v1.0.7
 	github.com/hashicorp/memberlist v0.7.0

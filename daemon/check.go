@@ -46,6 +46,11 @@ func CheckBindings(m *manifest.Manifest) error {
 				errs = append(errs, fmt.Errorf("%s: buses.%s.type: no driver for %q; fix: %s", b.TypePos, name, b.Type, manifest.OneOf(b.Type, drivers.Types())))
 				continue
 			}
+			if d.CheckBus != nil {
+				if err := d.CheckBus(b); err != nil {
+					errs = append(errs, err)
+				}
+			}
 			if span := d.Span; span != nil {
 				// The write spans too: two do_ capabilities on one register
 				// are refused here, before any bus opens.

@@ -22,6 +22,10 @@ import (
 type Reading struct {
 	Value any
 	At    time.Time
+	// Uncertain, when set, says why the device itself does not vouch for
+	// Value (an OPC UA Uncertain status code): the node serves the value
+	// with quality degraded and this reason.
+	Uncertain string
 }
 
 // Point is one capability's binding, opened on its bus.
@@ -128,6 +132,9 @@ type Driver struct {
 	// Check validates a binding offline (nil: the bus is opened to check
 	// it, as the simulator is).
 	Check func(*manifest.Capability) error
+	// CheckBus validates a bus entry's own keys offline (nil: they are
+	// first decoded when the bus opens).
+	CheckBus func(*manifest.Bus) error
 	// Span, when set, also says where a binding's writes land, so that
 	// two do_ capabilities on one address are refused offline (Spanner).
 	Span func(*manifest.Capability) (Spanner, error)

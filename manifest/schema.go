@@ -145,7 +145,7 @@ func busesSchema(busTypes []string) *jsonschema.Schema {
 
 func capabilitySchema() *jsonschema.Schema {
 	binding := object("capabilities[].binding", bindingKeys, []string{"type"}, props{
-		"type":    enum(BindingTypes, "Binding type; drivers exist for sim, i2c, gpio, modbus, spi (MCP3008 ADC), pwm (kernel sysfs PWM) and onewire (1-Wire temperature sensors, physd extension)."),
+		"type":    enum(BindingTypes, "Binding type; drivers exist for sim, i2c, gpio, modbus, opcua (OPC UA client), spi (MCP3008 ADC), pwm (kernel sysfs PWM) and onewire (1-Wire temperature sensors, physd extension)."),
 		"address": text("PhysMCP address string, e.g. \"0x48:reg=0x00\".", false),
 		"bus":     text("The entry of buses: this capability is wired to.", true),
 	})

@@ -63,6 +63,8 @@ type sample struct {
 	value   any
 	at      time.Time // when the device reported it
 	started int64     // when the read that produced it began (unix nanos): orders the cache
+	// uncertain is the device's own doubt about the value (drivers.Reading.Uncertain).
+	uncertain string
 }
 
 // flight is one device read that every reader waiting for a fresh value
@@ -169,7 +171,7 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 	if r.At.IsZero() {
 		r.At = time.Now()
 	}
-	s := &sample{value: quantise(cs.cap, r.Value), at: r.At, started: start.UnixNano()}
+	s := &sample{value: quantise(cs.cap, r.Value), at: r.At, started: start.UnixNano(), uncertain: r.Uncertain}
 	cs.remember(s)
 	cs.lastErr.Store(nil)
 	cs.outUnknown.Store(false)
@@ -225,9 +227,13 @@ func (n *Node) observation(cs *capState, s *sample, cached bool, readErr error) 
 	case readErr == nil:
 		o.Value, o.Timestamp = s.value, s.at
 		o.Quality = promcp.QualityGood
-		if !inRange(cs.cap, s.value) {
+		switch {
+		case !inRange(cs.cap, s.value):
 			o.Quality = promcp.QualityDegraded
 			o.Reason = "value outside the capability's physical range " + rangeText(cs.cap) + ": check the sensor before acting"
+		case s.uncertain != "":
+			o.Quality = promcp.QualityDegraded
+			o.Reason = "the device reports this value as uncertain: " + s.uncertain
 		}
 	case s != nil && now.Sub(s.at) <= staleLimit(cs.cap):
 		o.Value, o.Timestamp = s.value, s.at

@@ -9,6 +9,7 @@ import (
 	_ "github.com/physd/physd/drivers/i2c"     // I²C through periph.io
 	_ "github.com/physd/physd/drivers/modbus"  // Modbus TCP and RTU
 	_ "github.com/physd/physd/drivers/onewire" // 1-Wire through the kernel's w1 sysfs
+	_ "github.com/physd/physd/drivers/opcua"   // OPC UA client (gopcua)
 	_ "github.com/physd/physd/drivers/pwm"     // PWM through the kernel's sysfs
 	_ "github.com/physd/physd/drivers/sim"     // the built-in simulator
 	_ "github.com/physd/physd/drivers/spi"     // SPI through periph.io

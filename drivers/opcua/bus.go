@@ -1,0 +1,369 @@
+package opcua
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/ua"
+	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/manifest"
+)
+
+func init() {
+	drivers.RegisterDriver("opcua", drivers.Driver{Open: Open, Check: CheckBinding, Span: BindingSpan, CheckBus: CheckBus})
+}
+
+// Bus is one OPC UA server endpoint: one secure channel and one session,
+// shared by every capability bound to it. A session that fails (the
+// server restarted, the network dropped) is closed and a new one is made
+// by the next read or write, no sooner than reconnect_backoff_ms after the
+// last failed attempt, each attempt bounded by connect_timeout_ms.
+type Bus struct {
+	spec *busSpec
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	client  *opcua.Client
+	gen     uint64        // the session's generation: bumps at each connect
+	dialing chan struct{} // closed when the connect under way ends; nil: none
+	lastErr error         // why there is no session (nil before the first attempt)
+	lastTry time.Time     // when the last failed connect ended
+	closed  bool
+}
+
+var _ drivers.Bus = (*Bus)(nil)
+
+// Open is the drivers.Factory for bus type "opcua". It does not wait for
+// the server: the first connect starts in the background, and a server
+// that is down is reported by Health and by every read until it answers.
+func Open(_ context.Context, b *manifest.Bus) (drivers.Bus, error) {
+	if b == nil {
+		return nil, errors.New("opcua: nil bus")
+	}
+	spec, err := parseBus(b)
+	if err != nil {
+		return nil, err
+	}
+	if spec.ApplicationURI == "" {
+		spec.ApplicationURI = defaultApplicationURI()
+	}
+	if spec.Policy != PolicyNone && spec.cert == nil {
+		cert, key, err := generateCert(spec.ApplicationURI)
+		if err != nil {
+			return nil, fmt.Errorf("opcua bus %q: generating an application certificate: %w", b.Name, err)
+		}
+		spec.cert, spec.key = cert, key
+		slog.Info("opcua: generated an application instance certificate; the server must trust it (or give certificate: and private_key:)",
+			"bus", b.Name, "sha256", fingerprint(cert))
+	}
+	bus := &Bus{spec: spec, log: slog.Default().With("bus", b.Name)}
+	bus.mu.Lock()
+	bus.startDialLocked()
+	bus.mu.Unlock()
+	return bus, nil
+}
+
+// CheckBus validates an opcua bus entry offline (its keys, and the
+// certificate files it names), for `physd validate`.
+func CheckBus(b *manifest.Bus) error {
+	_, err := parseBus(b)
+	return err
+}
+
+// Point binds a capability to its node.
+func (b *Bus) Point(c *manifest.Capability) (drivers.Point, error) {
+	if c == nil {
+		return nil, errors.New("opcua: nil capability")
+	}
+	s, err := parseBinding(c)
+	if err != nil {
+		return nil, err
+	}
+	return &point{bus: b, spec: s}, nil
+}
+
+// Health is nil while the bus has a session; otherwise it says why not.
+func (b *Bus) Health() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return fmt.Errorf("opcua %s: bus closed: %w", b.spec.name, drivers.ErrOffline)
+	case b.client != nil && b.client.State() == opcua.Connected:
+		return nil
+	case b.client != nil:
+		return fmt.Errorf("opcua %s: the session to %s is %s; reconnecting on the next read: %w", b.spec.name, b.spec.Endpoint, b.client.State(), drivers.ErrOffline)
+	case b.lastErr != nil:
+		return fmt.Errorf("opcua %s: %w: %w", b.spec.name, b.lastErr, drivers.ErrOffline)
+	}
+	return fmt.Errorf("opcua %s: connecting to %s: %w", b.spec.name, b.spec.Endpoint, drivers.ErrOffline)
+}
+
+// Close ends the session and the secure channel. Later reads and writes
+// fail with drivers.ErrOffline. It is idempotent.
+func (b *Bus) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	c := b.client
+	b.client = nil
+	b.mu.Unlock()
+	if c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), b.spec.Timeout)
+		defer cancel()
+		_ = c.Close(ctx)
+	}
+	return nil
+}
+
+// session returns the bus's session, connecting when there is none and
+// the backoff since the last failure has passed. It waits for a connect
+// under way no longer than ctx allows. Errors wrap drivers.ErrOffline:
+// nothing was sent.
+func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, 0, fmt.Errorf("opcua %s: bus closed: %w", b.spec.name, drivers.ErrOffline)
+		}
+		if b.client != nil {
+			c, g := b.client, b.gen
+			b.mu.Unlock()
+			if c.State() == opcua.Connected {
+				return c, g, nil
+			}
+			b.drop(g, fmt.Errorf("the session to %s ended (%s)", b.spec.Endpoint, c.State()))
+			continue
+		}
+		ch := b.dialing
+		if ch == nil {
+			if wait := b.spec.Reconnect - time.Since(b.lastTry); b.lastErr != nil && wait > 0 {
+				err := b.lastErr
+				b.mu.Unlock()
+				return nil, 0, fmt.Errorf("opcua %s: no session (%w); next attempt in %v: %w", b.spec.name, err, wait.Round(time.Millisecond), drivers.ErrOffline)
+			}
+			ch = b.startDialLocked()
+		}
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("opcua %s: connecting to %s: %v: %w", b.spec.name, b.spec.Endpoint, ctx.Err(), drivers.ErrOffline)
+		}
+		b.mu.Lock()
+		c, g, err := b.client, b.gen, b.lastErr
+		b.mu.Unlock()
+		if c == nil {
+			if err == nil {
+				err = errors.New("no session")
+			}
+			return nil, 0, fmt.Errorf("opcua %s: %w: %w", b.spec.name, err, drivers.ErrOffline)
+		}
+		return c, g, nil
+	}
+}
+
+// startDialLocked starts a connect in the background (b.mu held). Its
+// deadline is connect_timeout_ms, whoever waits for it.
+func (b *Bus) startDialLocked() chan struct{} {
+	ch := make(chan struct{})
+	b.dialing = ch
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), b.spec.ConnectTimeout)
+		defer cancel()
+		c, err := b.connect(ctx)
+		b.mu.Lock()
+		b.dialing = nil
+		switch {
+		case b.closed && c != nil:
+			go func() { _ = c.Close(context.Background()) }()
+		case err != nil:
+			b.lastErr, b.lastTry = err, time.Now()
+			b.log.Warn("opcua: connect failed", "endpoint", b.spec.Endpoint, "err", err)
+		default:
+			b.client, b.lastErr = c, nil
+			b.gen++
+			b.log.Info("opcua: session open", "endpoint", b.spec.Endpoint, "policy", b.spec.Policy, "mode", b.spec.Mode)
+		}
+		b.mu.Unlock()
+		close(ch)
+	}()
+	return ch
+}
+
+// drop closes the session of generation gen (if it is still the bus's),
+// so the next call reconnects. Reads of a dropped session's values are
+// never served: a value is only ever returned by the read that fetched it.
+func (b *Bus) drop(gen uint64, why error) {
+	b.mu.Lock()
+	if b.client == nil || b.gen != gen {
+		b.mu.Unlock()
+		return
+	}
+	c := b.client
+	b.client, b.lastErr, b.lastTry = nil, why, time.Now()
+	b.mu.Unlock()
+	b.log.Warn("opcua: session dropped", "endpoint", b.spec.Endpoint, "err", why)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	}()
+}
+
+// connect opens a secure channel and a session. The endpoint list is read
+// first: it carries the server certificate, which must be the pinned one,
+// and the user token policy the identity is sent under.
+func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
+	s := b.spec
+	eps, err := opcua.GetEndpoints(ctx, s.Endpoint, opcua.DialTimeout(s.ConnectTimeout), opcua.RequestTimeout(s.Timeout))
+	if err != nil {
+		return nil, fmt.Errorf("reading the endpoints of %s: %w", s.Endpoint, err)
+	}
+	var ep *ua.EndpointDescription
+	var offered []string
+	for _, e := range eps {
+		pol := policyName(e.SecurityPolicyURI)
+		offered = append(offered, pol+"/"+modeName(e.SecurityMode))
+		if pol == s.Policy && modeName(e.SecurityMode) == s.Mode {
+			ep = e
+		}
+	}
+	if ep == nil {
+		return nil, fmt.Errorf("%s offers no endpoint with security_policy %s and security_mode %s (it offers %v)", s.Endpoint, s.Policy, s.Mode, offered)
+	}
+	var serverCert []byte
+	if s.Policy != PolicyNone {
+		if serverCert, err = s.checkServerCert(ep.ServerCertificate); err != nil {
+			return nil, err
+		}
+	}
+	tokenType := ua.UserTokenTypeAnonymous
+	opts := []opcua.Option{
+		opcua.AutoReconnect(false),
+		opcua.DialTimeout(s.ConnectTimeout),
+		opcua.RequestTimeout(s.Timeout),
+		opcua.ApplicationName("physd"),
+		opcua.SessionName("physd " + s.name),
+		opcua.SessionTimeout(time.Minute),
+	}
+	if s.ApplicationURI != "" {
+		opts = append(opts, opcua.ApplicationURI(s.ApplicationURI))
+	}
+	if s.userCert != nil {
+		tokenType = ua.UserTokenTypeCertificate
+		opts = append(opts, opcua.AuthCertificate(s.userCert), opcua.AuthPrivateKey(s.userKey))
+	} else if s.Username != "" {
+		pw, err := s.password()
+		if err != nil {
+			return nil, err
+		}
+		tokenType = ua.UserTokenTypeUserName
+		opts = append(opts, opcua.AuthUsername(s.Username, pw))
+	} else {
+		opts = append(opts, opcua.AuthAnonymous())
+	}
+	var tokens []string
+	offers := false
+	for _, tok := range ep.UserIdentityTokens {
+		tokens = append(tokens, tok.TokenType.String())
+		offers = offers || tok.TokenType == tokenType
+	}
+	if !offers {
+		return nil, &certError{msg: fmt.Sprintf("the endpoint %s/%s of %s takes no %s identity (it takes %v)", s.Policy, s.Mode, s.Endpoint, tokenType, tokens),
+			code: "identity_not_offered", fix: "use an identity the server offers: username/password_env, user_certificate/user_private_key, or none (anonymous)"}
+	}
+	opts = append(opts, opcua.SecurityFromEndpoint(ep, tokenType))
+	if s.Policy != PolicyNone {
+		opts = append(opts, opcua.Certificate(s.cert), opcua.PrivateKey(s.key), opcua.RemoteCertificate(serverCert))
+	}
+	c, err := opcua.NewClient(s.Endpoint, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Connect(ctx); err != nil {
+		_ = c.Close(context.Background())
+		var st ua.StatusCode
+		if errors.As(err, &st) {
+			return nil, &statusError{what: "a session with " + s.Endpoint, status: st, op: "connect"}
+		}
+		return nil, fmt.Errorf("connecting to %s: %w", s.Endpoint, err)
+	}
+	return c, nil
+}
+
+// certError is a server that presents another certificate than the one
+// pinned: nothing is sent to it.
+type certError struct{ msg, code, fix string }
+
+func (e *certError) Error() string { return e.msg }
+func (e *certError) Code() string {
+	if e.code != "" {
+		return e.code
+	}
+	return "server_certificate_mismatch"
+}
+func (e *certError) Fix() string {
+	if e.fix != "" {
+		return e.fix
+	}
+	return "check that the endpoint is the intended server; if its certificate was renewed, copy the new one to server_certificate (or add its issuer to server_trust)"
+}
+
+// checkServerCert judges the certificate an endpoint presents (DER, or a
+// chain whose first certificate is the server's): it must be the pinned
+// one, or chain to server_trust. It returns the server's DER.
+func (s *busSpec) checkServerCert(b []byte) ([]byte, error) {
+	chain, err := x509.ParseCertificates(b)
+	if err != nil || len(chain) == 0 {
+		return nil, &certError{msg: fmt.Sprintf("the server's endpoint carries no readable certificate (%v): refusing to connect", err)}
+	}
+	leaf := chain[0]
+	if s.trust == nil {
+		if !bytes.Equal(leaf.Raw, s.serverCert) {
+			return nil, &certError{msg: fmt.Sprintf("the server's certificate (sha256 %s) is not the pinned server_certificate %s (sha256 %s): refusing to connect",
+				fingerprint(leaf.Raw), s.ServerCertFile, fingerprint(s.serverCert))}
+		}
+		return leaf.Raw, nil
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: s.trust, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return nil, &certError{msg: fmt.Sprintf("the server's certificate (sha256 %s, subject %q) is not trusted by server_trust %v: %v: refusing to connect",
+			fingerprint(leaf.Raw), leaf.Subject.String(), s.ServerTrust, err)}
+	}
+	return leaf.Raw, nil
+}
+
+func policyName(uri string) string {
+	const prefix = "http://opcfoundation.org/UA/SecurityPolicy#"
+	if len(uri) > len(prefix) && uri[:len(prefix)] == prefix {
+		return uri[len(prefix):]
+	}
+	return uri
+}
+
+func modeName(m ua.MessageSecurityMode) string {
+	switch m {
+	case ua.MessageSecurityModeNone:
+		return ModeNone
+	case ua.MessageSecurityModeSign:
+		return ModeSign
+	case ua.MessageSecurityModeSignAndEncrypt:
+		return ModeSignAndEncrypt
+	}
+	return m.String()
+}

@@ -1,0 +1,26 @@
+// Package opcua is physd's OPC UA client driver, on gopcua: a bus is one
+// server endpoint (security policy and mode, the application certificate,
+// the server certificate pinned or checked against a trust list, an
+// anonymous, user/password or X.509 user identity) with one session
+// shared by every capability bound to it; a binding is a node id (i=, s=,
+// g=, b=, with ns=<index> or nsu=<uri>) with its OPC UA type (ua_type)
+// and, for an array node, the index of one element.
+//
+// Reads honour the value's status code: Good is a reading, Uncertain a
+// reading served as degraded with the code's name, Bad an error whose code
+// is the status name (BadSensorFailure). Writes are refused before they
+// are sent when the node publishes an EURange (OPC UA Part 8) the value is
+// outside; a Bad write result means the server applied nothing (the node
+// answers failed with the status name as code); a write without a reply
+// may have been applied (the node reads back and answers partial). The
+// node verifies every write by reading the node back.
+//
+// A service call without a usable reply drops the session; the next read
+// or write opens a new one (no sooner than reconnect_backoff_ms after a
+// failed attempt, each attempt bounded by connect_timeout_ms), so nothing
+// read through a session from before a server restart is served after it.
+//
+// Not done: subscriptions and monitored items (reads poll), browsing the
+// server (physd scan opcua), revocation lists for server_trust, the
+// Aes128/Aes256 policies.
+package opcua

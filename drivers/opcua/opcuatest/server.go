@@ -1,0 +1,208 @@
+// Package opcuatest runs the node-opcua test server of
+// examples/opcua/server for tests: an OPC UA server implementation
+// independent of gopcua. Tests skip, saying why, when Node or the npm
+// packages are not installed (cd examples/opcua/server && npm ci).
+package opcuatest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Options choose the server's security and identity.
+type Options struct {
+	Secure bool   // Basic256Sha256 Sign and SignAndEncrypt only
+	User   string // "name:password": user/password identity required
+	// UserCert is a PEM user certificate the server takes as an X.509
+	// identity (others are refused).
+	UserCert string
+	PKI      string // the server's PKI folder (its certificate); "": a temporary one
+}
+
+// Server is a running test server.
+type Server struct {
+	t        testing.TB
+	dir      string // examples/opcua/server
+	node     string
+	port     int
+	opts     Options
+	Endpoint string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	out *strings.Builder
+}
+
+// Dir finds examples/opcua/server from the working directory upwards, and
+// the Node binary its npm install brought; ok false says why not.
+func Dir() (dir, node string, why string) {
+	wd, _ := os.Getwd()
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			dir = filepath.Join(d, "examples", "opcua", "server")
+			break
+		}
+		if filepath.Dir(d) == d {
+			return "", "", "no go.mod above " + wd
+		}
+	}
+	node = filepath.Join(dir, "node_modules", ".bin", "node")
+	if _, err := os.Stat(node); err != nil {
+		return "", "", "Node 22 from npm is not installed in " + dir + " (run: cd examples/opcua/server && npm ci)"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-opcua")); err != nil {
+		return "", "", "node-opcua is not installed in " + dir + " (run: cd examples/opcua/server && npm ci)"
+	}
+	return dir, node, ""
+}
+
+// Start starts a server on a free loopback port, or skips t when Node or
+// node-opcua are missing. It is stopped when t ends.
+func Start(t testing.TB, o Options) *Server {
+	t.Helper()
+	dir, node, why := Dir()
+	if why != "" {
+		t.Skip("OPC UA test server unavailable: " + why)
+	}
+	if o.PKI == "" {
+		o.PKI = filepath.Join(t.TempDir(), "pki")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	s := &Server{t: t, dir: dir, node: node, port: port, opts: o,
+		Endpoint: fmt.Sprintf("opc.tcp://127.0.0.1:%d/physd", port)}
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// ServerCertificate is the server's certificate file (PEM).
+func (s *Server) ServerCertificate() string {
+	return filepath.Join(s.opts.PKI, "own", "certs", "server_certificate.pem")
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	args := []string{"server.js", "--port", fmt.Sprint(s.port), "--pki", s.opts.PKI}
+	if s.opts.Secure {
+		args = append(args, "--secure")
+	}
+	if s.opts.User != "" {
+		args = append(args, "--user", s.opts.User)
+	}
+	if s.opts.UserCert != "" {
+		args = append(args, "--user-cert", s.opts.UserCert)
+	}
+	cmd := exec.Command(s.node, args...)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	out := &strings.Builder{}
+	cmd.Stderr = &lockedWriter{b: out, mu: &s.mu}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			out.WriteString(line + "\n")
+			s.mu.Unlock()
+			if strings.HasPrefix(line, "ready ") {
+				select {
+				case ready <- line:
+				default:
+				}
+			}
+		}
+	}()
+	s.mu.Lock()
+	s.cmd, s.out = cmd, out
+	s.mu.Unlock()
+	select {
+	case <-ready:
+	case <-time.After(90 * time.Second):
+		s.Stop()
+		s.t.Fatalf("OPC UA test server did not start in 90 s:\n%s", s.Output())
+	}
+}
+
+// Output is what the server printed so far.
+func (s *Server) Output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out == nil {
+		return ""
+	}
+	return s.out.String()
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after 5 s).
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Restart stops the server and starts it again on the same port with the
+// same PKI: every value is back at its initial one, every session gone.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// WaitPort waits until nothing listens on the server's port any more.
+func (s *Server) WaitPort(ctx context.Context) {
+	for ctx.Err() == nil {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), 100*time.Millisecond)
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type lockedWriter struct {
+	b  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}

@@ -1,0 +1,146 @@
+// A small OPC UA server on node-opcua, for physd's OPC UA driver tests and
+// examples/opcua. It is another implementation than the gopcua client
+// physd uses, so the tests meet a server physd's authors did not write.
+//
+//   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE]
+//
+// Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
+//   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
+//   ns=1;s=Setpoint      Double, writable, AnalogItem with EURange 0..100 and EngineeringUnits °C, starts at 20
+//   ns=1;s=Pump          Boolean, writable, starts false
+//   ns=1;s=Mode          String, writable, starts "auto"
+//   ns=1;s=Level         Int16, writable, starts 3
+//   ns=1;s=Gain          Float, writable, starts 1.5
+//   ns=1;s=Broken        Double, read-only, status BadSensorFailure
+//   ns=1;s=Drifting      Double, read-only, status UncertainLastUsableValue
+//   ns=1;s=Locked        Double, read-only (a write answers BadNotWritable)
+//   ns=1;s=Curve         Double[4], writable array [1, 2, 3, 4]
+//   ns=1;i=1001          Double, read-only numeric-id node, 7.25
+//
+// Without --secure the server offers SecurityPolicy None only. With
+// --secure it offers Basic256Sha256 Sign and SignAndEncrypt only, its
+// certificate in DIR/own/certs, and it trusts client certificates it has
+// not seen (a test server: a plant server keeps a trust list).
+// --user-cert FILE (PEM) makes the server take that X.509 user identity
+// (and refuse other user certificates) instead of anonymous sessions.
+// It prints "ready <endpoint>" on stdout once it listens and exits on SIGTERM.
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const {
+  OPCUAServer, OPCUACertificateManager, Variant, DataType, StatusCodes,
+  SecurityPolicy, MessageSecurityMode, standardUnits, AccessLevelFlag, VariantArrayType,
+} = require("node-opcua");
+
+function arg(name, def) {
+  const i = process.argv.indexOf(name);
+  return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : def;
+}
+
+async function main() {
+  const port = parseInt(arg("--port", "4840"), 10);
+  const pki = path.resolve(arg("--pki", path.join(__dirname, "pki")));
+  const secure = process.argv.includes("--secure");
+  const user = arg("--user", "");
+  const userCert = arg("--user-cert", "");
+
+  const serverCertificateManager = new OPCUACertificateManager({
+    rootFolder: pki,
+    automaticallyAcceptUnknownCertificate: true,
+  });
+  await serverCertificateManager.initialize();
+
+  const options = {
+    port,
+    resourcePath: "/physd",
+    serverCertificateManager,
+    certificateFile: path.join(pki, "own/certs/server_certificate.pem"),
+    privateKeyFile: path.join(pki, "own/private/private_key.pem"),
+    buildInfo: { productName: "physd-opcua-test-server", buildNumber: "1" },
+    serverInfo: { applicationUri: "urn:physd:opcua-test-server" },
+    securityPolicies: secure ? [SecurityPolicy.Basic256Sha256] : [SecurityPolicy.None],
+    securityModes: secure ? [MessageSecurityMode.Sign, MessageSecurityMode.SignAndEncrypt] : [MessageSecurityMode.None],
+    allowAnonymous: user === "" && userCert === "",
+  };
+  if (userCert !== "") {
+    const userCertificateManager = new OPCUACertificateManager({
+      rootFolder: path.join(pki, "users"),
+      automaticallyAcceptUnknownCertificate: false,
+    });
+    await userCertificateManager.initialize();
+    const pem = fs.readFileSync(userCert, "utf8");
+    const der = Buffer.from(pem.replace(/-----[^-]+-----/g, "").replace(/\s+/g, ""), "base64");
+    await userCertificateManager.trustCertificate(der);
+    options.userCertificateManager = userCertificateManager;
+  }
+  if (user !== "") {
+    const [name, password] = user.split(":");
+    options.userManager = { isValidUser: (u, p) => u === name && p === password };
+  }
+  const server = new OPCUAServer(options);
+  await server.initialize();
+
+  const addressSpace = server.engine.addressSpace;
+  const ns = addressSpace.registerNamespace("urn:physd:opcua-test-server");
+  const plant = ns.addFolder(addressSpace.rootFolder.objects, { browseName: "Plant" });
+
+  let temperature = 21.5;
+  ns.addVariable({
+    componentOf: plant, browseName: "Temperature", nodeId: "s=Temperature", dataType: "Double", minimumSamplingInterval: 100,
+    accessLevel: AccessLevelFlag.CurrentRead, userAccessLevel: AccessLevelFlag.CurrentRead,
+    value: { get: () => new Variant({ dataType: DataType.Double, value: temperature }) },
+  });
+  let tick = 0;
+  setInterval(() => { tick++; temperature = 21.5 + (tick % 2 ? 0.1 : -0.1); }, 1000).unref();
+
+  const setpoint = ns.addAnalogDataItem({
+    componentOf: plant, browseName: "Setpoint", nodeId: "s=Setpoint", dataType: "Double",
+    engineeringUnitsRange: { low: 0, high: 100 },
+    engineeringUnits: standardUnits.degree_celsius,
+    accessLevel: "CurrentRead | CurrentWrite", userAccessLevel: "CurrentRead | CurrentWrite",
+  });
+  setpoint.setValueFromSource(new Variant({ dataType: DataType.Double, value: 20 }));
+
+  const writable = (browseName, dataType, value, extra = {}) => {
+    const v = ns.addVariable({
+      componentOf: plant, browseName, nodeId: "s=" + browseName, dataType,
+      accessLevel: "CurrentRead | CurrentWrite", userAccessLevel: "CurrentRead | CurrentWrite", ...extra,
+    });
+    v.setValueFromSource(new Variant({ dataType: DataType[dataType], value, ...(extra.valueRank === 1 ? { arrayType: VariantArrayType.Array } : {}) }));
+    return v;
+  };
+  writable("Pump", "Boolean", false);
+  writable("Mode", "String", "auto");
+  writable("Level", "Int16", 3);
+  writable("Gain", "Float", 1.5);
+  writable("Curve", "Double", [1, 2, 3, 4], { valueRank: 1, arrayDimensions: [4] });
+
+  const readOnly = (browseName, nodeId, value, status) => {
+    const v = ns.addVariable({
+      componentOf: plant, browseName, nodeId, dataType: "Double",
+      accessLevel: AccessLevelFlag.CurrentRead, userAccessLevel: AccessLevelFlag.CurrentRead,
+    });
+    v.setValueFromSource(new Variant({ dataType: DataType.Double, value }), status || StatusCodes.Good);
+    return v;
+  };
+  readOnly("Broken", "s=Broken", 0, StatusCodes.BadSensorFailure);
+  readOnly("Drifting", "s=Drifting", 19.75, StatusCodes.UncertainLastUsableValue);
+  readOnly("Locked", "s=Locked", 5);
+  readOnly("Numeric", "i=1001", 7.25);
+
+  await server.start();
+  const endpoint = server.getEndpointUrl();
+  process.stdout.write("ready " + endpoint + " ns=" + ns.index + "\n");
+
+  const stop = async () => {
+    await server.shutdown(0);
+    process.exit(0);
+  };
+  process.on("SIGTERM", stop);
+  process.on("SIGINT", stop);
+}
+
+main().catch((err) => {
+  process.stderr.write("opcua test server: " + (err && err.stack ? err.stack : err) + "\n");
+  process.exit(1);
+});
