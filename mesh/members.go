@@ -134,7 +134,7 @@ func (m *Mesh) Status() Status {
 	s.PartitionState = m.holdPartitionState(s.PartitionStateNow)
 	s.PartitionHoldMS = max(m.cfg.PartitionHold, 0).Milliseconds()
 	s.SizeEstimate = s.Alive + s.Suspect + s.Dead
-	if m.list != nil {
+	if m.listSet.Load() {
 		s.HealthScore = m.list.GetHealthScore()
 	}
 	m.mu.Lock()

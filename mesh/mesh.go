@@ -60,7 +60,12 @@ type Mesh struct {
 	log  *slog.Logger
 	h    Handler
 	list *memberlist.Memberlist
-	dial *dialer // the transport memberlist uses, with per-send deadlines
+	// listSet is stored once list is: memberlist delivers peers' messages
+	// from inside Create, before list is assigned, and a request answered
+	// then would send its reply through a nil list (a panic seen on a
+	// loaded machine when twelve gateways started at once).
+	listSet atomic.Bool
+	dial    *dialer // the transport memberlist uses, with per-send deadlines
 
 	ctx    context.Context // canceled by Shutdown
 	cancel context.CancelFunc
@@ -186,6 +191,7 @@ func New(cfg Config, cat Catalog, h Handler) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: start memberlist on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
 	m.list = list
+	m.listSet.Store(true)
 	m.mu.Lock()
 	if m.selfAddr == "" { // NotifyJoin(self) normally sets it during Create
 		m.selfAddr = list.LocalNode().Address()
@@ -548,7 +554,7 @@ func (m *Mesh) join(targets []string) int {
 // may be updated concurrently.
 func (m *Mesh) liveNames() map[string]bool {
 	out := map[string]bool{}
-	if m.list == nil {
+	if !m.listSet.Load() {
 		return out
 	}
 	for _, n := range m.list.Members() {

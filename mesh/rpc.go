@@ -631,6 +631,11 @@ type serving struct {
 
 // onMessage handles a user message from memberlist (it must not block).
 func (m *Mesh) onMessage(buf []byte) {
+	if !m.listSet.Load() {
+		// Still inside memberlist.Create: nothing can be answered yet. The
+		// sender's call retries within its deadline, as for a lost packet.
+		return
+	}
 	w, err := decodeMessage(buf)
 	if err != nil {
 		m.log.Warn("mesh: dropping a malformed message (a peer on another physd version?)", "bytes", len(buf))
