@@ -331,6 +331,7 @@ func (p *slowProxy) cut() {
 // SIGKILLed in the middle of its replay and restarted: still every record
 // exactly once.
 func TestFleetWANCutAndKill(t *testing.T) {
+	t.Parallel() // its own server on a free port and its own daemon
 	hub := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "north-pw", "physd", "north", fleetStream))
 	js := hubAdmin(t, hub, true)
 	proxy := startSlowProxy(t, strings.TrimPrefix(hub.URL(), "nats://"))
@@ -435,6 +436,7 @@ func TestFleetWANCutAndKill(t *testing.T) {
 // naming itself south is refused by the hub; nothing lands under south,
 // and the gateway keeps serving.
 func TestFleetSitePermissions(t *testing.T) {
+	t.Parallel() // its own server on a free port and its own daemon
 	hub := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "north-pw", "physd", "north", fleetStream))
 	js := hubAdmin(t, hub, true)
 	d := startHTTP(t, daemonOpts{manifest: fleetManifest(t, hub.URL(), "south", "north", "north-pw")})

@@ -107,6 +107,7 @@ func readOPCUA(t *testing.T, cs *mcp.ClientSession, name string) map[string]any 
 // read-back, a write outside the node's EURange refused with nothing
 // written, and a Bad write result answered failed with the code name.
 func TestOPCUAReadWrite(t *testing.T) {
+	t.Parallel() // its own server on a free port and its own daemon
 	srv := opcuatest.Start(t, opcuatest.Options{})
 	_, cs := startOPCUA(t, srv.Endpoint, "")
 
@@ -148,6 +149,7 @@ func TestOPCUAReadWrite(t *testing.T) {
 // good read after it is the server's new value, never the one written
 // before the restart.
 func TestOPCUAServerRestart(t *testing.T) {
+	t.Parallel() // its own server on a free port and its own daemon
 	srv := opcuatest.Start(t, opcuatest.Options{})
 	_, cs := startOPCUA(t, srv.Endpoint, "")
 	if a := doModbus(t, cs, "do_setpoint", 42.0, "sp-1"); a.Status != "success" {
@@ -263,6 +265,7 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 // success or failed, and a read afterwards (a new session) shows what the
 // server holds.
 func TestOPCUALostWriteReply(t *testing.T) {
+	t.Parallel() // its own server on a free port and its own daemon
 	srv := opcuatest.Start(t, opcuatest.Options{})
 	px := opcuatest.StartLossProxy(t, srv)
 	_, cs := startOPCUA(t, px.Endpoint, "")
