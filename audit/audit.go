@@ -68,6 +68,12 @@ type Log struct {
 	day  string // UTC day of the records in the current file
 
 	opts Options
+
+	// readAt is where the last ReadAfter stopped (read.go), so that a
+	// reader that follows the trail record by record (the fleet uplink)
+	// does not parse the current file from its start for every record.
+	readMu sync.Mutex
+	readAt readPos
 }
 
 // Options tune rotation, retention and forwarding.

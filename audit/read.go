@@ -50,8 +50,12 @@ func (l *Log) ReadAfter(after uint64, fn func(seq uint64, line []byte) error) er
 		}
 	}
 	next := after + 1
-	for _, name := range files[start:] {
-		done, err := readLines(name, &next, upTo, fn)
+	for i, name := range files[start:] {
+		var from readPos
+		if i == 0 {
+			from = l.resumeAt(name, next)
+		}
+		done, err := readLines(name, from, &next, upTo, fn, l.remember)
 		if err != nil || done {
 			return err
 		}
@@ -79,7 +83,37 @@ func firstSeq(name string) (uint64, bool) {
 	return r.Seq, true
 }
 
-func readLines(name string, next *uint64, upTo uint64, fn func(uint64, []byte) error) (bool, error) {
+// readPos is a line boundary of a file and the seq of the line there.
+type readPos struct {
+	name string
+	file os.FileInfo // the file itself: a rotation puts another under name
+	off  int64
+	seq  uint64
+}
+
+// resumeAt is where the line of seq next starts in name, when the last
+// read stopped there; else the zero position (the file's start).
+func (l *Log) resumeAt(name string, next uint64) readPos {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	if l.readAt.name == name && l.readAt.seq == next {
+		return l.readAt
+	}
+	return readPos{}
+}
+
+func (l *Log) remember(p readPos) {
+	l.readMu.Lock()
+	l.readAt = p
+	l.readMu.Unlock()
+}
+
+// readLines hands fn the lines of name from the remembered position from
+// (a line boundary of this very file, or the zero position: its start) and
+// calls mark with the position after each line handed out. A position in
+// another file under the name (it rotated), or whose line is not the one
+// expected, is read again from the start.
+func readLines(name string, from readPos, next *uint64, upTo uint64, fn func(uint64, []byte) error, mark func(readPos)) (bool, error) {
 	f, err := os.Open(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil // pruned or rotated away meanwhile
@@ -88,8 +122,21 @@ func readLines(name string, next *uint64, upTo uint64, fn func(uint64, []byte) e
 		return false, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	off := from.off
+	if from.file == nil || !os.SameFile(fi, from.file) {
+		off = 0
+	}
+	if off > 0 {
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			return false, err
+		}
+	}
 	br := bufio.NewReaderSize(f, 64<<10)
-	for {
+	for first := off > 0; ; first = false {
 		line, err := br.ReadBytes('\n')
 		if err == io.EOF {
 			return false, nil // the end, or a line still being written
@@ -97,9 +144,13 @@ func readLines(name string, next *uint64, upTo uint64, fn func(uint64, []byte) e
 		if err != nil {
 			return false, err
 		}
+		off += int64(len(line))
 		line = bytes.TrimSuffix(line, []byte{'\n'})
 		var r struct {
 			Seq uint64 `json:"seq"`
+		}
+		if first && (json.Unmarshal(line, &r) != nil || r.Seq != *next) {
+			return readLines(name, readPos{}, next, upTo, fn, mark)
 		}
 		if json.Unmarshal(line, &r) != nil {
 			continue
@@ -117,6 +168,7 @@ func readLines(name string, next *uint64, upTo uint64, fn func(uint64, []byte) e
 			return true, err
 		}
 		*next++
+		mark(readPos{name: name, file: fi, off: off, seq: *next})
 		if *next > upTo {
 			return true, nil
 		}

@@ -85,3 +85,40 @@ func TestReadAfterGap(t *testing.T) {
 		t.Errorf("gap: %v", err)
 	}
 }
+
+// TestReadAfterFollows: a reader that follows the trail record by record,
+// across rotations, gets every record once, in order, exactly as written,
+// and resumes where it stopped instead of parsing the current file from
+// its start each time.
+func TestReadAfterFollows(t *testing.T) {
+	l, err := OpenWith(t.TempDir(), Options{MaxBytes: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var cursor uint64
+	for i := 0; i < 60; i++ {
+		if _, err := l.Append(&Record{Event: "do", Tool: "do_x", Reason: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		err := l.ReadAfter(cursor, func(seq uint64, line []byte) error {
+			if seq != cursor+1 || !bytes.Contains(line, []byte(`"do_x"`)) {
+				t.Fatalf("after %d: seq %d %s", cursor, seq, line)
+			}
+			cursor = seq
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cursor != uint64(i+1) {
+			t.Fatalf("record %d: the reader is at %d", i+1, cursor)
+		}
+		if l.readAt.seq != cursor+1 || l.readAt.off == 0 {
+			t.Fatalf("record %d: no resume position kept: %+v", i+1, l.readAt)
+		}
+	}
+	if len(l.rotated()) < 3 {
+		t.Fatalf("want rotations during the follow, got %d files", len(l.rotated()))
+	}
+}

@@ -6,11 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/manifest"
-	"github.com/physd/physd/node"
-	"github.com/physd/physd/store"
 )
 
 // doubtful is a device that reports its value uncertain while told to (an
@@ -57,24 +55,7 @@ capabilities:
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := audit.Open(dir + "/audit")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.Close(context.Background())
-		al.Close()
-		st.Close()
-	})
+	n := testrig.OpenManifest(t, m, "", nil).Node
 
 	doubtful.Store("OPC UA status UncertainLastUsableValue")
 	o, err := n.Read(t.Context(), "read_temperature", 0)

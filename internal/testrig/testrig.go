@@ -53,6 +53,12 @@ func Open(t testing.TB, manifestPath, policyText string, edit func(*node.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return OpenManifest(t, m, policyText, edit)
+}
+
+// OpenManifest is Open for a manifest already parsed.
+func OpenManifest(t testing.TB, m *manifest.Manifest, policyText string, edit func(*node.Config)) *Rig {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(dir)
 	if err != nil {
