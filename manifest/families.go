@@ -26,8 +26,8 @@ func (p *parser) families(list *yaml.Node, m *Manifest) {
 		names[c.Kind+"/"+c.Name] = true
 	}
 	for _, c := range m.Capabilities {
-		if c.Family == "" {
-			continue
+		if c.Family == "" || !c.Exposed() {
+			continue // an unexposed capability with a family is reported by expose
 		}
 		// The capability's own node (entries that failed to parse have no
 		// Capability, so indexes of the two lists may differ).
@@ -75,4 +75,31 @@ func valueOf(n *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
+}
+
+// ToolCount is how many tools of this manifest an endpoint lists (besides
+// can_do) to a caller whose role may run every do_: the exposed
+// capabilities v selects (every one for nil), a family with two or more of
+// them counted once where the endpoint serves families. Other gateways'
+// tools in the view come on top in a mesh.
+func (m *Manifest) ToolCount(v *View, families bool) int {
+	n := 0
+	byFamily := map[string]int{} // kind_family -> members selected
+	for _, c := range m.Capabilities {
+		if !c.Exposed() || v != nil && !v.Match(m.Subject(c)) {
+			continue
+		}
+		n++
+		if c.Family != "" {
+			byFamily[c.Kind+"_"+c.Family]++
+		}
+	}
+	if families {
+		for _, k := range byFamily {
+			if k >= 2 {
+				n -= k - 1
+			}
+		}
+	}
+	return n
 }

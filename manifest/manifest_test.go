@@ -69,6 +69,7 @@ func TestGreenhouse(t *testing.T) {
 		Compensable:        false,
 		Tolerance:          0.1,
 		Family:             "temperature",
+		Expose:             new(true),
 		Pos:                Pos{File: greenhouse, Line: 42, Col: 5},
 	}
 	temp.Binding = Binding{}

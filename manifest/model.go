@@ -44,11 +44,19 @@ type Manifest struct {
 	Network        Network `json:"network"`
 	// Buses is the physd extension that names shared hardware (a simulated
 	// plant, an I2C bus, a Modbus endpoint) so capabilities can refer to it.
-	Buses        map[string]*Bus `json:"buses,omitempty"`
-	Capabilities []*Capability   `json:"capabilities"`
-	Audit        Audit           `json:"audit"`
+	Buses map[string]*Bus `json:"buses,omitempty"`
+	// Defaults are the capabilities' defaults (defaults:, expose.go).
+	Defaults     Defaults      `json:"defaults"`
+	Capabilities []*Capability `json:"capabilities"`
+	Audit        Audit         `json:"audit"`
 	// Views are the physd extension views: (views.go).
 	Views []*View `json:"views,omitempty"`
+
+	// byName indexes Capabilities by name (Parse builds it): a site of
+	// 10 000 points is looked up on every call. Capability checks each
+	// hit, so a manifest whose list was changed after Parse (a test's, a
+	// copy cut to a view) is still answered right, by a scan.
+	byName map[string]int
 }
 
 // Device is the device: block.
@@ -268,6 +276,9 @@ type Capability struct {
 	// Family groups capabilities of one type (families.go): served as one
 	// tool with a zone argument where an endpoint serves families.
 	Family string `json:"family,omitempty"`
+	// Expose is false for a capability that is observed but is no tool
+	// (expose.go); use Exposed(). The parser always sets it.
+	Expose *bool `json:"expose,omitempty"`
 	// AdoptedFrom is PhysMCP's proxy-mode origin of the capability.
 	AdoptedFrom *AdoptedFrom `json:"adopted_from,omitempty"`
 	// PollMS and Deadband are the observation keys (observe.go).
@@ -319,8 +330,29 @@ type RemoteSink struct {
 	Address string `json:"address"`
 }
 
+// Tool returns the capability whose tool (read_x, do_x) is tool, or nil.
+func (m *Manifest) Tool(tool string) *Capability {
+	if c := m.Capability(CapabilityName(tool)); c != nil && c.ToolName() == tool {
+		return c
+	}
+	return nil
+}
+
+// index builds byName (Parse, once the list is complete).
+func (m *Manifest) index() {
+	m.byName = make(map[string]int, len(m.Capabilities))
+	for i, c := range m.Capabilities {
+		if _, dup := m.byName[c.Name]; !dup {
+			m.byName[c.Name] = i
+		}
+	}
+}
+
 // Capability returns the capability with the given bare name, or nil.
 func (m *Manifest) Capability(name string) *Capability {
+	if i, ok := m.byName[name]; ok && i < len(m.Capabilities) && m.Capabilities[i].Name == name {
+		return m.Capabilities[i]
+	}
 	for _, c := range m.Capabilities {
 		if c.Name == name {
 			return c

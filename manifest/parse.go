@@ -44,7 +44,7 @@ var (
 
 // Keys accepted in each block, in the order they are listed in fixes.
 var (
-	topKeys        = []string{"physmcp_version", "device", "network", "buses", "capabilities", "audit", "views"}
+	topKeys        = []string{"physmcp_version", "device", "network", "buses", "defaults", "capabilities", "audit", "views"}
 	deviceKeys     = []string{"id", "type", "vendor", "model", "firmware_version", "hardware_revision", "location", "certification"}
 	locationKeys   = []string{"zone", "area", "description", "coordinates"}
 	coordKeys      = []string{"x", "y", "z"}
@@ -63,7 +63,7 @@ var (
 		"rate_limit", "requires_permission", "requires_quorum", "quorum_size",
 		"cooldown_ms", "timeout_ms", "cacheable", "cache_ttl_ms", "zone",
 		"compensable", "settle_ms", "tolerance", "adopted_from", "family",
-		"poll_ms", "deadband", "alarms", "safe", "lease",
+		"poll_ms", "deadband", "alarms", "safe", "lease", "expose",
 	}
 )
 
@@ -106,6 +106,7 @@ func Parse(file string, data []byte) (*Manifest, error) {
 	if m == nil { // cannot happen: no manifest without an error
 		return nil, Errors{{Pos: Pos{File: file}, Msg: "the manifest could not be read"}}
 	}
+	m.index()
 	return m, nil
 }
 
@@ -119,6 +120,7 @@ func (p *parser) manifest(root *yaml.Node) *Manifest {
 	m.Device = p.device(top.sub("device", deviceKeys, true))
 	m.Network = p.network(top.sub("network", networkKeys, true), m.Device.ID)
 	m.Buses = p.buses(top.get("buses"))
+	m.Defaults = p.defaults(top.sub("defaults", defaultsKeys, false))
 	p.capabilities(top.need("capabilities", ""), m)
 	m.Audit = p.audit(top.sub("audit", auditKeys, false))
 	m.Views = p.views(top.get("views"))
@@ -315,6 +317,7 @@ func (p *parser) capability(n *yaml.Node, path string, m *Manifest, first map[st
 	p.capTags(o, c)
 	p.capGuards(o, c, isRead)
 	p.capExtensions(o, c, m, isDo, isRead)
+	p.expose(o, c, m)
 	p.observe(o, c)
 	p.failSafe(o, c, isDo)
 	return c

@@ -40,6 +40,7 @@ func Schema(busTypes []string) *jsonschema.Schema {
 		"device":          deviceSchema(),
 		"network":         networkSchema(),
 		"buses":           busesSchema(busTypes),
+		"defaults":        defaultsSchema(),
 		"capabilities":    listOf(capabilitySchema(), 1, "The device's capabilities; each becomes read_<name> or do_<name>."),
 		"audit":           auditSchema(),
 		"views":           viewsSchema(),
@@ -187,6 +188,7 @@ func capabilitySchema() *jsonschema.Schema {
 	}
 	maps.Copy(cp, observeSchema())
 	maps.Copy(cp, failSafeSchema())
+	maps.Copy(cp, exposeSchema())
 	c := object("capabilities[]", capKeys, []string{"name", "kind", "description", "binding", "data_type", "semantic_tags"}, cp)
 	// What the parser ties to kind and data_type.
 	c.AllOf = []*jsonschema.Schema{

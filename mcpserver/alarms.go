@@ -62,14 +62,7 @@ func (s *Server) alarmsSeen(v *manifest.View) string {
 	return b.String()
 }
 
-func (s *Server) capOfTool(tool string) *manifest.Capability {
-	for _, c := range s.n.Manifest().Capabilities {
-		if c.ToolName() == tool {
-			return c
-		}
-	}
-	return nil
-}
+func (s *Server) capOfTool(tool string) *manifest.Capability { return s.n.Manifest().Tool(tool) }
 
 // alarmContext adds to a can_do report the alarms raised now on the
 // capabilities it names (candidates, blocked, related reads).

@@ -41,8 +41,9 @@ type family struct {
 	members    []member // sorted by zone, then owner
 }
 
-// families lists the families served in the site now: this gateway's and
-// the mesh catalog's capabilities that name a family, keyed by tool name.
+// families lists the families served in the site now: this gateway's
+// exposed capabilities and the mesh catalog's that name a family, keyed by
+// tool name.
 // A member whose type differs from the family's first (this gateway's
 // first, else the first owner's) is left out and keeps its own tool; so is
 // a family whose tool name is also some capability's tool name.
@@ -74,7 +75,7 @@ func (s *Server) families() map[string]*family {
 		}
 		f.members = append(f.members, mem)
 	}
-	for _, c := range m.Capabilities {
+	for _, c := range m.ExposedCapabilities() {
 		add(member{owner: m.Device.ID, tool: c.ToolName(), zone: c.Zone, local: true, cap: c, subject: m.Subject(c)})
 	}
 	if s.opts.Router != nil {

@@ -29,8 +29,11 @@ func (s *Server) addPolicyResources() {
 		var doc any = map[string]any{"configured": false, "note": node.NoPolicyNote}
 		if s.opts.Guard != nil {
 			doc = s.opts.Guard.Policy()
-			if sc := s.scopeOf(req.Extra); sc.view != nil {
-				// Through a view, the rules of the view's tools only.
+			// The rules of the tools this endpoint serves: through a view,
+			// the view's; never those of a capability that is not exposed
+			// (no call can reach it, so no rule of it is an agent's to know).
+			sc := s.scopeOf(req.Extra)
+			if hidden := s.policyHides(); len(hidden) > 0 || sc.view != nil {
 				b, err := json.Marshal(doc)
 				if err != nil {
 					return nil, err
@@ -41,11 +44,14 @@ func (s *Server) addPolicyResources() {
 				}
 				tools, _ := m["tools"].(map[string]any)
 				for tool := range tools {
-					if c := s.capOfTool(tool); c == nil || !sc.view.Match(s.n.Manifest().Subject(c)) {
+					c := s.capOfTool(tool)
+					if hidden[tool] || sc.view != nil && (c == nil || !sc.view.Match(s.n.Manifest().Subject(c))) {
 						delete(tools, tool)
 					}
 				}
-				m["view"] = sc.view.Name
+				if sc.view != nil {
+					m["view"] = sc.view.Name
+				}
 				doc = m
 			}
 		}
@@ -69,6 +75,17 @@ func (s *Server) addPolicyResources() {
 		}
 		return jsonResource(GateApprovalURI, doc)
 	})
+}
+
+// policyHides names the tools of this gateway's unexposed capabilities.
+func (s *Server) policyHides() map[string]bool {
+	hidden := map[string]bool{}
+	for _, c := range s.n.Manifest().Capabilities {
+		if !c.Exposed() {
+			hidden[c.ToolName()] = true
+		}
+	}
+	return hidden
 }
 
 // gateDocInView keeps of the gate's L0 table the rules that apply to a

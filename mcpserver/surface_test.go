@@ -53,7 +53,14 @@ type surface struct {
 // makes it an HTTPS server.
 func newSurface(t *testing.T, policyText string, opts mcpserver.Options, tlsConfig *tls.Config) *surface {
 	t.Helper()
-	tr := testrig.Open(t, example("physmcp.manifest.yml"), policyText, nil)
+	return newSurfaceAt(t, example("physmcp.manifest.yml"), policyText, opts, tlsConfig)
+}
+
+// newSurfaceAt is newSurface for the manifest at manifestPath (one with
+// the greenhouse's plant bus).
+func newSurfaceAt(t *testing.T, manifestPath, policyText string, opts mcpserver.Options, tlsConfig *tls.Config) *surface {
+	t.Helper()
+	tr := testrig.Open(t, manifestPath, policyText, nil)
 	n, al, plant := tr.Node, tr.Audit, tr.Plant
 	opts.Guard = tr.Guard
 	opts.Audit, opts.Metrics = al, metrics.New()

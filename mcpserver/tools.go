@@ -78,12 +78,12 @@ func (ts *toolSet) register(s *mcp.Server) {
 	s.AddTool(canDoTool(), ts.handleCanDo)
 }
 
-// syncLocal lists the manifest's capabilities as tools: a tool whose
-// definition changed is re-added, a removed one removed (the SDK tells
-// connected clients).
+// syncLocal lists the manifest's exposed capabilities as tools: a tool
+// whose definition changed is re-added, a removed (or no longer exposed)
+// one removed (the SDK tells connected clients).
 func (ts *toolSet) syncLocal(s *mcp.Server) {
 	m := ts.n.Manifest()
-	caps := append([]*manifest.Capability(nil), m.Capabilities...)
+	caps := m.ExposedCapabilities() // the others are observed, not tools
 	sort.Slice(caps, func(i, j int) bool { return caps[i].ToolName() < caps[j].ToolName() })
 	ts.localMu.Lock()
 	defer ts.localMu.Unlock()

@@ -140,15 +140,23 @@ func removedView(name string) *manifest.View {
 }
 
 // site maps every tool of the site to its owners with what a view matches
-// them on: this gateway's capabilities and every live owner's in the mesh
-// catalog. A request builds it once (the catalog is read once, not per
-// tool of a list).
+// them on: this gateway's exposed capabilities and every live owner's in
+// the mesh catalog (which lists only exposed ones). A request builds it
+// once (the catalog is read once, not per tool of a list).
 type site map[string][]manifest.ViewSubject
 
-func (s *Server) site() site {
+func (s *Server) site() site { return s.siteOf(false) }
+
+// siteOf is site, with this gateway's unexposed capabilities too when all
+// is set: they are no tools, but their names are the site's (a document
+// shown through a view must not name one outside it either).
+func (s *Server) siteOf(all bool) site {
 	out := site{}
 	m := s.n.Manifest()
 	for _, c := range m.Capabilities {
+		if !all && !c.Exposed() {
+			continue
+		}
 		out[c.ToolName()] = append(out[c.ToolName()], m.Subject(c))
 	}
 	if s.opts.Router != nil {
@@ -328,6 +336,9 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				break
 			}
 			sc := s.scopeOf(req.GetExtra())
+			if err := s.notExposed(sc, p); err != nil {
+				return toolError(err), nil
+			}
 			if sc.view == nil {
 				break
 			}
@@ -358,6 +369,32 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// notExposed refuses a call of this gateway's capability that is not
+// exposed (expose: false): it has no tool here, so the SDK would only say
+// "unknown tool"; the caller is told why, and nothing is read or moved. A
+// call meant for another gateway's tool of the same name (source names it,
+// or no source and another owner serves it) is routed as before, and a
+// capability outside the endpoint's view is left to the view's refusal,
+// which names no more than the view shows.
+func (s *Server) notExposed(sc scope, p *mcp.CallToolParamsRaw) error {
+	m := s.n.Manifest()
+	c := m.Tool(p.Name)
+	if c == nil || c.Exposed() || sc.view != nil && !sc.view.Match(m.Subject(c)) {
+		return nil
+	}
+	var in struct {
+		Source string `json:"source"`
+	}
+	_ = json.Unmarshal(p.Arguments, &in)
+	switch {
+	case in.Source != "" && in.Source != s.n.DeviceID():
+		return nil // another gateway's
+	case in.Source == "" && len(s.site()[p.Name]) > 0:
+		return nil // another gateway serves the tool: the call routes there
+	}
+	return node.NotExposed(p.Name)
 }
 
 // narrowSource returns t with its source argument limited to owners (when
@@ -584,6 +621,9 @@ func (s *Server) addViewsResource() {
 			Endpoint  string   `json:"endpoint"`
 			Stdio     string   `json:"stdio"`
 			LocalCaps []string `json:"local_capabilities"`
+			// Observed are the view's capabilities here that are not
+			// exposed: no tools, their observations in the resources.
+			Observed []string `json:"observed_only,omitempty"`
 		}
 		out := []entry{}
 		for _, v := range m.Views {
@@ -592,8 +632,12 @@ func (s *Server) addViewsResource() {
 			}
 			e := entry{View: s.shownView(v), Endpoint: "/mcp/" + v.Name, Stdio: "--view " + v.Name, LocalCaps: []string{}}
 			for _, c := range m.Capabilities {
-				if v.Match(m.Subject(c)) {
+				switch {
+				case !v.Match(m.Subject(c)):
+				case c.Exposed():
 					e.LocalCaps = append(e.LocalCaps, c.ToolName())
+				default:
+					e.Observed = append(e.Observed, c.Name)
 				}
 			}
 			out = append(out, e)
@@ -642,7 +686,7 @@ func (s *Server) shownView(v *manifest.View) *manifest.View {
 // their owners.
 func (s *Server) namesInView(sc scope) map[string]bool {
 	out := map[string]bool{}
-	for tool, subs := range s.site() {
+	for tool, subs := range s.siteOf(true) {
 		name := manifest.CapabilityName(tool)
 		out[name] = out[name] || len(sc.inView(subs)) > 0
 	}

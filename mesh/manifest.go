@@ -36,12 +36,13 @@ func ConfigFromManifest(m *manifest.Manifest, logger *slog.Logger) (Config, erro
 	return cfg, nil
 }
 
-// CatalogFromManifest lists the manifest's capabilities as a Catalog: one
-// entry per tool (read_x / do_x) with its kind, zone, unit, semantic tags
-// and range.
+// CatalogFromManifest lists the manifest's tools as a Catalog: one entry
+// per tool (read_x / do_x) with its kind, zone, unit, semantic tags and
+// range. A capability that is not exposed is no tool: the site neither
+// lists nor routes it.
 func CatalogFromManifest(m *manifest.Manifest) Catalog {
 	cat := Catalog{DeviceID: m.Device.ID, Zone: m.Device.Location.Zone, Area: m.Device.Location.Area}
-	for _, c := range m.Capabilities {
+	for _, c := range m.ExposedCapabilities() {
 		e := CatalogEntry{Tool: c.ToolName(), Kind: c.Kind, Zone: c.Zone, Unit: c.Unit, Tags: append([]string(nil), c.SemanticTags...),
 			DataType: c.DataType, Description: c.Description, EnumValues: c.EnumValues, SideEffects: c.SideEffects, Family: c.Family}
 		if c.Range != nil {

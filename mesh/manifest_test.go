@@ -29,6 +29,13 @@ capabilities:
     unit: celsius
     range: [-10, 50]
     semantic_tags: [temperature, air]
+  - name: hidden_temp
+    kind: read
+    description: observed, not a tool
+    binding: {type: i2c, address: "0x49:reg=0x00"}
+    data_type: float
+    semantic_tags: [temperature]
+    expose: false
 `
 	m, err := manifest.Parse("t.yml", []byte(doc))
 	if err != nil {
@@ -50,5 +57,8 @@ capabilities:
 	e, ok := cat.Find("read_temp")
 	if cat.DeviceID != "gw_a" || !ok || e.Zone != "greenhouse" || e.Unit != "celsius" || *e.Min != -10 || *e.Max != 50 || len(e.Tags) != 2 {
 		t.Errorf("catalog %+v", cat)
+	}
+	if _, ok := cat.Find("read_hidden_temp"); ok || len(cat.Capabilities) != 1 {
+		t.Errorf("the catalog routes an unexposed capability: %+v", cat)
 	}
 }

@@ -52,8 +52,10 @@ func (n *Node) canDo(ctx context.Context, req promcp.CanDoRequest, caller Caller
 	for _, s := range req.Scope {
 		scope[s] = true
 	}
+	// A capability that is not exposed is no tool: never a candidate,
+	// nor a producer found, nor counted as scanned.
 	inScope := func(cs *capState) bool {
-		return len(scope) == 0 || scope[cs.tool] || scope[cs.cap.Name] || scope[n.DeviceID()]
+		return cs.cap.Exposed() && (len(scope) == 0 || scope[cs.tool] || scope[cs.cap.Name] || scope[n.DeviceID()])
 	}
 
 	var matched, excluded []match
@@ -279,7 +281,7 @@ func (n *Node) relatedReads(matched []match) []*capState {
 		}
 		vocab := m.cs.vocab
 		for _, cs := range n.bound().caps {
-			if cs.cap.Kind != manifest.KindRead || cs.cap.Zone != m.cs.cap.Zone || seen[cs] {
+			if cs.cap.Kind != manifest.KindRead || cs.cap.Zone != m.cs.cap.Zone || seen[cs] || !cs.cap.Exposed() {
 				continue
 			}
 			for _, t := range cs.cap.SemanticTags {
@@ -364,6 +366,9 @@ func (n *Node) observeAll(ctx context.Context, caps []*capState) map[*capState]*
 func (n *Node) tagVocabulary() []string {
 	set := map[string]bool{}
 	for _, cs := range n.bound().caps {
+		if !cs.cap.Exposed() {
+			continue // its tags would name nothing can_do offers
+		}
 		for _, t := range cs.cap.SemanticTags {
 			set[t] = true
 		}

@@ -160,6 +160,9 @@ func (n *Node) doArgs(req DoRequest) (*capState, any, error) {
 	if cs.cap.Kind != manifest.KindDo {
 		return nil, nil, &InputError{Field: "name", Msg: cs.tool + " is an observation, not an actuation"}
 	}
+	if !cs.cap.Exposed() {
+		return nil, nil, NotExposed(cs.tool)
+	}
 	if err := checkKey(req.IdempotencyKey); err != nil {
 		return nil, nil, err
 	}

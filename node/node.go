@@ -368,6 +368,14 @@ func (n *Node) capability(tool string) (*capState, error) {
 	return nil, &InputError{Field: "name", Msg: fmt.Sprintf("unknown capability %q", tool)}
 }
 
+// NotExposed is the refusal of a call of a capability that is not exposed
+// (manifest expose: false): it is observed, never called. Nothing was read
+// or actuated by the call.
+func NotExposed(tool string) error {
+	return &InputError{Field: "name", Msg: fmt.Sprintf("%s is not exposed as a tool (expose: false in the manifest): it is observed but cannot be called; "+
+		"read its observations through the resources physmcp://obs/%s and physmcp://history/%s. Nothing was done", tool, manifest.CapabilityName(tool), manifest.CapabilityName(tool))}
+}
+
 // InputError is bad input from the caller: the message names the field and
 // the fix. It is never an actuation.
 type InputError struct {

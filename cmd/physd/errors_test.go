@@ -51,6 +51,11 @@ func TestGoldenErrors(t *testing.T) {
 		// family named like a capability, a bad name.
 		{"validate_families", []string{"validate", testdata("errors", "manifest_families.yml")}},
 		{"validate_views_ok", []string{"validate", testdata("errors", "manifest_views_ok.yml")}},
+		// A default tool list longer than MCP clients take: the warning
+		// names the fixes (families, views, expose); with defaults:
+		// {expose: false} the points are observed and the list is short.
+		{"validate_many_tools", []string{"validate", testdata("errors", "manifest_many_tools.yml")}},
+		{"validate_many_unexposed", []string{"validate", testdata("errors", "manifest_many_unexposed.yml")}},
 		// The Pi parts' bindings: a PWM frequency, duty mapping, initial
 		// value and data type; an SPI channel and part; 1-Wire ids; I²C
 		// profile points, addresses and gains. One bus per file: validate

@@ -111,6 +111,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stdout, "%s: ok (device %s, %d read and %d do capabilities, %d buses)\n", args[0], m.Device.ID, reads, dos, len(m.Buses))
+	daemon.WriteTools(m, stdout, stderr)
 	daemon.WriteViews(m, stdout, stderr)
 	if *policyPath != "" {
 		pol, g, err := loadPolicy(*policyPath, m)
