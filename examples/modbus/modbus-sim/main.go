@@ -41,6 +41,12 @@
 // itself (physd's bus key heartbeat: with timeout_register: 40021 does, at
 // every connect). The watchdog keeps its own 100 ms clock, apart from the
 // model's -step.
+//
+// With -points N it is also a large device for load tests (physd's
+// bench/scale10k.sh runs 20 of them): N input registers from 30101 whose
+// int16 values (×0.1) move on sines of their own, and -setpoints M holding
+// registers from 40101 that keep any value a host writes (points.go). The
+// boiler's registers stay as above.
 package main
 
 import (
@@ -64,9 +70,18 @@ func main() {
 	step := flag.Duration("step", 200*time.Millisecond, "model time step")
 	rtu := flag.Bool("pty", false, "also serve unit 1 as Modbus RTU on a new pseudo-terminal (its path is logged)")
 	watchdog := flag.Duration("watchdog", 0, "host watchdog time at start (40021; 100 ms steps, at most 60s; 0: off until a host writes it)")
+	npoints := flag.Int("points", 0, "also serve this many moving int16 input registers from 30101 (a load test's device)")
+	setpoints := flag.Int("setpoints", 8, "with -points: holding registers from 40101 that keep any value written")
 	flag.Parse()
 
 	b := newBoiler()
+	var bank *pointBank
+	if *npoints > 0 {
+		var err error
+		if bank, err = newPointBank(b, *npoints, *setpoints, time.Now()); err != nil {
+			log.Fatalf("modbus-sim: %v", err)
+		}
+	}
 	if *watchdog > 0 {
 		if *watchdog > 60*time.Second {
 			log.Fatalf("modbus-sim: -watchdog %v: at most 60s", *watchdog)
@@ -80,6 +95,9 @@ func main() {
 		log.Fatalf("modbus-sim: %v", err)
 	}
 	log.Printf("modbus-sim: boiler controller, unit %d, on %s", unit, srv.Addr)
+	if bank != nil {
+		log.Printf("modbus-sim: %d moving points from input 30101, %d setpoints from holding 40101", bank.n, b.setpoints)
+	}
 	if *rtu {
 		// The sim keeps the terminal side open too, so the line stays up
 		// between the masters that open and close it (else the master
@@ -107,13 +125,21 @@ func main() {
 		case <-stop:
 			_ = srv.Stop()
 			return
-		case <-tick.C:
+		case now := <-tick.C:
 			b.step(step.Seconds())
+			bank.step(b.bank, now)
+			if b.bank.Count() > maxLoggedRequests {
+				b.bank.ResetCount() // a long run must not keep every request it served
+			}
 		case <-wd.C:
 			b.watch()
 		}
 	}
 }
+
+// maxLoggedRequests bounds the bank's request log (kept for tests; the
+// simulator reads it nowhere).
+const maxLoggedRequests = 100_000
 
 // The host watchdog's registers (0-based holding addresses).
 const (
@@ -131,6 +157,8 @@ type boiler struct {
 	flow, ret, outdoor    float64 // °C
 	burnerSeconds         float64
 	roomC, tauS, maxFlowC float64
+
+	setpoints int // -setpoints: holding registers from pointsBase that take any value
 
 	now      func() time.Time // the watchdog's clock (tests replace it)
 	mu       sync.Mutex       // guards lastBeat and safeMode: requests arrive on the server's goroutines
@@ -156,6 +184,9 @@ func newBoiler() *boiler {
 			return nil
 		}
 		for i, v := range r.Regs {
+			if a := int(r.Addr) + i; a >= pointsBase && a < pointsBase+b.setpoints {
+				continue // a load test's setpoint: any value
+			}
 			switch r.Addr + uint16(i) {
 			case 0:
 				if c := int16(v); c < 300 || c > 800 {

@@ -364,3 +364,76 @@ func TestHostWatchdogOwnClock(t *testing.T) {
 		t.Fatalf("after a heartbeat: status %b, burner enable %v; want bit 4 clear, the burner still off", status(), b.bank.Coil(unit, 0))
 	}
 }
+
+// TestPointBank: -points 500 serves 500 moving int16 input registers from
+// 30101 (four reads of 125 registers, the protocol's most), values within
+// 10.0 … 90.0 that move between steps; the setpoints from 40101 keep what
+// is written, the holding register below them still refuses writes, and
+// the boiler's own registers are as before.
+func TestPointBank(t *testing.T) {
+	b := newBoiler()
+	t0 := time.Unix(1_700_000_000, 0)
+	p, err := newPointBank(b, 500, 8, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := modbustest.StartTCP("127.0.0.1:0", b.bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	h := gomodbus.NewTCPClientHandler(srv.Addr)
+	h.SlaveId, h.Timeout = unit, 2*time.Second
+	if err := h.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	c := gomodbus.NewClient(h)
+	read := func() []int16 {
+		t.Helper()
+		var out []int16
+		for a := uint16(pointsBase); a < pointsBase+500; a += 125 {
+			r, err := c.ReadInputRegisters(a, 125)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < len(r); i += 2 {
+				out = append(out, int16(uint16(r[i])<<8|uint16(r[i+1])))
+			}
+		}
+		return out
+	}
+	first := read()
+	p.step(b.bank, t0.Add(15*time.Second))
+	second := read()
+	moved := 0
+	for i := range first {
+		if first[i] < 100 || first[i] > 900 {
+			t.Fatalf("point %d = %d, want 100 … 900", i, first[i])
+		}
+		if first[i] != second[i] {
+			moved++
+		}
+	}
+	if moved < 125 {
+		t.Errorf("%d of 500 points moved in 15 s, want at least the fast quarter", moved)
+	}
+	if _, err := c.ReadInputRegisters(pointsBase+500, 1); err == nil {
+		t.Error("the register after the last point answers")
+	}
+	if _, err := c.WriteSingleRegister(pointsBase+7, 12345); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.bank.Holding(unit, pointsBase+7, 1)[0]; got != 12345 {
+		t.Errorf("setpoint 40108 holds %d, want 12345", got)
+	}
+	if _, err := c.WriteSingleRegister(pointsBase+8, 1); err == nil || !strings.Contains(err.Error(), "exception '2'") {
+		t.Errorf("holding 40109 (no setpoint): err %v, want exception 2", err)
+	}
+	if _, err := c.WriteSingleRegister(0, 900); err == nil || !strings.Contains(err.Error(), "exception '3'") {
+		t.Errorf("the boiler's flow setpoint 90.0: err %v, want exception 3", err)
+	}
+	if _, err := newPointBank(newBoiler(), maxPoints+1, 0, t0); err == nil {
+		t.Error("-points past the limit accepted")
+	}
+}
