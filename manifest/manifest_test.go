@@ -408,7 +408,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 		{"top level list", "- a\n- b\n", "t.yml:1:1: expected a mapping, got a list"},
 		{"alias bomb", bomb, "t.yml:6:17: the document expands to more than 200000 YAML nodes (an alias bomb, or far too large)"},
 		{"self alias", "a: &a\n  b: *a\n", "t.yml:2:6: alias *a refers to a value that contains it"},
-		{"too large", "#" + strings.Repeat("x", MaxFileSize), "t.yml: file is 1048577 bytes, larger than the 1048576-byte limit"},
+		{"too large", "#" + strings.Repeat("x", MaxFileSize), "t.yml: file is 16777217 bytes, larger than the 16777216-byte limit"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

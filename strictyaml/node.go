@@ -12,28 +12,32 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Limits that keep hostile input cheap. A real manifest is a few hundred
-// lines; these are far above that.
+// Limits that keep hostile input cheap. A greenhouse's manifest is a few
+// hundred lines; a plant's of 10 000 points (bench/scalesite) is 3 MB in
+// flow style, about 8 MB in block style; these are above that.
 const (
 	// MaxFileSize is the largest file Document accepts.
-	MaxFileSize = 1 << 20
-	// maxNodes bounds the YAML nodes after anchors/aliases are expanded; it is
-	// what stops an alias ("billion laughs") bomb.
-	maxNodes = 200_000
+	MaxFileSize = 16 << 20
+	// minMaxNodes bounds the YAML nodes after anchors/aliases are expanded,
+	// for any file: what stops an alias ("billion laughs") bomb. A larger
+	// file may have a node for every two of its bytes (no YAML node takes
+	// less), and no more: only aliases multiply nodes beyond the text.
+	minMaxNodes = 200_000
 	// maxDepth bounds nesting (after alias expansion).
 	maxDepth = 1000
 )
 
 // decoder normalises and decodes nodes, recording problems in pr.
 type decoder struct {
-	pr      *Problems
-	nodes   int  // nodes produced by normalize
-	aborted bool // a hard limit was hit: stop walking
-	active  map[*yaml.Node]bool
+	pr       *Problems
+	nodes    int  // nodes produced by normalize
+	maxNodes int  // the bound for this file (document sets it from its size)
+	aborted  bool // a hard limit was hit: stop walking
+	active   map[*yaml.Node]bool
 }
 
 func newDecoder(pr *Problems) *decoder {
-	return &decoder{pr: pr, active: map[*yaml.Node]bool{}}
+	return &decoder{pr: pr, maxNodes: minMaxNodes, active: map[*yaml.Node]bool{}}
 }
 
 // add records a problem at n.
@@ -86,9 +90,10 @@ func Document(pr *Problems, data []byte) *yaml.Node {
 func (p *decoder) document(data []byte) *yaml.Node {
 	if len(data) > MaxFileSize {
 		p.pr.Errs = append(p.pr.Errs, &Error{Pos: Pos{File: p.pr.File}, Msg: fmt.Sprintf("file is %d bytes, larger than the %d-byte limit", len(data), MaxFileSize),
-			Fix: "a manifest is a few hundred lines; check that this is the right file"})
+			Fix: "a manifest of 10 000 points is about 8 MB in block style and 3 MB in flow style ({name: …, kind: …} per line); check that this is the right file"})
 		return nil
 	}
+	p.maxNodes = max(minMaxNodes, len(data)/2)
 	empty := &Error{Pos: Pos{File: p.pr.File, Line: 1, Col: 1}, Msg: "the manifest is empty",
 		Fix: `write at least physmcp_version: "0.1", device:, network: and capabilities: (see examples/greenhouse/physmcp.manifest.yml)`}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -185,9 +190,9 @@ func (p *decoder) checkSize(root *yaml.Node) bool {
 			if p.aborted {
 				return 0
 			}
-			if total > maxNodes {
+			if total > p.maxNodes {
 				p.add(e, "", "remove the aliases (*name) that multiply the document, or split the file",
-					"the document expands to more than %d YAML nodes (an alias bomb, or far too large)", maxNodes)
+					"the document expands to more than %d YAML nodes (an alias bomb, or far too large)", p.maxNodes)
 				p.aborted = true
 				return 0
 			}
@@ -212,9 +217,9 @@ func (p *decoder) normalize(n *yaml.Node, path string, depth int) *yaml.Node {
 		return nil
 	}
 	p.nodes++
-	if p.nodes > maxNodes {
+	if p.nodes > p.maxNodes {
 		p.add(n, path, "remove the aliases (*name) that multiply the document, or split the file",
-			"the document expands to more than %d YAML nodes (an alias bomb, or far too large)", maxNodes)
+			"the document expands to more than %d YAML nodes (an alias bomb, or far too large)", p.maxNodes)
 		p.aborted = true
 		return nil
 	}

@@ -63,27 +63,9 @@ type Result struct {
 // structured content of a successful result. A transport error, a non-200
 // status, a JSON-RPC error or an isError result is an error.
 func Call(ctx context.Context, hc *http.Client, url string, id int64, tool string, args []byte) (json.RawMessage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(Body(id, tool, args)))
+	raw, err := post(ctx, hc, url, "tools/call", tool, Body(id, tool, args))
 	if err != nil {
 		return nil, err
-	}
-	h := req.Header
-	h["Content-Type"] = []string{"application/json"}
-	h["Accept"] = []string{"application/json, text/event-stream"}
-	h["Mcp-Protocol-Version"] = []string{ProtocolVersion}
-	h["Mcp-Method"] = []string{"tools/call"}
-	h["Mcp-Name"] = []string{tool}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, raw)
 	}
 	var r Result
 	if err := json.Unmarshal(raw, &r); err != nil {
@@ -107,4 +89,69 @@ type Outcome struct {
 	Status   string `json:"status"`   // do_
 	Feasible *bool  `json:"feasible"` // can_do
 	Echo     string `json:"echo"`     // bare echo
+}
+
+// post sends one JSON-RPC request of method (name: its Mcp-Name header) and
+// returns the answer's body; a transport error or a non-200 status is an
+// error.
+func post(ctx context.Context, hc *http.Client, url, method, name string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
+	h["Content-Type"] = []string{"application/json"}
+	h["Accept"] = []string{"application/json, text/event-stream"}
+	h["Mcp-Protocol-Version"] = []string{ProtocolVersion}
+	h["Mcp-Method"] = []string{method}
+	h["Mcp-Name"] = []string{name}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, raw)
+	}
+	return raw, nil
+}
+
+// ReadResource posts one resources/read of uri and returns the text of its
+// first content. A JSON-RPC error is an error.
+func ReadResource(ctx context.Context, hc *http.Client, url string, id int64, uri string) (string, error) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `,"method":"resources/read","params":{"uri":`...)
+	b = strconv.AppendQuote(b, uri)
+	b = append(b, `,"_meta":{"io.modelcontextprotocol/protocolVersion":"`+ProtocolVersion+`","io.modelcontextprotocol/clientCapabilities":{}}}}`...)
+	raw, err := post(ctx, hc, url, "resources/read", uri, b)
+	if err != nil {
+		return "", err
+	}
+	var r struct {
+		Result *struct {
+			Contents []struct {
+				Text string `json:"text"`
+			} `json:"contents"`
+		} `json:"result"`
+		Error *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return "", fmt.Errorf("bad JSON-RPC answer: %v: %.200s", err, raw)
+	}
+	switch {
+	case r.Error != nil:
+		return "", fmt.Errorf("JSON-RPC error %d: %s", r.Error.Code, r.Error.Message)
+	case r.Result == nil || len(r.Result.Contents) == 0:
+		return "", fmt.Errorf("no contents: %.200s", raw)
+	}
+	return r.Result.Contents[0].Text, nil
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# physd at the scale of a plant: 10 000 points polled every second from 20
+# Modbus TCP devices (modbus-sim -points 500), history on, MQTT when
+# mosquitto is installed. Reports physd's CPU (share of one core), RSS, the
+# age of the observations an agent reads, history.db growth and do_
+# latency under that load, and appends the report to bench/scale-results.md
+# (the Go program bench/scale10k measures; see its comment for the phases).
+#
+#   bench/scale10k.sh                         # ~5 minutes
+#   LABEL="after: …" bench/scale10k.sh        # the report's heading
+#
+# Knobs (environment): DEVICES=20 POINTS=500 POLL_MS=1000 SETTLE=60s
+# MEASURE=120s DO=30s MQTT=auto (auto: mosquitto if installed; off: none)
+# OUT=bench/scale-results.md LABEL=run PROFILE= (a directory: build physd
+# with -tags pprof and save CPU, heap and allocs profiles of the running
+# daemon there) PHYSD_ENV= (extra environment for physd, e.g. "GOGC=200").
+set -euo pipefail
+export GOTOOLCHAIN=go1.27.3
+cd "$(dirname "$0")/.."
+BIN=$(mktemp -d /tmp/physd-scale-bin.XXXXXX)
+trap 'rm -rf "$BIN"' EXIT
+tags=()
+[[ -n "${PROFILE:-}" ]] && tags=(-tags pprof)
+go build -trimpath "${tags[@]}" -o "$BIN/physd" ./cmd/physd
+go build -trimpath -o "$BIN/modbus-sim" ./examples/modbus/modbus-sim
+go build -trimpath -o "$BIN/scale10k" ./bench/scale10k
+mqtt=${MQTT:-auto}
+if [[ "$mqtt" == auto ]] && ! command -v mosquitto >/dev/null; then
+	echo "mosquitto not installed: measuring without MQTT" >&2
+	mqtt=off
+fi
+[[ "$mqtt" == off ]] && mqtt=""
+"$BIN/scale10k" -physd "$BIN/physd" -sim "$BIN/modbus-sim" \
+	-devices "${DEVICES:-20}" -points "${POINTS:-500}" -poll-ms "${POLL_MS:-1000}" \
+	-settle "${SETTLE:-60s}" -measure "${MEASURE:-120s}" -do "${DO:-30s}" \
+	-mqtt "$mqtt" -label "${LABEL:-run}" -out "${OUT:-bench/scale-results.md}" \
+	${PROFILE:+-profile "$PROFILE"} ${PHYSD_ENV:+-physd-env "$PHYSD_ENV"}
