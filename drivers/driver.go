@@ -46,6 +46,18 @@ type PointHealth interface {
 	Health() error
 }
 
+// BatchReader is implemented by a Bus that reads many of its points at
+// once: the node's poll scheduler hands it every point of the bus that is
+// due in a round, so a driver that can merge reads (Modbus: one request
+// per span of registers, whatever capability each register belongs to)
+// serves a device's hundreds of points in a few requests. ReadPoints reads
+// points[i] within ctxs[i], reports each outcome once through done (on the
+// calling goroutine, in any order) and returns when every point was
+// reported. A point that is not the bus's own is read with its Read.
+type BatchReader interface {
+	ReadPoints(ctxs []context.Context, points []Point, done func(i int, r Reading, err error))
+}
+
 // Bus is an open connection to one named bus.
 type Bus interface {
 	// Point opens the binding of one capability on this bus; errors are

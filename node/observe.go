@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,34 +180,24 @@ func (cs *capState) noteChange(o promcp.Observation) bool {
 	return true
 }
 
-// startPolls reads every capability with poll_ms in the background, through
-// the shared read (a poll and a concurrent read_ cost one device read),
-// until Close or until the next binding is in force.
+// startPolls starts the background polls of b's capabilities with
+// poll_ms: one goroutine per bus and interval reads all of its due
+// capabilities together each round (poll.go), until Close or until the
+// next binding is in force. Every capability is marked polled now, so the
+// liveness bound counts from the start.
 func (n *Node) startPolls(b *binding) {
-	for _, cs := range b.caps {
-		every := cs.cap.PollInterval()
-		if every <= 0 || cs.point == nil {
-			continue
+	for _, g := range pollGroups(b.caps) {
+		for _, cs := range g.caps {
+			n.markPolled(cs)
 		}
 		n.polls.Add(1)
-		n.markPolled(cs)
-		go func() {
-			defer n.polls.Done()
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-n.stopPoll:
-					return
-				case <-b.stopPoll:
-					return
-				case <-t.C:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), every+cs.cap.Timeout())
-				_, _ = n.refresh(ctx, cs)
-				cancel()
-				n.markPolled(cs)
-			}
-		}()
+		go n.pollLoop(b, g)
 	}
+}
+
+// polled reports whether the background polls read cs: it has poll_ms
+// and a bound point. A capability whose observations come otherwise (a
+// point that pushes its changes) is left out here, and nowhere else.
+func polled(cs *capState) bool {
+	return cs.cap.PollInterval() > 0 && cs.point != nil
 }

@@ -113,28 +113,54 @@ func (n *Node) observe(ctx context.Context, cs *capState, maxAge time.Duration) 
 // own context allows — the read itself is bounded by the capability's
 // timeout and ends even when nobody waits for it any more.
 func (n *Node) refresh(ctx context.Context, cs *capState) (*sample, error) {
-	cs.flightMu.Lock()
-	f := cs.flight
-	if f == nil {
-		f = &flight{done: make(chan struct{})}
-		cs.flight = f
-		go func() {
-			cs.readSince.Store(n.monoNow())
-			f.s, f.err = n.readDevice(context.Background(), cs)
-			cs.readSince.Store(0)
-			cs.flightMu.Lock()
-			cs.flight = nil
-			cs.flightMu.Unlock()
-			close(f.done)
-		}()
+	f, mine := cs.join()
+	if mine {
+		go n.runFlight(cs, f)
 	}
-	cs.flightMu.Unlock()
 	select {
 	case <-f.done:
 		return f.s, f.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: the caller's deadline ended before the device answered (%v)", drivers.ErrTimeout, ctx.Err())
 	}
+}
+
+// join returns the shared read of cs under way, or a new one that the
+// caller must run (mine).
+func (cs *capState) join() (f *flight, mine bool) {
+	cs.flightMu.Lock()
+	defer cs.flightMu.Unlock()
+	if cs.flight != nil {
+		return cs.flight, false
+	}
+	cs.flight = &flight{done: make(chan struct{})}
+	return cs.flight, true
+}
+
+// claim begins a new shared read of cs for the caller to run, or returns
+// nil when one is under way (its observation serves the caller too).
+func (cs *capState) claim() *flight {
+	if f, mine := cs.join(); mine {
+		return f
+	}
+	return nil
+}
+
+// runFlight performs the shared read f of cs and ends it.
+func (n *Node) runFlight(cs *capState, f *flight) {
+	cs.readSince.Store(n.monoNow())
+	f.s, f.err = n.readDevice(context.Background(), cs)
+	cs.readSince.Store(0)
+	cs.endFlight(f)
+}
+
+// endFlight ends the shared read f (its s and err set): its waiters wake,
+// and the next reader begins a new one.
+func (cs *capState) endFlight(f *flight) {
+	cs.flightMu.Lock()
+	cs.flight = nil
+	cs.flightMu.Unlock()
+	close(f.done)
 }
 
 // readDevice reads the point within the capability's timeout and records
@@ -145,13 +171,26 @@ func (n *Node) readDevice(ctx context.Context, cs *capState) (*sample, error) {
 		return nil, cs.bindErr
 	}
 	if !cs.bus.enter() {
-		return nil, fmt.Errorf("%w: bus %q was closed by a manifest reload; read again", drivers.ErrOffline, cs.bus.name)
+		return nil, busClosed(cs.bus)
 	}
 	defer cs.bus.leave()
 	ctx, cancel := context.WithTimeout(ctx, cs.cap.Timeout())
 	defer cancel()
 	start := time.Now()
 	r, err := cs.point.Read(ctx)
+	return n.finishRead(ctx, cs, start, r, err)
+}
+
+// busClosed is the error of a read of a bus a manifest reload closed.
+func busClosed(b *busRef) error {
+	return fmt.Errorf("%w: bus %q was closed by a manifest reload; read again", drivers.ErrOffline, b.name)
+}
+
+// finishRead records one device read of cs that began at start and ended
+// now with r or err (within ctx): the latency, the cache, the last error,
+// the observation stream and the interlocks that read cs. Every device
+// read of a capability's own point ends here, alone or in a poll's batch.
+func (n *Node) finishRead(ctx context.Context, cs *capState, start time.Time, r drivers.Reading, err error) (*sample, error) {
 	cs.noteLatency(time.Since(start))
 	if err == nil {
 		err = checkValueType(cs.cap, r.Value)

@@ -129,6 +129,71 @@ func (b *Bus) Point(c *manifest.Capability) (drivers.Point, error) {
 	return &point{b: b, s: s}, nil
 }
 
+var _ drivers.BatchReader = (*Bus)(nil)
+
+// ReadPoints reads many of the bus's points as one entry of its queue
+// (drivers.BatchReader, the node's background polls): the worker merges
+// them with each other, and with whatever else is queued, into as few
+// requests as their addresses allow, and the queue keeps its room for the
+// reads and writes of calls. A point the device answered busy (exception
+// 6) is read again on its own, with the resends its Read makes.
+func (b *Bus) ReadPoints(ctxs []context.Context, points []drivers.Point, done func(int, drivers.Reading, error)) {
+	batch := &request{op: opRead, members: make([]*request, 0, len(points))}
+	idx := make([]int, 0, len(points))
+	own := make([]*point, 0, len(points))
+	for i, dp := range points {
+		p := b.own(dp)
+		if p == nil {
+			r, err := dp.Read(ctxs[i])
+			done(i, r, err)
+			continue
+		}
+		m := p.readRequest()
+		m.ctx, m.done = ctxs[i], make(chan result, 1)
+		batch.members = append(batch.members, m)
+		idx, own = append(idx, i), append(own, p)
+	}
+	if len(batch.members) == 0 {
+		return
+	}
+	if err := b.w.enqueue(batch); err != nil {
+		for _, i := range idx {
+			done(i, drivers.Reading{}, err)
+		}
+		return
+	}
+	for j, m := range batch.members {
+		i := idx[j]
+		res, err := b.w.await(ctxs[i], m)
+		var ex *ExceptionError
+		switch {
+		case errors.As(err, &ex) && ex.Exception == 6:
+			r, err := own[j].Read(ctxs[i])
+			done(i, r, err)
+		case err != nil:
+			done(i, drivers.Reading{}, err)
+		default:
+			r, err := own[j].decode(res)
+			done(i, r, err)
+		}
+	}
+}
+
+// own is dp as a point of this bus, or nil.
+func (b *Bus) own(dp drivers.Point) *point {
+	switch p := dp.(type) {
+	case *point:
+		if p.b == b {
+			return p
+		}
+	case *verifiedPoint:
+		if p.b == b {
+			return p.point
+		}
+	}
+	return nil
+}
+
 // Health is nil while the endpoint is reachable (or has not failed yet);
 // otherwise it wraps drivers.ErrOffline and says why.
 func (b *Bus) Health() error {

@@ -44,13 +44,23 @@ func (p *point) fail(format string, args ...any) error {
 
 // Read reads the point's registers and converts them.
 func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
-	s := p.s
-	res, err := p.call(ctx, func() *request {
-		return &request{op: opRead, unit: s.unit, table: s.table, addr: s.addr, qty: s.qty()}
-	})
+	res, err := p.call(ctx, p.readRequest)
 	if err != nil {
 		return drivers.Reading{}, err
 	}
+	return p.decode(res)
+}
+
+// readRequest is the read of the point's registers (or bits).
+func (p *point) readRequest() *request {
+	s := p.s
+	return &request{op: opRead, unit: s.unit, table: s.table, addr: s.addr, qty: s.qty()}
+}
+
+// decode converts what a read of the point answered.
+func (p *point) decode(res result) (drivers.Reading, error) {
+	s := p.s
+	var err error
 	var r raw
 	if s.table.isBit() {
 		r = raw{kind: rawBool, b: res.bits[0]}

@@ -100,6 +100,11 @@ type request struct {
 
 	internal bool // the bus's own write (the heartbeat), not a point's: not counted in Writes
 
+	// members, when set, make this a batch: reads queued as one entry
+	// (Bus.ReadPoints); the worker runs them as if each had been queued
+	// at this place, and answers each on its own done.
+	members []*request
+
 	done chan result // buffered (1): the worker never blocks on a gone caller
 
 	// state settles, for a write whose caller gives up, whether it was
@@ -128,7 +133,21 @@ type result struct {
 	err  error
 }
 
-func (r *request) what() string { return fmt.Sprintf("unit %d %s", r.unit, ref(r.table, r.addr)) }
+// appendTo appends the requests r stands for: its members for a batch,
+// else r itself.
+func (r *request) appendTo(list []*request) []*request {
+	if r.members != nil {
+		return append(list, r.members...)
+	}
+	return append(list, r)
+}
+
+func (r *request) what() string {
+	if r.members != nil {
+		return fmt.Sprintf("%d reads queued together", len(r.members))
+	}
+	return fmt.Sprintf("unit %d %s", r.unit, ref(r.table, r.addr))
+}
 
 func (r *request) reply(res result) {
 	select {

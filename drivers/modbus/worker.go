@@ -64,17 +64,33 @@ func (w *worker) call(ctx context.Context, r *request) (result, error) {
 		return result{}, notSent("%s: %s: %w (%v)", w.name, r.what(), drivers.ErrTimeout, err)
 	}
 	r.ctx, r.done = ctx, make(chan result, 1)
+	if err := w.enqueue(r); err != nil {
+		return result{}, err
+	}
+	return w.await(ctx, r)
+}
+
+// enqueue puts r in the queue without waiting: a batch of reads (members)
+// takes one place, so the poll of a device's hundreds of points never
+// fills the queue a do_ needs. The error says nothing was queued.
+func (w *worker) enqueue(r *request) error {
 	select {
 	case <-w.stop:
-		return result{}, notSent("%s: bus closed", w.name)
+		return notSent("%s: bus closed", w.name)
 	default:
 	}
 	select {
 	case w.queue <- r:
+		return nil
 	default:
 		w.st.rejected.Add(1)
-		return result{}, notSent("%s: %s: queue full (%d requests waiting; raise queue_size or poll less often)", w.name, r.what(), cap(w.queue))
+		return notSent("%s: %s: queue full (%d requests waiting; raise queue_size or poll less often)", w.name, r.what(), cap(w.queue))
 	}
+}
+
+// await waits for the result of r, queued by enqueue, ctx's end, or the
+// bus's close.
+func (w *worker) await(ctx context.Context, r *request) (result, error) {
 	select {
 	case res := <-r.done:
 		return res, res.err
@@ -130,12 +146,12 @@ func (w *worker) run() {
 		case <-probeC:
 			_ = w.connect()
 		case r := <-w.queue:
-			w.batch = append(w.batch[:0], r)
+			w.batch = r.appendTo(w.batch[:0])
 		drain:
-			for len(w.batch) < cap(w.queue) {
+			for taken := 1; taken < cap(w.queue); taken++ {
 				select {
 				case r := <-w.queue:
-					w.batch = append(w.batch, r)
+					w.batch = r.appendTo(w.batch)
 				default:
 					break drain
 				}
@@ -159,7 +175,9 @@ func (w *worker) rejectQueued() {
 	for {
 		select {
 		case r := <-w.queue:
-			r.reply(result{err: notSent("%s: bus closed", w.name)})
+			for _, m := range r.appendTo(nil) {
+				m.reply(result{err: notSent("%s: bus closed", w.name)})
+			}
 		default:
 			return
 		}

@@ -351,3 +351,81 @@ func TestCloseFailsQueuedRequests(t *testing.T) {
 		}
 	})
 }
+
+// TestReadPointsTakesOneQueuePlace: a batch of 300 reads (the node's poll
+// of a device) takes one place in a queue of 2, so a write queued behind
+// it while the worker is busy still finds room; the batch is served in the
+// fewest requests its addresses allow (three spans of at most 125
+// registers here, and one of another unit); each point gets its own value,
+// once; a read the device answers busy is resent on its own; a point of
+// another bus is read through its own Read.
+func TestReadPointsTakesOneQueuePlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bank := modbustest.NewBank(1000)
+		for i := range 300 {
+			bank.SetHolding(1, uint16(i), uint16(1000+i))
+		}
+		bank.SetHolding(2, 0, 7)
+		busy := 1
+		bank.SetFault(func(r modbustest.Request) error {
+			if r.Unit == 2 && busy > 0 {
+				busy--
+				return modbustest.DeviceBusy
+			}
+			return nil
+		})
+		bank.SetDelay(func(r modbustest.Request) time.Duration {
+			if r.Unit == 9 {
+				return 50 * time.Millisecond // the blocker: keeps the worker busy while the batch and the write queue
+			}
+			return 0
+		})
+		b, _ := fakeBus(t, bank, "queue_size: 2, timeout_ms: 1000, busy_backoff_ms: 10")
+		defer b.Close()
+		other, _ := fakeBus(t, bank, "")
+		defer other.Close()
+		var points []drivers.Point
+		for i := range 300 {
+			points = append(points, holdingPoint(t, b, 1, i))
+		}
+		points = append(points, holdingPoint(t, b, 2, 0), holdingPoint(t, other, 1, 5))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		ctxs := make([]context.Context, len(points))
+		for i := range ctxs {
+			ctxs[i] = ctx
+		}
+		got := make([]any, len(points))
+		seen := make([]int, len(points))
+		var wg sync.WaitGroup
+		wg.Go(func() { readOK(t, holdingPoint(t, b, 9, 0)) })
+		synctest.Wait()
+		wg.Go(func() {
+			b.ReadPoints(ctxs, points, func(i int, r drivers.Reading, err error) {
+				seen[i]++
+				if err != nil {
+					t.Errorf("point %d: %v", i, err)
+				}
+				got[i] = r.Value
+			})
+		})
+		synctest.Wait()
+		w := pointOn(t, b, `{name: w, kind: do, data_type: int, binding: {type: modbus, unit: 1, table: holding, address: 500, data_type: uint16}}`)
+		if err := w.Write(ctx, int64(42)); err != nil {
+			t.Errorf("a write queued behind the batch: %v", err)
+		}
+		wg.Wait()
+		for i := range 300 {
+			if got[i] != int64(1000+i) || seen[i] != 1 {
+				t.Fatalf("point %d = %v (reported %d times), want %d once", i, got[i], seen[i], 1000+i)
+			}
+		}
+		if got[300] != int64(7) || got[301] != int64(1005) {
+			t.Errorf("the busy unit's point = %v, the other bus's = %v; want 7 and 1005", got[300], got[301])
+		}
+		// The blocker, 3 spans of unit 1, unit 2 busy and its resend, the write.
+		if s := b.Stats(); s.Requests != 7 || s.Coalesced != 297 || s.Rejected != 0 {
+			t.Errorf("stats = %+v, want 7 requests, 297 coalesced reads, none rejected", s)
+		}
+	})
+}
