@@ -135,12 +135,17 @@ var _ drivers.BatchReader = (*Bus)(nil)
 // (drivers.BatchReader, the node's background polls): the worker merges
 // them with each other, and with whatever else is queued, into as few
 // requests as their addresses allow, and the queue keeps its room for the
-// reads and writes of calls. A point the device answered busy (exception
-// 6) is read again on its own, with the resends its Read makes.
+// reads and writes of calls. The members share one channel for their
+// answers, and each is reported as its answer comes; those still without
+// one when the latest of their deadlines has passed (or when the bus
+// closes) are reported as not answered. A point the device answered busy
+// (exception 6) is read again on its own, with the resends its Read makes.
 func (b *Bus) ReadPoints(ctxs []context.Context, points []drivers.Point, done func(int, drivers.Reading, error)) {
 	batch := &request{op: opRead, members: make([]*request, 0, len(points))}
-	idx := make([]int, 0, len(points))
+	slot := make([]int, 0, len(points)) // member -> index in points
 	own := make([]*point, 0, len(points))
+	answers := make(chan *request, len(points))
+	var latest time.Time
 	for i, dp := range points {
 		p := b.own(dp)
 		if p == nil {
@@ -148,33 +153,71 @@ func (b *Bus) ReadPoints(ctxs []context.Context, points []drivers.Point, done fu
 			done(i, r, err)
 			continue
 		}
-		m := p.readRequest()
-		m.ctx, m.done = ctxs[i], make(chan result, 1)
+		m := p.batchRequest()
+		m.ctx, m.batched, m.member = ctxs[i], answers, len(batch.members)
 		batch.members = append(batch.members, m)
-		idx, own = append(idx, i), append(own, p)
+		slot, own = append(slot, i), append(own, p)
+		if dl, ok := ctxs[i].Deadline(); !ok {
+			latest = time.Now().Add(b.spec.Timeout + time.Hour) // no deadline: the worker's timeouts end it
+		} else if dl.After(latest) {
+			latest = dl
+		}
 	}
 	if len(batch.members) == 0 {
 		return
 	}
 	if err := b.w.enqueue(batch); err != nil {
-		for _, i := range idx {
+		for _, i := range slot {
 			done(i, drivers.Reading{}, err)
 		}
 		return
 	}
-	for j, m := range batch.members {
-		i := idx[j]
-		res, err := b.w.await(ctxs[i], m)
-		var ex *ExceptionError
-		switch {
-		case errors.As(err, &ex) && ex.Exception == 6:
-			r, err := own[j].Read(ctxs[i])
-			done(i, r, err)
-		case err != nil:
-			done(i, drivers.Reading{}, err)
-		default:
-			r, err := own[j].decode(res)
-			done(i, r, err)
+	reported := make([]bool, len(batch.members))
+	late := time.NewTimer(time.Until(latest))
+	defer late.Stop()
+	for left := len(batch.members); left > 0; left-- {
+		select {
+		case m := <-answers:
+			j := m.member
+			reported[j] = true
+			res := m.res
+			// Answered: the worker is done with it (a member left
+			// unanswered below never is reused: the worker may hold it).
+			own[j].spare.Store(m)
+			b.report(ctxs[slot[j]], own[j], res, slot[j], done)
+		case <-late.C:
+			b.unanswered(reported, slot, done, "%w: no answer before the deadline (%v)", drivers.ErrTimeout, context.DeadlineExceeded)
+			return
+		case <-b.w.done:
+			b.unanswered(reported, slot, done, "bus closed")
+			return
+		}
+	}
+}
+
+// report hands a batch member's answer to done: decoded, an error, or (the
+// device was busy) the point's own read with its resends.
+func (b *Bus) report(ctx context.Context, p *point, res result, i int, done func(int, drivers.Reading, error)) {
+	var ex *ExceptionError
+	switch {
+	case errors.As(res.err, &ex) && ex.Exception == 6:
+		r, err := p.Read(ctx)
+		done(i, r, err)
+	case res.err != nil:
+		done(i, drivers.Reading{}, res.err)
+	default:
+		r, err := p.decode(res)
+		done(i, r, err)
+	}
+}
+
+// unanswered reports every member not reported yet with the error; the
+// worker may still answer them later, into the batch's channel, which
+// nobody reads then.
+func (b *Bus) unanswered(reported []bool, slot []int, done func(int, drivers.Reading, error), format string, args ...any) {
+	for j, ok := range reported {
+		if !ok {
+			done(slot[j], drivers.Reading{}, fmt.Errorf("%s: "+format, append([]any{b.name}, args...)...))
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package modbus
 
-import "sort"
+import "slices"
 
 // span is one Modbus read on the wire, serving one or more queued reads.
 type span struct {
@@ -24,33 +24,42 @@ type span struct {
 // must not contain writes: the worker cuts batches at every write, which
 // is what keeps a read queued after a write from being served before it.
 func plan(reads []*request, coalesce bool, gap int) []*span {
-	type key struct {
-		unit  byte
-		table table
-	}
 	type member struct {
 		r   *request
 		idx int
 	}
-	groups := map[key][]member{}
-	var order []key
+	type group struct {
+		unit  byte
+		table table
+		ms    []member
+	}
+	// A batch is mostly one unit's one table (a poll of a device): a few
+	// groups, found by a scan rather than a map.
+	var groups []*group
 	for i, r := range reads {
-		k := key{r.unit, r.table}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
+		var g *group
+		for _, x := range groups {
+			if x.unit == r.unit && x.table == r.table {
+				g = x
+				break
+			}
 		}
-		groups[k] = append(groups[k], member{r, i})
+		if g == nil {
+			g = &group{unit: r.unit, table: r.table, ms: make([]member, 0, min(len(reads)-i, 512))}
+			groups = append(groups, g)
+		}
+		g.ms = append(g.ms, member{r, i})
 	}
 	var out []*span
-	for _, k := range order {
-		ms := groups[k]
+	for _, g := range groups {
+		k, ms := g, g.ms
 		if !coalesce {
 			for _, m := range ms {
 				out = append(out, &span{unit: k.unit, table: k.table, addr: m.r.addr, qty: m.r.qty, reqs: []*request{m.r}, first: m.idx})
 			}
 			continue
 		}
-		sort.SliceStable(ms, func(i, j int) bool { return ms[i].r.addr < ms[j].r.addr })
+		slices.SortStableFunc(ms, func(a, b member) int { return int(a.r.addr) - int(b.r.addr) })
 		limit := k.table.maxRead()
 		var cur *span
 		var end int // exclusive end of cur
@@ -68,6 +77,6 @@ func plan(reads []*request, coalesce bool, gap int) []*span {
 			out = append(out, cur)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].first < out[j].first })
+	slices.SortStableFunc(out, func(a, b *span) int { return a.first - b.first })
 	return out
 }

@@ -71,13 +71,15 @@ func (w *worker) readSpan(sp *span) {
 	} else {
 		regs = registersFromBytes(data)
 	}
+	// Each request gets its part of the span's values (fresh for every
+	// span, never written again: a view, not a copy).
 	for _, r := range sp.reqs {
 		off := int(r.addr - sp.addr)
 		res := result{at: at}
 		if bits != nil {
-			res.bits = append([]bool(nil), bits[off:off+int(r.qty)]...)
+			res.bits = bits[off : off+int(r.qty) : off+int(r.qty)]
 		} else {
-			res.regs = append([]uint16(nil), regs[off:off+int(r.qty)]...)
+			res.regs = regs[off : off+int(r.qty) : off+int(r.qty)]
 		}
 		r.reply(res)
 	}

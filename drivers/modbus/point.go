@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/physd/physd/drivers"
@@ -16,6 +17,10 @@ import (
 type point struct {
 	b *Bus
 	s *pointSpec
+	// spare is the point's last batch read, answered and free again: the
+	// next poll round reuses it rather than allocating (10 000 points read
+	// every second are 10 000 requests a second).
+	spare atomic.Pointer[request]
 }
 
 var (
@@ -55,6 +60,18 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 func (p *point) readRequest() *request {
 	s := p.s
 	return &request{op: opRead, unit: s.unit, table: s.table, addr: s.addr, qty: s.qty()}
+}
+
+// batchRequest is the point's read as a member of a batch: its spare one,
+// reset, when it has one.
+func (p *point) batchRequest() *request {
+	m := p.spare.Swap(nil)
+	if m == nil {
+		return p.readRequest()
+	}
+	s := p.s
+	*m = request{op: opRead, unit: s.unit, table: s.table, addr: s.addr, qty: s.qty()}
+	return m
 }
 
 // decode converts what a read of the point answered.

@@ -107,6 +107,13 @@ type request struct {
 
 	done chan result // buffered (1): the worker never blocks on a gone caller
 
+	// A batch's member is answered through its batch's one channel
+	// instead (buffered for every member): the worker stores the result
+	// in res and sends the member there.
+	batched chan *request
+	res     result
+	member  int // its place in the batch
+
 	// state settles, for a write whose caller gives up, whether it was
 	// sent: the worker takes it just before the wire, the caller abandons
 	// it; whoever comes first wins.
@@ -150,6 +157,11 @@ func (r *request) what() string {
 }
 
 func (r *request) reply(res result) {
+	if r.batched != nil {
+		r.res = res
+		r.batched <- r // room for every member: never blocks
+		return
+	}
 	select {
 	case r.done <- res:
 	default: // already answered (cannot happen: one reply per request)

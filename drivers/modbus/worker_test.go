@@ -427,5 +427,18 @@ func TestReadPointsTakesOneQueuePlace(t *testing.T) {
 		if s := b.Stats(); s.Requests != 7 || s.Coalesced != 297 || s.Rejected != 0 {
 			t.Errorf("stats = %+v, want 7 requests, 297 coalesced reads, none rejected", s)
 		}
+		// The next round (each point's answered request is reused) reads
+		// the same values again, in as few requests.
+		for i := range 300 {
+			bank.SetHolding(1, uint16(i), uint16(2000+i))
+		}
+		b.ReadPoints(ctxs, points, func(i int, r drivers.Reading, err error) {
+			if want := int64(2000 + i); i < 300 && (err != nil || r.Value != want) {
+				t.Errorf("second round, point %d = %v, %v; want %d", i, r.Value, err, want)
+			}
+		})
+		if s := b.Stats(); s.Requests != 11 {
+			t.Errorf("second round: %d requests in all, want 11", s.Requests)
+		}
 	})
 }
