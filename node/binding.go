@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,13 +132,16 @@ func busSum(b *manifest.Bus) string {
 	}{b.Type, nodeValue(b.Config)})
 }
 
-// capSum is a capability's whole definition (its binding parameters
-// included) as canonical JSON; source positions are not part of it.
+// capSum identifies a capability's whole definition (its binding
+// parameters included): the SHA-256 of its canonical JSON, hex. Source
+// positions are not part of it. A hash, not the JSON: every capability
+// keeps it, and the approval digests carry it.
 func capSum(c *manifest.Capability) string {
-	return canonical(struct {
+	sum := sha256.Sum256([]byte(canonical(struct {
 		Cap    *manifest.Capability `json:"cap"`
 		Params any                  `json:"params"`
-	}{c, nodeValue(c.Binding.Params)})
+	}{c, nodeValue(c.Binding.Params)})))
+	return hex.EncodeToString(sum[:])
 }
 
 func nodeValue(n *yaml.Node) any {
@@ -208,18 +213,28 @@ func (n *Node) bind(ctx context.Context, m *manifest.Manifest, prev *binding, re
 			old = prev.byTool[tool]
 		}
 		busRef := b.buses[c.Binding.Bus]
-		if old != nil && old.sum == capSum(c) && old.bus != nil && old.bus == busRef {
+		sum := capSum(c)
+		if old != nil && old.sum == sum && old.bus != nil && old.bus == busRef {
 			// Unchanged, on the same open bus: the same capability.
 			b.caps = append(b.caps, old)
 			b.byTool[tool] = old
 			continue
 		}
-		cs := &capState{cap: c, tool: tool, sum: capSum(c), vocab: vocabulary(c), act: newActuator(), bound: time.Now()}
+		cs := &capState{cap: c, tool: tool, sum: sum, bound: time.Now()}
+		if c.Exposed() {
+			cs.vocab = vocabulary(c) // can_do matches exposed capabilities only
+		}
 		// Decoded once: the interlocks and leases compare with it on every
 		// reading and do_.
 		cs.safe, _ = SafeValue(c)
-		if old != nil {
-			cs.act = old.act
+		// Only an output has a device step (a read never takes the turn):
+		// a plant's thousands of readings carry no actuator. A redefined
+		// output keeps its predecessor's turn.
+		if c.Kind == manifest.KindDo {
+			cs.act = newActuator()
+			if old != nil && old.act.turn != nil {
+				cs.act = old.act
+			}
 		}
 		switch {
 		case c.Binding.Bus == "":

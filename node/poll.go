@@ -106,15 +106,17 @@ func (n *Node) pollRound(g *pollGroup) {
 // its timeout: a bus that cannot merge reads keeps them concurrent.
 func (n *Node) readEach(g *pollGroup) {
 	var longest time.Duration
+	done := make([]<-chan struct{}, len(g.due))
 	for i, cs := range g.due {
+		done[i] = cs.doneOf(g.flights[i])
 		go n.runFlight(cs, g.flights[i])
 		longest = max(longest, cs.cap.Timeout())
 	}
 	wait := time.NewTimer(g.every + longest)
 	defer wait.Stop()
-	for _, f := range g.flights {
+	for _, d := range done {
 		select {
-		case <-f.done:
+		case <-d:
 		case <-wait.C:
 			return // the reads end by themselves, bounded by their timeouts
 		}

@@ -21,7 +21,7 @@ type capState struct {
 	point   drivers.Point
 	bus     *busRef
 	bindErr error           // why the capability has no point (bus missing)
-	vocab   map[string]bool // stemmed words can_do matches against, built once
+	vocab   map[string]bool // stemmed words can_do matches against, built once (nil when not exposed: never matched)
 	bound   time.Time       // when this definition was bound (the interlocks' first-reading grace)
 	safe    any             // the safe value (manifest safe.value) as a do_ argument decodes it; nil without one
 
@@ -42,7 +42,7 @@ type capState struct {
 	flightMu sync.Mutex
 	flight   *flight // the cache refresh under way, shared by its waiters
 
-	act actuator // the do_ path of this capability (actuator.go)
+	act actuator // the do_ path of this capability (actuator.go); zero for a read
 
 	// Liveness marks (liveness.go), in nanoseconds since the node opened
 	// on the monotonic clock: when the device step under way began (0:
@@ -70,6 +70,9 @@ type sample struct {
 // flight is one device read that every reader waiting for a fresh value
 // shares; it ends with the read, whatever its waiters do meanwhile.
 type flight struct {
+	// done is closed when the read ended. The first reader to wait makes
+	// it (under the capability's flightMu): a poll's read that nobody
+	// joins needs none.
 	done chan struct{}
 	s    *sample
 	err  error
@@ -126,25 +129,47 @@ func (n *Node) refresh(ctx context.Context, cs *capState) (*sample, error) {
 }
 
 // join returns the shared read of cs under way, or a new one that the
-// caller must run (mine).
+// caller must run (mine); either way the caller may wait on its done.
 func (cs *capState) join() (f *flight, mine bool) {
 	cs.flightMu.Lock()
 	defer cs.flightMu.Unlock()
-	if cs.flight != nil {
-		return cs.flight, false
+	if f = cs.flight; f == nil {
+		f, mine = &flight{}, true
+		cs.flight = f
 	}
-	cs.flight = &flight{done: make(chan struct{})}
-	return cs.flight, true
+	if f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f, mine
 }
 
 // claim begins a new shared read of cs for the caller to run, or returns
 // nil when one is under way (its observation serves the caller too).
 func (cs *capState) claim() *flight {
-	if f, mine := cs.join(); mine {
-		return f
+	cs.flightMu.Lock()
+	defer cs.flightMu.Unlock()
+	if cs.flight != nil {
+		return nil
 	}
-	return nil
+	cs.flight = &flight{}
+	return cs.flight
 }
+
+// doneOf is closed when the shared read f of cs has ended (made now when
+// nobody waited for f yet).
+func (cs *capState) doneOf(f *flight) <-chan struct{} {
+	cs.flightMu.Lock()
+	defer cs.flightMu.Unlock()
+	if f.done == nil {
+		if cs.flight != f {
+			return closedChan // it ended with nobody waiting
+		}
+		f.done = make(chan struct{})
+	}
+	return f.done
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // runFlight performs the shared read f of cs and ends it.
 func (n *Node) runFlight(cs *capState, f *flight) {
@@ -158,9 +183,11 @@ func (n *Node) runFlight(cs *capState, f *flight) {
 // and the next reader begins a new one.
 func (cs *capState) endFlight(f *flight) {
 	cs.flightMu.Lock()
+	defer cs.flightMu.Unlock()
 	cs.flight = nil
-	cs.flightMu.Unlock()
-	close(f.done)
+	if f.done != nil {
+		close(f.done)
+	}
 }
 
 // readDevice reads the point within the capability's timeout and records
