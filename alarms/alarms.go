@@ -260,8 +260,20 @@ func (e *Engine) OnEvent(f func(Event)) {
 }
 
 // Follow starts evaluating the node's observation stream; Close stops.
+// It takes the observations of capabilities that declare alarms and the
+// safe-state entries (nothing else raises or clears an alarm), with room
+// for a poll round of them: a plant of 10 000 points with a few hundred
+// alarms hands the engine those few hundred.
 func (e *Engine) Follow(n *node.Node) {
-	sub := n.Subscribe(0)
+	room := node.DefaultSubscriptionBuffer
+	for _, c := range n.Manifest().Capabilities {
+		if c.Alarms != nil {
+			room++
+		}
+	}
+	sub := n.SubscribeWhere(room, func(o node.Observed) bool {
+		return o.Safe != nil || o.Cap != nil && o.Cap.Alarms != nil
+	})
 	now := time.Now()
 	e.mu.Lock()
 	e.sub = sub

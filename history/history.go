@@ -229,12 +229,17 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 func numericCaps(m *manifest.Manifest) map[string]*manifest.Capability {
 	caps := map[string]*manifest.Capability{}
 	for _, c := range m.Capabilities {
-		switch c.DataType {
-		case manifest.TypeFloat, manifest.TypeInt, manifest.TypeBool:
+		if numericType(c.DataType) {
 			caps[c.Name] = c
 		}
 	}
 	return caps
+}
+
+// numericType reports whether the history records a capability of this
+// data type.
+func numericType(dt string) bool {
+	return dt == manifest.TypeFloat || dt == manifest.TypeInt || dt == manifest.TypeBool
 }
 
 // setKeep shares the size bound between the stored capabilities (h.mu
@@ -275,8 +280,12 @@ func (h *History) Reload(m *manifest.Manifest) {
 func (h *History) Config() Config { return h.cfg }
 
 // Follow starts the writer on the node's observation stream; Close stops it.
+// It takes the readings of numeric capabilities (the others it does not
+// record), with room for Queue of them or one poll round's, the larger.
 func (h *History) Follow(n *node.Node) {
-	h.sub = n.Subscribe(h.cfg.Queue)
+	h.sub = n.SubscribeWhere(max(h.cfg.Queue, n.SubscriptionBuffer()), func(o node.Observed) bool {
+		return o.Cap != nil && o.Safe == nil && numericType(o.Cap.DataType)
+	})
 	go h.run()
 }
 

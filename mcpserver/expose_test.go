@@ -130,8 +130,9 @@ func resultText(res *mcp.CallToolResult) string {
 // family in its zone) is refused saying why and moves nothing, can_do never
 // offers it, the node refuses its actuation from any caller (the mesh's
 // too) — while it is still polled and observed: its observation resource
-// is listed, read and subscribed to, history and alarms cover it, and the
-// manifest document shows it as not exposed. In both protocol eras.
+// is served through the observation template (not listed one by one), read
+// and subscribed to, history and alarms cover it, and the manifest
+// document shows it as not exposed. In both protocol eras.
 func TestUnexposedPointIsObservedButNoTool(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era, func(t *testing.T) {
@@ -183,13 +184,20 @@ func TestUnexposedPointIsObservedButNoTool(t *testing.T) {
 					t.Errorf("can_do: named %v, scanned %d", named, rep.Metadata.CapabilitiesScanned)
 				}
 
-				// Observed: listed, read, subscribed to, history, alarms.
+				// Observed: served through the observation template (not
+				// listed one by one, as it is no tool), read, subscribed
+				// to, history, alarms.
 				lr, err := r.cs.ListResources(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !slices.ContainsFunc(lr.Resources, func(res *mcp.Resource) bool { return res.URI == mcpserver.ObsURIPrefix+"temp_zone_b" }) {
-					t.Errorf("resources/list lacks the unexposed point's observation")
+				if !slices.ContainsFunc(lr.Resources, func(res *mcp.Resource) bool { return res.URI == mcpserver.ObsURIPrefix+"temp_zone_a" }) ||
+					slices.ContainsFunc(lr.Resources, func(res *mcp.Resource) bool { return strings.HasSuffix(res.URI, "zone_b") }) {
+					t.Errorf("resources/list: want the exposed points' observations and not the others': %v", lr.Resources)
+				}
+				tl, err := r.cs.ListResourceTemplates(ctx, nil)
+				if err != nil || !slices.ContainsFunc(tl.ResourceTemplates, func(rt *mcp.ResourceTemplate) bool { return rt.URITemplate == mcpserver.ObsURITemplate }) {
+					t.Errorf("resources/templates/list: %v %v", tl, err)
 				}
 				uri := mcpserver.ObsURIPrefix + "temp_zone_b"
 				if err := r.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {

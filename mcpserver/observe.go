@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
 )
 
 // ObsURIPrefix names the observation resources: physmcp://obs/<capability>
@@ -38,7 +39,16 @@ func (s *Server) addObservationResources(minInterval time.Duration) {
 	lim := &updateLimiter{min: minInterval, pending: map[string]*limitState{}, send: func(uri string) {
 		_ = s.mcp.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri})
 	}}
-	sub := s.n.Subscribe(0)
+	// Only the changes of capabilities someone subscribed to matter: the
+	// rest never reaches this loop (a plant's thousands of points change
+	// every second, and nobody watches most of them).
+	sub := s.n.SubscribeWhere(node.DefaultSubscriptionBuffer, func(o node.Observed) bool {
+		if !o.Changed || o.Cap == nil {
+			return false
+		}
+		_, watched := s.obsWatched.Load(o.Cap.Name)
+		return watched
+	})
 	go func() {
 		defer lim.stop()
 		for {
@@ -46,9 +56,7 @@ func (s *Server) addObservationResources(minInterval time.Duration) {
 			case <-sub.Done():
 				return
 			case o := <-sub.C:
-				if o.Changed {
-					lim.hit(ObsURIPrefix + o.Cap.Name)
-				}
+				lim.hit(ObsURIPrefix + o.Cap.Name)
 			}
 		}
 	}()
@@ -91,6 +99,11 @@ func (s *Server) subscribable(ctx context.Context, req *mcp.SubscribeRequest) er
 	}
 	if req.Extra != nil && req.Extra.Header != nil {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resources/subscribe: physd's HTTP endpoint is stateless and keeps no stream for 2025-11-25 updates; fix: use protocol 2026-07-28 (subscriptions/listen with resourceSubscriptions), or stdio"}
+	}
+	if isObs {
+		// From now on its changes are sent on (the SDK tells the
+		// sessions subscribed to it; none once they all left).
+		s.obsWatched.Store(name, struct{}{})
 	}
 	return nil
 }
@@ -164,18 +177,32 @@ func liveResource(req mcp.Request) bool {
 	return strings.HasPrefix(u, ObsURIPrefix) || strings.HasPrefix(u, historyPrefix) || u == AlarmsURI
 }
 
+// ObsURITemplate serves the observation of a capability that is not
+// exposed (expose: false): it has no listed resource, as it has no tool,
+// and is read and subscribed to by its URI all the same.
+const ObsURITemplate = ObsURIPrefix + "{capability}"
+
 // syncObservationResources lists physmcp://obs/<capability> for every
-// capability of the manifest in force; a manifest reload adds, re-adds
-// (the view check reads the capability's definition) and removes them.
+// exposed capability of the manifest in force and, while some capability
+// is not exposed, serves the others through ObsURITemplate: a site of
+// 10 000 observed points lists the resources of its tools, not 10 000 (the
+// server would also keep 10 000 registrations). A manifest reload adds and
+// removes them; every read looks its capability up in the manifest in
+// force.
 func (s *Server) syncObservationResources() {
 	s.obsMu.Lock()
 	defer s.obsMu.Unlock()
 	if s.obsListed == nil {
-		s.obsListed = map[string]string{}
+		s.obsListed = map[string]bool{}
 	}
 	want := map[string]*manifest.Capability{}
+	hidden := false
 	for _, c := range s.n.Manifest().Capabilities {
-		want[ObsURIPrefix+c.Name] = c
+		if c.Exposed() {
+			want[ObsURIPrefix+c.Name] = c
+		} else {
+			hidden = true
+		}
 	}
 	for uri := range s.obsListed {
 		if want[uri] == nil {
@@ -184,30 +211,51 @@ func (s *Server) syncObservationResources() {
 		}
 	}
 	for uri, c := range want {
-		def, _ := json.Marshal(c)
-		if s.obsListed[uri] == string(def) {
+		if s.obsListed[uri] {
 			continue
 		}
-		s.obsListed[uri] = string(def)
+		s.obsListed[uri] = true
 		tool := c.ToolName()
 		s.mcp.AddResource(&mcp.Resource{
 			URI: uri, Name: "obs_" + c.Name, Title: "Current observation of " + tool,
 			Description: "The current observation of " + tool + " (value, unit, quality, timestamp, age_ms), as read_ answers it. " +
 				"Subscribe to be told when it changes beyond the capability's deadband or its quality changes (at most one update per " + s.obsMin.String() + ").",
 			MIMEType: "application/json",
-		}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-			if !s.inView(req.Extra, c) {
-				return nil, s.notInView(req.Extra, uri)
-			}
-			o, err := s.n.Read(ctx, tool, -1)
-			if err != nil {
-				return nil, err
-			}
-			body, err := json.Marshal(o)
-			if err != nil {
-				return nil, err
-			}
-			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(body)}}}, nil
-		})
+		}, s.readObservation)
 	}
+	switch {
+	case hidden && !s.obsTemplate:
+		s.mcp.AddResourceTemplate(&mcp.ResourceTemplate{
+			URITemplate: ObsURITemplate, Name: "obs", Title: "Current observation of a point that is not a tool",
+			Description: "The current observation (value, unit, quality, timestamp, age_ms) of a capability the manifest observes but does not expose as a tool (expose: false); " +
+				"physmcp://manifest lists them. Subscribe to be told when it changes beyond its deadband or its quality changes (at most one update per " + s.obsMin.String() + ").",
+			MIMEType: "application/json",
+		}, s.readObservation)
+	case !hidden && s.obsTemplate:
+		s.mcp.RemoveResourceTemplates(ObsURITemplate)
+	}
+	s.obsTemplate = hidden
+}
+
+// readObservation answers a read of physmcp://obs/<capability>: the
+// observation read_ would answer, within the endpoint's view.
+func (s *Server) readObservation(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	uri := req.Params.URI
+	name, _ := strings.CutPrefix(uri, ObsURIPrefix)
+	c := s.n.Manifest().Capability(name)
+	if c == nil {
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	if !s.inView(req.Extra, c) {
+		return nil, s.notInView(req.Extra, uri)
+	}
+	o, err := s.n.Read(ctx, c.ToolName(), -1)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(body)}}}, nil
 }

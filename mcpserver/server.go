@@ -69,9 +69,11 @@ type Server struct {
 	requests   sync.Map // Physd-Request id -> the HTTP request's context
 	fams       familyTools
 
-	obsMin    time.Duration // least time between two updates of one obs resource
-	obsMu     sync.Mutex
-	obsListed map[string]string // physmcp://obs/ resources by URI: the capability they were listed for, as JSON
+	obsMin      time.Duration // least time between two updates of one obs resource
+	obsMu       sync.Mutex
+	obsListed   map[string]bool // physmcp://obs/ resources listed, by URI
+	obsTemplate bool            // ObsURITemplate is served (some capability is not exposed)
+	obsWatched  sync.Map        // capability name -> struct{}: an obs resource of it was subscribed to (never forgotten: a stale entry costs one update nobody gets)
 }
 
 // ManifestURI is the resource holding the served manifest.

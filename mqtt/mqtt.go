@@ -98,6 +98,7 @@ type Publisher struct {
 	client   paho.Client
 	q        chan message
 	audit    chan []byte   // audit lines (AuditSink) waiting to be read
+	inflight chan inFlight // sent, waiting for the broker's acknowledgement (acks)
 	resyncC  chan struct{} // a (re)connect happened: publish everything again
 	log      *slog.Logger
 	mu       sync.Mutex
@@ -183,7 +184,7 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Publisher{cfg: cfg, m: m, deviceID: m.Device.ID, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), resyncC: make(chan struct{}, 1),
+	p := &Publisher{cfg: cfg, m: m, deviceID: m.Device.ID, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), inflight: make(chan inFlight, MaxInFlight), resyncC: make(chan struct{}, 1),
 		log: cfg.Logger.With("component", "mqtt"), retained: map[string][]byte{}, removed: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		tools: toolsOf(m)}
 	o := paho.NewClientOptions().AddBroker(cfg.URL).
@@ -214,8 +215,9 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 		o.SetTLSConfig(cfg.TLS)
 	}
 	p.client = paho.NewClient(o)
-	p.done.Add(3)
+	p.done.Add(4)
 	go p.run()
+	go p.acks()
 	go p.auditLines()
 	go p.connect()
 	return p, nil
@@ -277,9 +279,10 @@ func (p *Publisher) DiscoveryTopic(c *manifest.Capability) string {
 	return p.cfg.DiscoveryPrefix + "/" + component(c) + "/" + p.deviceID + "/" + c.ToolName() + "/config"
 }
 
-// Follow publishes the node's observation stream until Close.
+// Follow publishes the node's observation stream until Close: the
+// observations that count as a change (Observe sends no other).
 func (p *Publisher) Follow(n *node.Node) {
-	sub := n.Subscribe(0)
+	sub := n.SubscribeWhere(0, func(o node.Observed) bool { return o.Changed })
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
@@ -374,24 +377,55 @@ func (p *Publisher) resync() {
 	}
 }
 
-// publish sends one message and waits for the broker's acknowledgement
-// (bounded by PublishTimeout); a failure is counted as a drop. A removal
-// the broker acknowledged is done.
+// MaxInFlight is how many messages may wait for the broker's
+// acknowledgement at once. Waiting for each before sending the next held a
+// publisher to one message per round trip (a few hundred a second under
+// load), while a plant's thousands of points change every second.
+const MaxInFlight = 256
+
+// inFlight is a message sent and not yet acknowledged.
+type inFlight struct {
+	m message
+	t paho.Token
+}
+
+// publish sends one message; its acknowledgement is awaited by acks, at
+// most MaxInFlight at a time (publish waits for room). A message not sent
+// (no connection) is counted as a drop.
 func (p *Publisher) publish(m message) {
 	if !p.client.IsConnectionOpen() {
 		p.droppedOffline.Add(1)
 		return
 	}
 	t := p.client.Publish(m.topic, 1, m.retained, m.payload)
-	if !t.WaitTimeout(p.cfg.PublishTimeout) || t.Error() != nil {
-		p.droppedOffline.Add(1)
-		return
+	select {
+	case p.inflight <- inFlight{m, t}:
+	case <-p.stop:
 	}
-	p.published.Add(1)
-	if m.retained && len(m.payload) == 0 {
-		p.mu.Lock()
-		delete(p.removed, m.topic)
-		p.mu.Unlock()
+}
+
+// acks waits, in order, for the acknowledgement of every message sent
+// (each bounded by PublishTimeout): a failure is counted as a drop; a
+// removal the broker acknowledged is done.
+func (p *Publisher) acks() {
+	defer p.done.Done()
+	for {
+		var f inFlight
+		select {
+		case <-p.stop:
+			return
+		case f = <-p.inflight:
+		}
+		if !f.t.WaitTimeout(p.cfg.PublishTimeout) || f.t.Error() != nil {
+			p.droppedOffline.Add(1)
+			continue
+		}
+		p.published.Add(1)
+		if f.m.retained && len(f.m.payload) == 0 {
+			p.mu.Lock()
+			delete(p.removed, f.m.topic)
+			p.mu.Unlock()
+		}
 	}
 }
 

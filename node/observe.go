@@ -29,7 +29,8 @@ type Observed struct {
 }
 
 // DefaultSubscriptionBuffer is how many observations a subscriber may fall
-// behind before the stream drops its newest ones (and counts them).
+// behind before the stream drops its newest ones (and counts them), at
+// least (SubscriptionBuffer).
 const DefaultSubscriptionBuffer = 256
 
 // Subscription receives the observation stream. Publishing never blocks:
@@ -37,6 +38,7 @@ const DefaultSubscriptionBuffer = 256
 type Subscription struct {
 	C       <-chan Observed
 	ch      chan Observed
+	keep    func(Observed) bool // nil: every observation
 	done    chan struct{}
 	once    sync.Once
 	dropped atomic.Uint64
@@ -111,6 +113,9 @@ func (st *stream) publish(o Observed) {
 		return
 	}
 	for _, s := range *p {
+		if s.keep != nil && !s.keep(o) {
+			continue
+		}
 		select {
 		case s.ch <- o:
 		default:
@@ -135,18 +140,41 @@ func (st *stream) close() {
 }
 
 // Subscribe returns a subscription to the observation stream with room for
-// buf observations (DefaultSubscriptionBuffer when ≤ 0). After Close the
+// buf observations (SubscriptionBuffer when ≤ 0). After Close the
 // subscription is already done.
-func (n *Node) Subscribe(buf int) *Subscription {
+func (n *Node) Subscribe(buf int) *Subscription { return n.SubscribeWhere(buf, nil) }
+
+// SubscribeWhere is Subscribe for the observations keep accepts (nil:
+// all): keep runs on the publisher's goroutine for every observation, so
+// it must be quick and must not block, and what it refuses never takes
+// room in the subscriber's buffer. A consumer that acts only on changes,
+// or only on some capabilities, says so here. (o is a copy: a pointer to
+// the publisher's would make every publish allocate.)
+func (n *Node) SubscribeWhere(buf int, keep func(o Observed) bool) *Subscription {
 	if buf <= 0 {
-		buf = DefaultSubscriptionBuffer
+		buf = n.SubscriptionBuffer()
 	}
 	ch := make(chan Observed, buf)
-	s := &Subscription{C: ch, ch: ch, done: make(chan struct{}), st: &n.obs}
+	s := &Subscription{C: ch, ch: ch, keep: keep, done: make(chan struct{}), st: &n.obs}
 	if !n.obs.add(s) {
 		s.once.Do(func() { close(s.done) })
 	}
 	return s
+}
+
+// SubscriptionBuffer is the default room of a subscription: one
+// observation of every polled capability, at least
+// DefaultSubscriptionBuffer. A poll round reads a bus's capabilities
+// together (poll.go), so a round's observations arrive at once; a
+// subscriber must hold a round's worth not to lose any while it catches up.
+func (n *Node) SubscriptionBuffer() int {
+	polledCaps := 0
+	for _, cs := range n.bound().caps {
+		if polled(cs) {
+			polledCaps++
+		}
+	}
+	return max(DefaultSubscriptionBuffer, polledCaps)
 }
 
 // ObservationsDropped is how many observations subscribers missed in all

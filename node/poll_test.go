@@ -255,3 +255,37 @@ func TestAliveWhenABatchHangs(t *testing.T) {
 		}
 	})
 }
+
+// TestSubscriptionHoldsARound: a poll round's observations arrive
+// together, so a subscription's default room is one observation of every
+// polled capability: a subscriber that reads nothing during a round of 300
+// loses none. SubscribeWhere hands a subscriber only what its filter
+// keeps, and what it refuses is neither delivered nor counted as dropped.
+func TestSubscriptionHoldsARound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var caps strings.Builder
+		for i := range 300 {
+			caps.WriteString(batchCap("p"+strconv.Itoa(i), "a", 1000))
+		}
+		n := openBatch(t, caps.String())
+		if got := n.SubscriptionBuffer(); got != 300 {
+			t.Fatalf("SubscriptionBuffer = %d, want 300 (the polled capabilities)", got)
+		}
+		all := n.Subscribe(0)
+		some := n.SubscribeWhere(8, func(o node.Observed) bool { return strings.HasSuffix(o.Cap.Name, "7") })
+		time.Sleep(1001 * time.Millisecond)
+		synctest.Wait()
+		if len(all.C) != 300 || all.Dropped() != 0 {
+			t.Errorf("the default subscription holds %d of the round's 300 observations, dropped %d", len(all.C), all.Dropped())
+		}
+		// 30 names end in 7; 8 fit, 22 dropped, the 270 others never offered.
+		if len(some.C) != 8 || some.Dropped() != 22 || n.ObservationsDropped() != 22 {
+			t.Errorf("filtered: %d held, %d dropped (node: %d); want 8 and 22", len(some.C), some.Dropped(), n.ObservationsDropped())
+		}
+		for len(some.C) > 0 {
+			if o := <-some.C; !strings.HasSuffix(o.Cap.Name, "7") {
+				t.Errorf("the filter let %s through", o.Cap.Name)
+			}
+		}
+	})
+}
