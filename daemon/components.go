@@ -316,13 +316,34 @@ func manifestRulesWithoutPolicy(m *manifest.Manifest) []string {
 // tuneGC trades a little memory for CPU unless the operator set GOGC or
 // GOMEMLIMIT: the MCP SDK allocates ~440 KB of short-lived buffers per
 // request, so with the default GOGC the collector runs every few calls and
-// re-marks physd's live heap each time. A 24 MiB soft limit keeps a
-// gateway's footprint bounded (measured in bench/results-gc.md).
-func tuneGC() {
+// re-marks physd's live heap each time. A soft limit keeps a gateway's
+// footprint bounded (measured in bench/results-gc.md): 24 MiB for a small
+// site, and gcPerCapability more for each capability of m, whose
+// definition, state, cache and place in the observation buffers stay in
+// the heap. A limit below the live heap would make the collector run
+// without pause (at 10 000 points, 80 % of a core: bench/scale-results.md).
+// A manifest reload tunes it again.
+func tuneGC(m *manifest.Manifest) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(300)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(24 << 20)
+		debug.SetMemoryLimit(memoryLimit(m))
 	}
+}
+
+// gcBase is the soft memory limit of a small site; gcPerCapability is
+// what each capability adds (its live heap is about 3 KiB at 10 000
+// points, plus room for the garbage a poll round leaves).
+const (
+	gcBase          = 24 << 20
+	gcPerCapability = 5 << 10
+)
+
+// memoryLimit is the soft memory limit for the site of m.
+func memoryLimit(m *manifest.Manifest) int64 {
+	if m == nil {
+		return gcBase
+	}
+	return gcBase + int64(len(m.Capabilities))*gcPerCapability
 }

@@ -87,7 +87,7 @@ type Daemon struct {
 // listener's exposure) and lists the components; it opens nothing.
 func New(cfg Config) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: cfg.Logger, begin: time.Now(), mx: metrics.New(), md: &mdnsService{}, served: make(chan error, 2)}
-	tuneGC()
+	tuneGC(cfg.Manifest)
 	switch cfg.StdioRole {
 	case "none", "viewer", "operator", "supervisor", "admin":
 	default:

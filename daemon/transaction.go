@@ -113,6 +113,7 @@ func (d *Daemon) bindingReload(ctx context.Context, c *change) (func(), error) {
 		d.log.Error("manifest reload: applied with an error", "err", err.Error())
 	}
 	c.res = &rr
+	tuneGC(c.m) // the site's size may have changed
 	// Bound: nothing to undo, as the steps after this one cannot fail (a
 	// manifest in force is not taken back).
 	return nil, nil
