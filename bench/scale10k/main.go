@@ -75,7 +75,7 @@ func main() {
 	flag.DurationVar(&c.settle, "settle", 60*time.Second, "time after ready before measuring")
 	flag.DurationVar(&c.measure, "measure", 120*time.Second, "the steady window: CPU, RSS, observation ages, history growth")
 	flag.DurationVar(&c.do, "do", 30*time.Second, "the do_ window: repeated do_ calls under the same load")
-	flag.DurationVar(&c.sampleEvery, "sample-every", 50*time.Millisecond, "how often the sampler reads a random point's observation resource")
+	flag.DurationVar(&c.sampleEvery, "sample-every", 200*time.Millisecond, "how often the sampler reads a random point's observation resource")
 	flag.StringVar(&c.mqtt, "mqtt", "", `"auto": start mosquitto on a free port and publish to it; a URL: publish there; "": no MQTT`)
 	flag.StringVar(&c.label, "label", "run", "the run's name in the report")
 	flag.StringVar(&c.out, "out", "", "append the Markdown section to this file (default: stdout only)")
