@@ -106,6 +106,7 @@ func Parse(file string, data []byte) (*Manifest, error) {
 	if m == nil { // cannot happen: no manifest without an error
 		return nil, Errors{{Pos: Pos{File: file}, Msg: "the manifest could not be read"}}
 	}
+	m.compact()
 	m.index()
 	return m, nil
 }

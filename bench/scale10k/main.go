@@ -648,6 +648,7 @@ func (r *report) markdown() string {
 	r.rss.mu.Unlock()
 	row("RSS at the end: anon / file (smaps_rollup); VmHWM", "%.1f / %.1f MiB; %.1f MiB", mib(r.rollup.anonKB), mib(r.rollup.fileKB), mib(r.final.hwmKB))
 	row("Go heap in use; goroutines; threads", "%.1f MiB; %.0f; %d", r.metrics1["go_memstats_heap_inuse_bytes"]/(1<<20), r.metrics1["go_goroutines"], r.final.threads)
+	row("allocation rate; collections", "%.1f MiB/s; %.1f/s", r.delta("go_memstats_alloc_bytes_total")/win/(1<<20), r.delta("go_gc_duration_seconds_count")/win)
 	row("observation age an agent reads: p50 / p99 / max", "%.0f / **%.0f** / %.0f ms (%d reads of random points' physmcp://obs/, %.1f/s; %d distinct)",
 		pct(r.ages.ages, .5), pct(r.ages.ages, .99), pct(r.ages.ages, 1), len(r.ages.ages), r.ages.readsPerSecond, len(r.ages.pointsSampled))
 	row("… answers not from a poll (cached: false) / not good", "%d / %d", r.ages.uncached, r.ages.bad)
