@@ -10,7 +10,7 @@
 #   LABEL="after: …" bench/scale10k.sh        # the report's heading
 #
 # Knobs (environment): DEVICES=20 POINTS=500 POLL_MS=1000 SETTLE=60s
-# MEASURE=120s DO=30s MQTT=auto (auto: mosquitto if installed; off: none)
+# MEASURE=120s DO=60s DO_EVERY=200ms MQTT=auto (auto: mosquitto if installed; off: none)
 # OUT=bench/scale-results.md LABEL=run PROFILE= (a directory: build physd
 # with -tags pprof and save CPU, heap and allocs profiles of the running
 # daemon there) PHYSD_ENV= (extra environment for physd, e.g. "GOGC=200").
@@ -32,6 +32,6 @@ fi
 [[ "$mqtt" == off ]] && mqtt=""
 "$BIN/scale10k" -physd "$BIN/physd" -sim "$BIN/modbus-sim" \
 	-devices "${DEVICES:-20}" -points "${POINTS:-500}" -poll-ms "${POLL_MS:-1000}" \
-	-settle "${SETTLE:-60s}" -measure "${MEASURE:-120s}" -do "${DO:-30s}" \
+	-settle "${SETTLE:-60s}" -measure "${MEASURE:-120s}" -do "${DO:-60s}" -do-every "${DO_EVERY:-200ms}" \
 	-mqtt "$mqtt" -label "${LABEL:-run}" -out "${OUT:-bench/scale-results.md}" \
 	${PROFILE:+-profile "$PROFILE"} ${PHYSD_ENV:+-physd-env "$PHYSD_ENV"}

@@ -16,7 +16,9 @@
 //     observation resource (physmcp://obs/<point>) of a random point every
 //     -sample-every and records its age_ms;
 //  4. do_: repeated do_ calls on one setpoint (a fresh idempotency key
-//     each), one after another, with the same load running.
+//     each), one every -do-every (an agent's pace, not a flood: back to
+//     back, the do_ calls' own fsyncs would be the load), with the same
+//     load running.
 //
 // The harness is protocol-neutral past the manifest: a run of another
 // driver (an OPC UA server's monitored items) adds a site generator and a
@@ -56,7 +58,7 @@ type config struct {
 	devices, points       int
 	pollMS                int
 	settle, measure, do   time.Duration
-	sampleEvery           time.Duration
+	sampleEvery, doEvery  time.Duration
 	mqtt                  string
 	label, out            string
 	keep                  bool
@@ -74,7 +76,8 @@ func main() {
 	flag.IntVar(&c.pollMS, "poll-ms", 1000, "every point's poll_ms")
 	flag.DurationVar(&c.settle, "settle", 60*time.Second, "time after ready before measuring")
 	flag.DurationVar(&c.measure, "measure", 120*time.Second, "the steady window: CPU, RSS, observation ages, history growth")
-	flag.DurationVar(&c.do, "do", 30*time.Second, "the do_ window: repeated do_ calls under the same load")
+	flag.DurationVar(&c.do, "do", 60*time.Second, "the do_ window: repeated do_ calls under the same load")
+	flag.DurationVar(&c.doEvery, "do-every", 200*time.Millisecond, "a do_ call begins this often (0: one after another, back to back)")
 	flag.DurationVar(&c.sampleEvery, "sample-every", 200*time.Millisecond, "how often the sampler reads a random point's observation resource")
 	flag.StringVar(&c.mqtt, "mqtt", "", `"auto": start mosquitto on a free port and publish to it; a URL: publish there; "": no MQTT`)
 	flag.StringVar(&c.label, "label", "run", "the run's name in the report")
@@ -222,10 +225,11 @@ func run(c config) error {
 	r := &report{c: c, site: site, mqtt: mqttURL != "", startup: startup, rssAtReady: rssAtReady, load0: load0}
 	r.metrics0, _ = scrape(hc, "http://"+httpAddr+"/metrics")
 	hist0, histAt0 := fileSize(filepath.Join(state, "history.db")), time.Now()
-	cpu0, wall0 := procCPU(pid), time.Now()
+	cpu0, wall0, io0 := procCPU(pid), time.Now(), writeBytes(pid)
 	stopRSS := sampleRSS(pid, &r.rss)
 	ages := sampleAges(hc, endpoint, c, site, c.measure)
 	r.cpuShare = float64(procCPU(pid)-cpu0) / float64(time.Since(wall0).Microseconds())
+	r.diskWrites = float64(writeBytes(pid)-io0) / time.Since(wall0).Seconds()
 	stopRSS()
 	r.final = readStatus(pid)
 	r.rollup = readRollup(pid)
@@ -242,7 +246,7 @@ func run(c config) error {
 
 	fmt.Fprintf(os.Stderr, "== do_ window %v on %s\n", c.do, scalesite.SetpointTool(0))
 	cpu1, wall1 := procCPU(pid), time.Now()
-	r.do = doCalls(hc, endpoint, scalesite.SetpointTool(0), c.do)
+	r.do = doCalls(hc, endpoint, scalesite.SetpointTool(0), c.do, c.doEvery)
 	r.doCPUShare = float64(procCPU(pid)-cpu1) / float64(time.Since(wall1).Microseconds())
 	r.load1 = loadavg()
 	r.elapsed = time.Since(began)
@@ -423,6 +427,23 @@ func sampleRSS(pid int, s *rssStats) func() {
 	return func() { close(stop); <-done }
 }
 
+// writeBytes is what the process has caused to be written to storage
+// (/proc/PID/io write_bytes: the page cache's writeback and fsyncs, not
+// writes to sockets).
+func writeBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "write_bytes: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 func fileSize(path string) int64 {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -539,13 +560,16 @@ type doStats struct {
 	callsPerSecon float64
 }
 
-// doCalls calls tool one call after another for d, each with a fresh
-// idempotency key and a value 0 … 100.
-func doCalls(hc *http.Client, endpoint, tool string, d time.Duration) doStats {
+// doCalls calls tool for d, a call every `every` (back to back for 0),
+// each with a fresh idempotency key and a value 0 … 100.
+func doCalls(hc *http.Client, endpoint, tool string, d, every time.Duration) doStats {
 	s := doStats{statuses: map[string]int{}}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	start := time.Now()
 	for i := 0; time.Since(start) < d; i++ {
+		if every > 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+		}
 		args := fmt.Appendf(nil, `{"value":%d,"idempotency_key":"scale-%s-%d"}`, (i*7)%101, run, i)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		t0 := time.Now()
@@ -617,6 +641,7 @@ type report struct {
 	do                   doStats
 	metrics0, metrics1   map[string]float64
 	histBytes            int64
+	diskWrites           float64 // bytes/s the process had written to storage in the steady window
 	histWindow           time.Duration
 	historyFile          int64
 	load0, load1         string
@@ -659,9 +684,14 @@ func (r *report) markdown() string {
 	if r.mqtt {
 		row("MQTT messages / s (dropped in the window)", "%.0f (%.0f)", r.delta("physd_mqtt_published")/win, r.delta("physd_mqtt_dropped"))
 	}
+	row("storage writes (/proc/PID/io write_bytes), steady", "%.0f MiB/day", r.diskWrites*86400/(1<<20))
 	perDay := float64(r.histBytes) / r.histWindow.Seconds() * 86400
 	row("history.db growth", "%.1f MiB in %v → %.0f MiB/day (%.0f bytes/point/day); file %.1f MiB at the end", mib(r.histBytes>>10), r.histWindow.Round(time.Second), perDay/(1<<20), perDay/float64(points), float64(r.historyFile)/(1<<20))
-	row("do_ "+scalesite.SetpointTool(0)+", one after another: p50 / p99 / max", "%.1f / **%.1f** / %.1f ms (%d calls, %.1f/s, %s)", pct(r.do.lat, .5), pct(r.do.lat, .99), pct(r.do.lat, 1), len(r.do.lat), r.do.callsPerSecon, statusText(r.do.statuses))
+	pace := "one after another"
+	if c.doEvery > 0 {
+		pace = "one every " + c.doEvery.String()
+	}
+	row("do_ "+scalesite.SetpointTool(0)+", "+pace+": p50 / p99 / max", "%.1f / **%.1f** / %.1f ms (%d calls, %.1f/s, %s)", pct(r.do.lat, .5), pct(r.do.lat, .99), pct(r.do.lat, 1), len(r.do.lat), r.do.callsPerSecon, statusText(r.do.statuses))
 	row("CPU during the do_ window", "%.1f %% of one core", 100*r.doCPUShare)
 	if r.do.errors+r.ages.errors > 0 {
 		row("errors", "do_ %d (%s); sampler %d (%s)", r.do.errors, r.do.first, r.ages.errors, r.ages.first)
