@@ -63,7 +63,7 @@ type config struct {
 	label, out            string
 	keep                  bool
 	profile               string
-	physdEnv              string
+	physdEnv, physdArgs   string
 }
 
 func main() {
@@ -85,6 +85,7 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (logs, manifest, state)")
 	flag.StringVar(&c.profile, "profile", "", "after the steady window, save physd's CPU (30 s), heap and allocs profiles here (physd built with -tags pprof)")
 	flag.StringVar(&c.physdEnv, "physd-env", "", "extra environment for physd, space separated (e.g. GOGC=200)")
+	flag.StringVar(&c.physdArgs, "physd-args", "", "extra physd run flags, space separated (e.g. --history-max-mb 0)")
 	flag.Parse()
 	if c.physd == "" || c.sim == "" {
 		fmt.Fprintln(os.Stderr, "scale10k: -physd and -sim are required (bench/scale10k.sh builds them)")
@@ -174,46 +175,17 @@ func run(c config) error {
 	}
 
 	site := scalesite.Site{Addrs: addrs, Points: c.points, PollMS: c.pollMS}
-	manifestPath := filepath.Join(work, "physmcp.manifest.yml")
-	if err := os.WriteFile(manifestPath, site.Manifest(), 0o600); err != nil {
-		return err
-	}
-	state := filepath.Join(work, "state")
-	args := []string{"run", "--manifest", manifestPath, "--state", state, "--http", "127.0.0.1:0"}
-	if mqttURL != "" {
-		args = append(args, "--mqtt-url", mqttURL)
-	}
-	physdLog := filepath.Join(work, "physd.log")
-	cmd := exec.Command(c.physd, args...)
-	cmd.Env = os.Environ()
+	var ppAddr string
 	if c.profile != "" {
-		pp, err := freeAddr()
-		if err != nil {
+		if ppAddr, err = freeAddr(); err != nil {
 			return err
 		}
-		cmd.Env = append(cmd.Env, "PHYSD_PPROF="+pp)
-		c.profile = c.profile + "\x00" + pp
 	}
-	if c.physdEnv != "" {
-		cmd.Env = append(cmd.Env, strings.Fields(c.physdEnv)...)
-	}
-	if cmd.Stderr, err = os.Create(physdLog); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "== physd %s\n", strings.Join(args, " "))
-	t0 := time.Now()
-	if err := ps.start(cmd); err != nil {
-		return err
-	}
-	pid := cmd.Process.Pid
-	if err := waitLog(physdLog, `"msg":"ready"`, 3*time.Minute); err != nil {
-		return fmt.Errorf("physd: %w (log %s)", err, physdLog)
-	}
-	startup := time.Since(t0)
-	httpAddr, err := logValue(physdLog, `"msg":"listening"`, "addr")
+	main, err := startPhysd(c, ps, filepath.Join(work, "main"), site, mqttURL, ppAddr)
 	if err != nil {
 		return err
 	}
+	pid, httpAddr, startup, state := main.cmd.Process.Pid, main.addr, main.startup, main.state
 	endpoint := "http://" + httpAddr + "/mcp"
 	hc := rawmcp.NewHTTPClient(4)
 	rssAtReady := readStatus(pid)
@@ -238,8 +210,7 @@ func run(c config) error {
 	r.histBytes, r.histWindow = fileSize(filepath.Join(state, "history.db"))-hist0, time.Since(histAt0)
 
 	if c.profile != "" {
-		dir, addr, _ := strings.Cut(c.profile, "\x00")
-		if err := saveProfiles(dir, addr); err != nil {
+		if err := saveProfiles(c.profile, ppAddr); err != nil {
 			fmt.Fprintln(os.Stderr, "profiles:", err)
 		}
 	}
@@ -248,9 +219,22 @@ func run(c config) error {
 	cpu1, wall1 := procCPU(pid), time.Now()
 	r.do = doCalls(hc, endpoint, scalesite.SetpointTool(0), c.do, c.doEvery)
 	r.doCPUShare = float64(procCPU(pid)-cpu1) / float64(time.Since(wall1).Microseconds())
+	r.historyFile = fileSize(filepath.Join(state, "history.db"))
+	main.stop()
+
+	// The control: the same do_ window on a physd of one device's 20
+	// points, on the same machine right after, so the do_ latency under the
+	// load can be told from what this machine's disk and neighbours give.
+	fmt.Fprintf(os.Stderr, "== control: do_ window %v on a site of 20 points\n", c.do)
+	ctl, err := startPhysd(c, ps, filepath.Join(work, "control"), scalesite.Site{Addrs: addrs[:1], Points: 20, PollMS: c.pollMS}, "", "")
+	if err != nil {
+		return err
+	}
+	time.Sleep(5 * time.Second)
+	r.control = doCalls(hc, "http://"+ctl.addr+"/mcp", scalesite.SetpointTool(0), c.do, c.doEvery)
+	ctl.stop()
 	r.load1 = loadavg()
 	r.elapsed = time.Since(began)
-	r.historyFile = fileSize(filepath.Join(state, "history.db"))
 
 	md := r.markdown()
 	fmt.Print(md)
@@ -264,10 +248,68 @@ func run(c config) error {
 			return err
 		}
 	}
-	if r.do.errors > 0 || r.ages.errors > 0 {
+	if r.do.errors > 0 || r.ages.errors > 0 || r.control.errors > 0 {
 		return fmt.Errorf("%d do_ errors (first: %s), %d sampler errors (first: %s)", r.do.errors, r.do.first, r.ages.errors, r.ages.first)
 	}
 	return nil
+}
+
+// daemon is a physd the run started.
+type daemon struct {
+	cmd     *exec.Cmd
+	addr    string // its HTTP listener
+	state   string // its state directory
+	startup time.Duration
+}
+
+// startPhysd runs physd on site's manifest in dir (with MQTT to mqttURL,
+// and pprof on ppAddr, when set) and waits until it is ready.
+func startPhysd(c config, ps *procs, dir string, site scalesite.Site, mqttURL, ppAddr string) (*daemon, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	manifestPath := filepath.Join(dir, "physmcp.manifest.yml")
+	if err := os.WriteFile(manifestPath, site.Manifest(), 0o600); err != nil {
+		return nil, err
+	}
+	d := &daemon{state: filepath.Join(dir, "state")}
+	args := []string{"run", "--manifest", manifestPath, "--state", d.state, "--http", "127.0.0.1:0"}
+	if mqttURL != "" {
+		args = append(args, "--mqtt-url", mqttURL)
+	}
+	args = append(args, strings.Fields(c.physdArgs)...)
+	log := filepath.Join(dir, "physd.log")
+	d.cmd = exec.Command(c.physd, args...)
+	d.cmd.Env = os.Environ()
+	if ppAddr != "" {
+		d.cmd.Env = append(d.cmd.Env, "PHYSD_PPROF="+ppAddr)
+	}
+	if c.physdEnv != "" {
+		d.cmd.Env = append(d.cmd.Env, strings.Fields(c.physdEnv)...)
+	}
+	var err error
+	if d.cmd.Stderr, err = os.Create(log); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "== physd %s\n", strings.Join(args, " "))
+	t0 := time.Now()
+	if err := ps.start(d.cmd); err != nil {
+		return nil, err
+	}
+	if err := waitLog(log, `"msg":"ready"`, 3*time.Minute); err != nil {
+		return nil, fmt.Errorf("physd: %w (log %s)", err, log)
+	}
+	d.startup = time.Since(t0)
+	if d.addr, err = logValue(log, `"msg":"listening"`, "addr"); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// stop ends the daemon (SIGTERM) and waits for it.
+func (d *daemon) stop() {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Wait()
 }
 
 // freeAddr is a loopback address with a port free now.
@@ -638,7 +680,7 @@ type report struct {
 	rss                  rssStats
 	cpuShare, doCPUShare float64
 	ages                 ageStats
-	do                   doStats
+	do, control          doStats
 	metrics0, metrics1   map[string]float64
 	histBytes            int64
 	diskWrites           float64 // bytes/s the process had written to storage in the steady window
@@ -657,8 +699,12 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## %s\n\n", r.c.label)
 	fmt.Fprintf(&b, "- %s; %d CPUs (%s); %s; code %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpuModel(), runtime.Version(), gitHead())
-	fmt.Fprintf(&b, "- %d points (%d modbus-sim × %d, unit 1, int16 input registers 30101 … and 4 setpoints each), poll_ms %d, history on, MQTT %s; settle %v, steady window %v, do_ window %v\n",
-		points, c.devices, c.points, c.pollMS, map[bool]string{true: "on (mosquitto on loopback)", false: "off"}[r.mqtt], c.settle, c.measure, c.do)
+	fmt.Fprintf(&b, "- %d points (%d modbus-sim × %d, unit 1, int16 input registers 30101 … and 4 setpoints each), poll_ms %d, history %s, MQTT %s; settle %v, steady window %v, do_ window %v\n",
+		points, c.devices, c.points, c.pollMS, map[bool]string{true: "on", false: "off"}[!strings.Contains(c.physdArgs, "--history-max-mb 0")],
+		map[bool]string{true: "on (mosquitto on loopback)", false: "off"}[r.mqtt], c.settle, c.measure, c.do)
+	if c.physdArgs != "" || c.physdEnv != "" {
+		fmt.Fprintf(&b, "- physd run also with: %s %s\n", c.physdEnv, c.physdArgs)
+	}
 	fmt.Fprintf(&b, "- machine load (1/5/15-min loadavg) at start: %s, at end: %s; run took %v\n\n", r.load0, r.load1, r.elapsed.Round(time.Second))
 	b.WriteString("| metric | value |\n| --- | --- |\n")
 	row := func(k, f string, a ...any) { fmt.Fprintf(&b, "| %s | %s |\n", k, fmt.Sprintf(f, a...)) }
@@ -693,6 +739,7 @@ func (r *report) markdown() string {
 	}
 	row("do_ "+scalesite.SetpointTool(0)+", "+pace+": p50 / p99 / max", "%.1f / **%.1f** / %.1f ms (%d calls, %.1f/s, %s)", pct(r.do.lat, .5), pct(r.do.lat, .99), pct(r.do.lat, 1), len(r.do.lat), r.do.callsPerSecon, statusText(r.do.statuses))
 	row("CPU during the do_ window", "%.1f %% of one core", 100*r.doCPUShare)
+	row("control: the same do_ calls on a site of 20 points, right after", "%.1f / %.1f / %.1f ms (%d calls, %s)", pct(r.control.lat, .5), pct(r.control.lat, .99), pct(r.control.lat, 1), len(r.control.lat), statusText(r.control.statuses))
 	if r.do.errors+r.ages.errors > 0 {
 		row("errors", "do_ %d (%s); sampler %d (%s)", r.do.errors, r.do.first, r.ages.errors, r.ages.first)
 	}
