@@ -8,6 +8,8 @@
 #
 #   bench/scale10k.sh                         # ~5 minutes
 #   LABEL="after: …" bench/scale10k.sh        # the report's heading
+#   BEFORE_REF=3f2fb9c bench/scale10k.sh      # measure physd as built from that commit,
+#                                             # with this tree's harness and site
 #
 # Knobs (environment): DEVICES=20 POINTS=500 POLL_MS=1000 SETTLE=60s
 # MEASURE=120s DO=60s DO_EVERY=200ms MQTT=auto (auto: mosquitto if installed; off: none)
@@ -22,7 +24,14 @@ BIN=$(mktemp -d /tmp/physd-scale-bin.XXXXXX)
 trap 'rm -rf "$BIN"' EXIT
 tags=()
 [[ -n "${PROFILE:-}" ]] && tags=(-tags pprof)
-go build -trimpath "${tags[@]}" -o "$BIN/physd" ./cmd/physd
+if [[ -n "${BEFORE_REF:-}" ]]; then
+	# The same harness and site, physd from another commit (its tree
+	# unpacked apart, so the repository's worktrees stay as they are).
+	git archive "$BEFORE_REF" | tar -x -C "$BIN" --one-top-level=before
+	(cd "$BIN/before" && go build -trimpath "${tags[@]}" -o "$BIN/physd" ./cmd/physd)
+else
+	go build -trimpath "${tags[@]}" -o "$BIN/physd" ./cmd/physd
+fi
 go build -trimpath -o "$BIN/modbus-sim" ./examples/modbus/modbus-sim
 go build -trimpath -o "$BIN/scale10k" ./bench/scale10k
 mqtt=${MQTT:-auto}

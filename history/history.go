@@ -103,12 +103,13 @@ const recordCost = 128
 
 // History is the store and its writer.
 type History struct {
-	cfg   Config
-	db    *bolt.DB
-	sub   *node.Subscription
-	stop  chan struct{}
-	done  chan struct{}
-	close sync.Once
+	cfg     Config
+	db      *bolt.DB
+	sub     *node.Subscription
+	stop    chan struct{}
+	done    chan struct{} // run ended
+	flushed chan struct{} // flushEvery ended
+	close   sync.Once
 
 	mu      sync.Mutex
 	caps    map[string]*manifest.Capability // numeric capabilities recorded, by name
@@ -199,7 +200,7 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 	db.AllocSize = int(min(1<<20, cfg.MaxBytes/8))
 	h := &History{cfg: cfg, db: db, caps: numericCaps(m), retired: map[string]bool{},
 		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{}, count: map[string]int{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), flushed: make(chan struct{})}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for name := range h.caps {
 			b, err := tx.CreateBucketIfNotExists([]byte(name))
@@ -287,26 +288,40 @@ func (h *History) Follow(n *node.Node) {
 		return o.Cap != nil && o.Safe == nil && numericType(o.Cap.DataType)
 	})
 	go h.run()
+	go h.flushEvery()
 }
 
+// run records the stream until Close. It never waits for the file: a
+// flush runs on its own goroutine (flushEvery) and holds the buckets' lock
+// only to take them, so a slow disk (a plant's flush writes thousands of
+// buckets and syncs) does not leave the stream's room to fill up and drop.
 func (h *History) run() {
 	defer close(h.done)
-	t := time.NewTicker(h.cfg.FlushEvery)
-	defer t.Stop()
 	for {
 		select {
 		case o := <-h.sub.C:
 			h.Record(o)
-		case <-t.C:
-			h.Flush()
 		case <-h.stop:
 			h.drainQueue()
-			h.Flush()
 			return
 		case <-h.sub.Done():
 			h.drainQueue()
-			h.Flush()
 			<-h.stop
+			return
+		}
+	}
+}
+
+// flushEvery writes the buckets every FlushEvery until Close.
+func (h *History) flushEvery() {
+	defer close(h.flushed)
+	t := time.NewTicker(h.cfg.FlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			h.Flush()
+		case <-h.stop:
 			return
 		}
 	}
@@ -330,10 +345,10 @@ func (h *History) Close() error {
 		close(h.stop)
 		if h.sub != nil {
 			<-h.done
+			<-h.flushed
 			h.sub.Close()
-		} else {
-			h.Flush()
 		}
+		h.Flush()
 		err = h.db.Close()
 	})
 	return err
