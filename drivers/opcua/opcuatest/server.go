@@ -27,6 +27,9 @@ type Options struct {
 	// identity (others are refused).
 	UserCert string
 	PKI      string // the server's PKI folder (its certificate); "": a temporary one
+	// ShiftNamespace registers another namespace before the test
+	// server's, which is then ns=2: a reordered namespace table.
+	ShiftNamespace bool
 }
 
 // Server is a running test server.
@@ -106,6 +109,9 @@ func (s *Server) start() {
 	}
 	if s.opts.UserCert != "" {
 		args = append(args, "--user-cert", s.opts.UserCert)
+	}
+	if s.opts.ShiftNamespace {
+		args = append(args, "--shift-namespace")
 	}
 	cmd := exec.Command(s.node, args...)
 	cmd.Dir = s.dir

@@ -2,7 +2,7 @@
 // examples/opcua. It is another implementation than the gopcua client
 // physd uses, so the tests meet a server physd's authors did not write.
 //
-//   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE]
+//   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE] [--shift-namespace]
 //
 // Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
 //   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
@@ -24,12 +24,35 @@
 // --user-cert FILE (PEM) makes the server take that X.509 user identity
 // (and refuse other user certificates) instead of anonymous sessions.
 // It prints "ready <endpoint>" on stdout once it listens and exits on SIGTERM.
+//
+// Folder Commissioning (for physd scan opcua; addCommissioningNodes at the end of this file):
+// node kinds a scan meets on a plant server. All ns=1 with string ids s=Commissioning (the folder)
+// and s=Commissioning.<path with dots> unless named:
+//   Line1/Tank/Level       Double AnalogItem, EURange 0..5000, litre (UNECE LTR), read-only, 1200
+//   Line1/Tank/Flow        Double AnalogItem, m³/h (UNECE MQH, a unit physd has no name for), 3.5
+//   Line1/Tank/Count       Int32 AnalogItem, EURange 0.5..99.5 (no whole-number ends), 7
+//   Line1/Tank/Température Double, read-only, 18.25 (a browse name with an accent)
+//   Line1/Valve            UInt32 MultiStateDiscrete, EnumStrings Closed/Open/Fault, writable, 1
+//   Line1/Cycle            Duration (a subtype of Double), read-only, 250
+//   Line1/Started          DateTime, read-only
+//   Line1/Label            LocalizedText, read-only
+//   Line1/State            ServerState (an enumeration), read-only, 0
+//   Line1/Any              BaseDataType holding a Double, read-only, 4.5
+//   Line1/Samples          Double[32] (too many to bind element by element)
+//   Line1/Log              String[] of no fixed length (ArrayDimensions [0])
+//   Line1/OperatorOnly     Double, AccessLevel CurrentRead|CurrentWrite, UserAccessLevel CurrentRead
+//   Line1/Hidden           Double, AccessLevel CurrentWrite only (not readable)
+//   Line1/Odd              ns=1;s=Odd;Id (a ';' in the string id)
+//   Line1/Reset            a Method
+//   Deep/L3/L4/L5/L6/L7/Bottom  Double, 9 levels below Objects (beyond the scan's default depth)
+// --shift-namespace registers urn:physd:shifted before the test namespace, which is then ns=2:
+// a reordered namespace table.
 "use strict";
 const fs = require("fs");
 const path = require("path");
 const {
   OPCUAServer, OPCUACertificateManager, Variant, DataType, StatusCodes,
-  SecurityPolicy, MessageSecurityMode, standardUnits, AccessLevelFlag, VariantArrayType,
+  SecurityPolicy, MessageSecurityMode, standardUnits, AccessLevelFlag, VariantArrayType, makeEUInformation,
 } = require("node-opcua");
 
 function arg(name, def) {
@@ -81,6 +104,7 @@ async function main() {
   await server.initialize();
 
   const addressSpace = server.engine.addressSpace;
+  if (process.argv.includes("--shift-namespace")) addressSpace.registerNamespace("urn:physd:shifted");
   const ns = addressSpace.registerNamespace("urn:physd:opcua-test-server");
   const plant = ns.addFolder(addressSpace.rootFolder.objects, { browseName: "Plant" });
 
@@ -127,6 +151,7 @@ async function main() {
   readOnly("Drifting", "s=Drifting", 19.75, StatusCodes.UncertainLastUsableValue);
   readOnly("Locked", "s=Locked", 5);
   readOnly("Numeric", "i=1001", 7.25);
+  addCommissioningNodes(addressSpace, ns);
 
   await server.start();
   const endpoint = server.getEndpointUrl();
@@ -144,3 +169,54 @@ main().catch((err) => {
   process.stderr.write("opcua test server: " + (err && err.stack ? err.stack : err) + "\n");
   process.exit(1);
 });
+
+// addCommissioningNodes adds the folder Commissioning (see the header).
+function addCommissioningNodes(addressSpace, ns) {
+  const top = ns.addFolder(addressSpace.rootFolder.objects, { browseName: "Commissioning", nodeId: "s=Commissioning" });
+  const line = ns.addObject({ organizedBy: top, browseName: "Line1", nodeId: "s=Commissioning.Line1" });
+  const tank = ns.addObject({ componentOf: line, browseName: "Tank", nodeId: "s=Commissioning.Line1.Tank" });
+  const ro = AccessLevelFlag.CurrentRead;
+  const rw = "CurrentRead | CurrentWrite";
+  const set = (v, dataType, value, extra = {}) => {
+    v.setValueFromSource(new Variant({ dataType, value, ...extra }));
+    return v;
+  };
+  const analog = (browseName, dataType, range, units, value) => set(ns.addAnalogDataItem({
+    componentOf: tank, browseName, nodeId: "s=Commissioning.Line1.Tank." + browseName, dataType,
+    engineeringUnitsRange: range, engineeringUnits: units, accessLevel: ro, userAccessLevel: ro,
+  }), DataType[dataType], value);
+  analog("Level", "Double", { low: 0, high: 5000 }, makeEUInformation("LTR", "l", "litre"), 1200);
+  analog("Flow", "Double", { low: 0, high: 40 }, standardUnits.cubic_metre_per_hour, 3.5);
+  analog("Count", "Int32", { low: 0.5, high: 99.5 }, undefined, 7);
+  const variable = (parent, browseName, dataType, value, extra = {}) => {
+    const v = ns.addVariable({
+      componentOf: parent, browseName, nodeId: "s=Commissioning." + (parent === line ? "Line1." : "Line1.Tank.") + browseName,
+      dataType, accessLevel: ro, userAccessLevel: ro, ...extra,
+    });
+    return value === undefined ? v : set(v, value.dataType, value.value, value.extra);
+  };
+  variable(tank, "Température", "Double", { dataType: DataType.Double, value: 18.25 });
+  ns.addMultiStateDiscrete({
+    componentOf: line, browseName: "Valve", nodeId: "s=Commissioning.Line1.Valve", dataType: "UInt32",
+    enumStrings: ["Closed", "Open", "Fault"], value: 1, accessLevel: rw, userAccessLevel: rw,
+  });
+  variable(line, "Cycle", "Duration", { dataType: DataType.Double, value: 250 });
+  variable(line, "Started", "DateTime", { dataType: DataType.DateTime, value: new Date(Date.UTC(2026, 0, 1)) });
+  variable(line, "Label", "LocalizedText", { dataType: DataType.LocalizedText, value: { text: "Line one" } });
+  variable(line, "State", "ServerState", { dataType: DataType.Int32, value: 0 });
+  variable(line, "Any", "BaseDataType", { dataType: DataType.Double, value: 4.5 });
+  variable(line, "Samples", "Double", { dataType: DataType.Double, value: new Float64Array(32), extra: { arrayType: VariantArrayType.Array } },
+    { valueRank: 1, arrayDimensions: [32] });
+  variable(line, "Log", "String", { dataType: DataType.String, value: ["started", "running"], extra: { arrayType: VariantArrayType.Array } },
+    { valueRank: 1, arrayDimensions: [0] });
+  variable(line, "OperatorOnly", "Double", { dataType: DataType.Double, value: 1 }, { accessLevel: rw, userAccessLevel: ro });
+  variable(line, "Hidden", "Double", undefined, { accessLevel: AccessLevelFlag.CurrentWrite, userAccessLevel: AccessLevelFlag.CurrentWrite });
+  set(ns.addVariable({ componentOf: line, browseName: "Odd", nodeId: "s=Odd;Id", dataType: "Double", accessLevel: ro, userAccessLevel: ro }), DataType.Double, 2);
+  const reset = ns.addMethod(line, { browseName: "Reset", nodeId: "s=Commissioning.Line1.Reset", inputArguments: [], outputArguments: [] });
+  reset.bindMethod((_inputs, _context, callback) => callback(null, { statusCode: StatusCodes.Good, outputArguments: [] }));
+  let parent = ns.addFolder(top, { browseName: "Deep", nodeId: "s=Commissioning.Deep" });
+  for (const name of ["L3", "L4", "L5", "L6", "L7"]) {
+    parent = ns.addFolder(parent, { browseName: name, nodeId: "s=Commissioning.Deep." + name });
+  }
+  set(ns.addVariable({ componentOf: parent, browseName: "Bottom", nodeId: "s=Commissioning.Deep.Bottom", dataType: "Double", accessLevel: ro, userAccessLevel: ro }), DataType.Double, 9);
+}
