@@ -115,7 +115,12 @@ type busSpec struct {
 // parseBus decodes and validates an opcua bus entry strictly. Files
 // (certificates, key) are read here, so a missing file is a positioned
 // configuration error at validate time.
-func parseBus(b *manifest.Bus) (*busSpec, error) {
+func parseBus(b *manifest.Bus) (*busSpec, error) { return parseBusEntry(b, false) }
+
+// parseBusEntry is parseBus; with pinLater a secured bus may name neither
+// server_certificate nor server_trust: a scan shows the server's
+// certificate and pins it once the person scanning has compared it.
+func parseBusEntry(b *manifest.Bus, pinLater bool) (*busSpec, error) {
 	root := b.FieldPath()
 	cfg := strictyaml.WithoutKey(b.Config, "type")
 	p := &strictyaml.Problems{File: b.Pos.File, Root: root, Top: cfg, At: b.Pos}
@@ -173,7 +178,7 @@ func parseBus(b *manifest.Bus) (*busSpec, error) {
 	if k.ApplicationURI != nil {
 		s.ApplicationURI = *k.ApplicationURI
 	}
-	parseCerts(p, &k, s, dir)
+	parseCerts(p, &k, s, dir, pinLater)
 	parseIdentity(p, &k, s, dir)
 	if err := p.Err(); err != nil {
 		return nil, err
@@ -181,7 +186,7 @@ func parseBus(b *manifest.Bus) (*busSpec, error) {
 	return s, nil
 }
 
-func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
+func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string, pinLater bool) {
 	abs := func(f string) string {
 		if filepath.IsAbs(f) {
 			return f
@@ -241,6 +246,9 @@ func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
 			s.trust.AddCert(c)
 			s.ServerTrust = append(s.ServerTrust, f)
 		}
+		return
+	}
+	if k.ServerCertificate == nil && pinLater {
 		return
 	}
 	if k.ServerCertificate == nil {
