@@ -20,7 +20,10 @@
 // failed attempt, each attempt bounded by connect_timeout_ms), so nothing
 // read through a session from before a server restart is served after it.
 //
-// Not done: subscriptions and monitored items (reads poll), browsing the
-// server (physd scan opcua), revocation lists for server_trust, the
-// Aes128/Aes256 policies.
+// Scan (physd scan opcua) connects as a bus does, browses the address
+// space (Browse, BrowseNext, batched Reads; bounded by depth, node count
+// and time) and Skeleton writes a manifest from what it found.
+//
+// Not done: subscriptions and monitored items (reads poll), revocation
+// lists for server_trust, the Aes128/Aes256 policies.
 package opcua
