@@ -8,6 +8,7 @@
 //	physd audit verify STATE_DIR
 //	physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
 //	physd scan i2c [--bus 1] [--out FILE]
+//	physd scan opcua ENDPOINT [--security-policy P] [--root NODE] [--depth 6] [--out FILE]
 //	physd version
 package main
 
@@ -41,6 +42,7 @@ Usage:
   physd audit verify STATE_DIR
   physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
   physd scan i2c [--bus 1] [--out FILE]
+  physd scan opcua ENDPOINT [--security-policy P] [--root NODE] [--depth 6] [--out FILE]
   physd version
 
 Run "physd run -h" (or any command with -h) for its flags.
