@@ -240,6 +240,12 @@ func plan(v *ScannedVariable) bindPlan {
 	vt, byValue := lookupType(v.ValueType)
 	byValue = byValue && (v.TypeClass == "abstract" || v.TypeClass == "unknown") && !isSlice(v.Value)
 	switch {
+	case v.TypeClass == "builtin" && ok && valueTypeDiffers(v, t):
+		// The server declares one type and sends another (a server's
+		// bug, but its reads return what it sends): bound by what it
+		// sent, which every read checks.
+		p.typ = vt
+		p.notes = append(p.notes, fmt.Sprintf("the server declares DataType %s but sent %s at scan time: bound as %s, what its reads return", typeLabel(v), article(vt.name), vt.name))
 	case v.TypeClass == "builtin" && ok:
 		p.typ = t
 	case byValue:
@@ -286,6 +292,21 @@ func plan(v *ScannedVariable) bindPlan {
 	return p
 }
 
+// article puts "a" or "an" before a type name.
+func article(name string) string {
+	if name != "" && strings.ContainsRune("AEIOU", rune(name[0])) {
+		return "an " + name
+	}
+	return "a " + name
+}
+
+// valueTypeDiffers says whether the value at scan time is of another bindable
+// type than the declared one, t.
+func valueTypeDiffers(v *ScannedVariable, t uaType) bool {
+	vt, ok := lookupType(v.ValueType)
+	return ok && v.Value != nil && vt.id != t.id
+}
+
 func valueRankName(r int32) string {
 	switch r {
 	case -3:
@@ -325,7 +346,7 @@ func typeSkip(v *ScannedVariable) string {
 	case "abstract":
 		held := ""
 		if v.ValueType != "" {
-			held = fmt.Sprintf("; it held a %s at scan time: bind it by hand with ua_type: %s if it always does", v.ValueType, v.ValueType)
+			held = fmt.Sprintf("; it held %s at scan time: bind it by hand with ua_type: %s if it always does", article(v.ValueType), v.ValueType)
 		}
 		return fmt.Sprintf("DataType %s is abstract: the server may send any type under it%s", name, held)
 	case "unknown":
@@ -512,8 +533,15 @@ func description(v *ScannedVariable, index int) string {
 		}
 	}
 	typ := v.DataType
-	if v.TypeName != "" {
+	switch {
+	case v.TypeName != "" && v.DataType != "":
 		typ = v.TypeName + " (" + v.DataType + ")"
+	case v.TypeName != "":
+		typ = "DataType " + v.TypeName
+	case typ == "" && v.ValueType != "":
+		typ = article(v.ValueType) + " at scan time"
+	case typ == "":
+		typ = "no DataType"
 	}
 	seen := ""
 	switch {

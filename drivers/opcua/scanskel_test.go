@@ -23,8 +23,11 @@ func goldenReport(dir string) *ScanReport {
 	cel := &EngineeringUnits{NamespaceURI: uneceNamespace, UnitID: 'C'<<16 | 'E'<<8 | 'L', DisplayName: "°C", Description: "degree Celsius"}
 	v := func(path, id string, edit func(*ScannedVariable)) *ScannedVariable {
 		sv := &ScannedVariable{ScannedNode: ScannedNode{NodeID: testNSU + id, Path: strings.Split(path, "/")},
-			DataType: "Double", TypeClass: "builtin", ValueRank: -1, AccessLevel: 1, UserAccessLevel: 1, MinSamplingMS: -1, ValueType: "Double"}
+			DataType: "Double", TypeClass: "builtin", ValueRank: -1, AccessLevel: 1, UserAccessLevel: 1, MinSamplingMS: -1}
 		edit(sv)
+		if sv.ValueType == "" && sv.Value != nil {
+			sv.ValueType = sv.DataType
+		}
 		return sv
 	}
 	return &ScanReport{
@@ -108,6 +111,7 @@ func goldenReport(dir string) *ScanReport {
 			v("Line1/Temperature", "s=Temp3", func(s *ScannedVariable) { s.Status = "BadSensorFailure" }),
 			v("Line1/42", "s=42", func(s *ScannedVariable) { s.Value = 42.0 }),
 			v("7Segment", "s=7Segment", func(s *ScannedVariable) { s.DataType, s.Value = "Byte", uint8(7) }),
+			v("Line1/Counter", "s=Counter", func(s *ScannedVariable) { s.DataType, s.ValueType, s.Value = "Int32", "Int64", int64(42) }),
 			v("Area/A_very_long_folder_name_for_a_process_cell/And_an_even_longer_equipment_module_name/Temperature", "s=Long",
 				func(s *ScannedVariable) { s.Value = 1.0 }),
 		},
@@ -164,7 +168,7 @@ func TestSkeletonGolden(t *testing.T) {
 		}
 		names[c.Name] = c
 	}
-	if n != len(m.Capabilities) || n != 19 {
+	if n != len(m.Capabilities) || n != 20 {
 		t.Errorf("%d capabilities, the manifest has %d", n, len(m.Capabilities))
 	}
 	for name, want := range map[string]string{
