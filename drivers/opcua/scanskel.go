@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua/ua"
+	"github.com/physd/physd/drivers/scanskel"
 	"github.com/physd/physd/manifest"
 )
 
@@ -140,20 +141,7 @@ func modeOr(b ScanBus) string {
 // preamble writes the device, the network and the scanned bus.
 func (s *skeleton) preamble() {
 	r, o := s.r, s.o
-	s.p(`physmcp_version: "0.1"`)
-	s.p("")
-	s.p("device:")
-	s.p("  id: %s   # DECIDE: a unique id for this gateway", o.DeviceID)
-	s.p("  type: opcua_gateway")
-	s.p("  location:")
-	s.p("    zone: unassigned   # DECIDE: where the equipment is")
-	s.p("")
-	s.p("network:")
-	s.p("  protocols:")
-	s.p("    - {type: ip, address: 127.0.0.1, mcp_port: 8080, role: native}")
-	s.p("  mesh:")
-	s.p("    enabled: false")
-	s.p("")
+	scanskel.Opening(&s.w, o.DeviceID, "opcua_gateway", "where the equipment is")
 	s.p("buses:")
 	s.p("  %s:", r.BusName)
 	s.p("    type: opcua")
@@ -640,12 +628,4 @@ func (s *skeleton) unique(name string) string {
 	return n
 }
 
-// oneLine keeps text on its line: control characters become spaces.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7F {
-			return ' '
-		}
-		return r
-	}, s)
-}
+var oneLine = scanskel.OneLine
