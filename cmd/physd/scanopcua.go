@@ -62,6 +62,10 @@ func cmdScanOPCUA(args []string, stdout, stderr io.Writer) int {
 	force := fs.Bool("force", false, "overwrite --out (and the saved server certificate) if they exist")
 	busName := fs.String("bus", "plc", "bus name in the skeleton")
 	deviceID := fs.String("device-id", "gw_opcua_001", "device.id in the skeleton")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), scanOPCUAUsage)
+		fs.PrintDefaults()
+	}
 
 	// ENDPOINT comes first or among the flags: flag stops at the first
 	// argument that is not a flag, so parse again after it.
