@@ -236,6 +236,9 @@ type ScanReport struct {
 	Identity     string // anonymous, user NAME, user certificate
 	Namespaces   []string
 	ServerSHA256 string // the server certificate's fingerprint, on a secured bus
+	// OperationLimits are the limits the server publishes (0: none); the
+	// scan's batches kept within them.
+	OperationLimits struct{ MaxNodesPerBrowse, MaxNodesPerRead, MaxBrowseContinuationPoints int }
 	// ServerCertificate is the server's certificate (DER) pinned by
 	// PinSHA256: to be saved, and named in Bus.ServerCertificate, before
 	// the skeleton is written.
@@ -340,7 +343,7 @@ func Scan(ctx context.Context, o ScanOptions) (*ScanReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	s := &scanner{o: o, spec: spec, ctx: ctx, deadline: start.Add(o.Timeout), browseBy: start.Add(o.Timeout * 7 / 10),
-		visited: map[string]bool{}, maxBrowse: 100, maxRead: 500}
+		visited: map[string]bool{}, maxBrowse: defaultBrowseBatch, maxRead: defaultReadBatch}
 	s.rep = &ScanReport{Bus: o.Bus, BusName: o.BusName, Options: o, Identity: identityName(spec)}
 	s.progress("physd scan: %s (%s/%s, %s); browsing at most %d levels and %d nodes, within %v; Browse and Read requests only",
 		spec.Endpoint, spec.Policy, spec.Mode, s.rep.Identity, o.Depth, o.MaxNodes, o.Timeout)
@@ -596,40 +599,51 @@ func (s *scanner) connectError(err error) error {
 // ServerCapabilities.OperationLimits) and the continuation points it keeps
 // per session, and sizes the Browse and Read batches by them.
 func (s *scanner) operationLimits() {
-	ids := []uint32{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerBrowse, id.Server_ServerCapabilities_OperationLimits_MaxNodesPerRead,
-		id.Server_ServerCapabilities_MaxBrowseContinuationPoints}
-	req := &ua.ReadRequest{TimestampsToReturn: ua.TimestampsToReturnNeither}
-	for _, n := range ids {
-		req.NodesToRead = append(req.NodesToRead, &ua.ReadValueID{NodeID: ua.NewNumericNodeID(0, n), AttributeID: ua.AttributeIDValue})
-	}
-	ctx, cancel := s.reqCtx()
-	defer cancel()
-	res, err := s.c.Read(ctx, req)
-	s.rep.Requests++
-	if err != nil || len(res.Results) != len(ids) {
-		return // not published: the defaults
-	}
-	limit := func(dv *ua.DataValue) int {
-		if dv == nil || dv.Status != ua.StatusOK || dv.Value == nil {
-			return 0
+	limit := func(into *int) func(*ua.DataValue) {
+		return func(dv *ua.DataValue) {
+			if dv.Status != ua.StatusOK || dv.Value == nil {
+				return
+			}
+			switch v := dv.Value.Value().(type) {
+			case uint32:
+				*into = int(min(v, 1<<20))
+			case uint16:
+				*into = int(v)
+			}
 		}
-		switch v := dv.Value.Value().(type) {
-		case uint32:
-			return int(min(v, 1<<20))
-		case uint16:
-			return int(v)
-		}
-		return 0
 	}
-	if n := limit(res.Results[0]); n > 0 {
+	ol := &s.rep.OperationLimits
+	var ops []readOp
+	for _, l := range []struct {
+		id   uint32
+		into *int
+	}{
+		{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerBrowse, &ol.MaxNodesPerBrowse},
+		{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerRead, &ol.MaxNodesPerRead},
+		{id.Server_ServerCapabilities_MaxBrowseContinuationPoints, &ol.MaxBrowseContinuationPoints},
+	} {
+		ops = append(ops, readOp{rv: &ua.ReadValueID{NodeID: ua.NewNumericNodeID(0, l.id), AttributeID: ua.AttributeIDValue}, apply: limit(l.into)})
+	}
+	s.readAll(ops) // a server that limits reads to fewer than three is read one by one
+	s.maxBrowse, s.maxRead = defaultBrowseBatch, defaultReadBatch
+	if n := ol.MaxNodesPerBrowse; n > 0 {
 		s.maxBrowse = min(s.maxBrowse, n)
 	}
-	if n := limit(res.Results[1]); n > 0 {
+	if n := ol.MaxNodesPerRead; n > 0 {
 		s.maxRead = min(s.maxRead, n)
 	}
 	// A Browse may leave one continuation point per node: a batch larger
 	// than the server keeps would be answered BadNoContinuationPoints.
-	if n := limit(res.Results[2]); n > 0 {
+	if n := ol.MaxBrowseContinuationPoints; n > 0 {
 		s.maxBrowse = min(s.maxBrowse, n)
 	}
 }
+
+// The batches when the server publishes no limit: small enough for any
+// server's message size with short values, large enough that a scan of
+// thousands of nodes takes tens of requests. A batch the server refuses
+// is halved (readAll, browse).
+const (
+	defaultBrowseBatch = 100
+	defaultReadBatch   = 500
+)

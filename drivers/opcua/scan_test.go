@@ -394,6 +394,27 @@ func TestScanSecurity(t *testing.T) {
 	}
 }
 
+// TestScanOperationLimits: a server that takes two nodes per Read and
+// Browse is scanned within its limits (the first Read of the limits
+// themselves, three nodes, is refused and read again one by one), and
+// the scan finds what it finds on a server without limits.
+func TestScanOperationLimits(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{OperationLimits: 2})
+	rep := scan(t, scanOpts(srv.Endpoint))
+	if ol := rep.OperationLimits; ol.MaxNodesPerRead != 2 || ol.MaxNodesPerBrowse != 2 {
+		t.Errorf("operation limits: %+v", ol)
+	}
+	if len(rep.Notes) > 0 {
+		t.Errorf("notes: %q", rep.Notes)
+	}
+	if len(rep.Variables) != 26 || variable(t, rep, "Plant/Setpoint").EURange == nil || variable(t, rep, "Commissioning/Line1/Cycle").TypeName != "Duration" {
+		t.Errorf("%d variables", len(rep.Variables))
+	}
+	if skel, _ := rep.Skeleton(SkeletonOptions{}); !strings.Contains(string(skel), "# The server's operation limits (MaxNodesPerBrowse 2, MaxNodesPerRead 2) bounded each request.") {
+		t.Errorf("the skeleton does not say the limits:\n%.1500s", skel)
+	}
+}
+
 // TestScanSilentServer: a server that accepts the connection and never
 // answers ends the scan within its connect timeout, as unreachable.
 func TestScanSilentServer(t *testing.T) {

@@ -261,7 +261,7 @@ func (s *scanner) browseTimeUp() bool {
 func (s *scanner) browse(items []browseItem) (refs [][]*ua.ReferenceDescription, browsed []bool) {
 	refs = make([][]*ua.ReferenceDescription, len(items))
 	browsed = make([]bool, len(items))
-	for lo := 0; lo < len(items); lo += s.maxBrowse {
+	for lo := 0; lo < len(items); {
 		if s.browseTimeUp() {
 			return refs, browsed
 		}
@@ -274,6 +274,13 @@ func (s *scanner) browse(items []browseItem) (refs [][]*ua.ReferenceDescription,
 		res, err := s.c.Browse(ctx, req)
 		cancel()
 		s.rep.Requests++
+		var st ua.StatusCode
+		if err != nil && errors.As(err, &st) && isBad(st) && hi-lo > 1 && s.ctx.Err() == nil {
+			// Refused as a whole (BadTooManyOperations from a server
+			// that publishes no limit): halve the batches.
+			s.maxBrowse = max(1, (hi-lo)/2)
+			continue
+		}
 		if err != nil || len(res.Results) != hi-lo {
 			s.note("a Browse of %d node(s) failed: %s; they are not browsed", hi-lo, reason(err, res, hi-lo))
 			return refs, browsed
@@ -321,6 +328,7 @@ func (s *scanner) browse(items []browseItem) (refs [][]*ua.ReferenceDescription,
 			}
 			pending, cps = p2, c2
 		}
+		lo = hi
 	}
 	return refs, browsed
 }

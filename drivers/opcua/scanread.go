@@ -1,6 +1,7 @@
 package opcua
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gopcua/opcua/id"
@@ -14,29 +15,38 @@ type readOp struct {
 }
 
 // readAll reads ops in batches the server takes (MaxNodesPerRead); it
-// returns how many were read before the time ran out or a Read failed.
+// returns how many were read before the time ran out or a Read failed. A
+// batch the server refuses as a whole with a status (BadTooManyOperations
+// from a server that publishes no limit, BadResponseTooLarge for large
+// array values) is halved and read again, and the smaller batches are
+// kept for the rest.
 func (s *scanner) readAll(ops []readOp) int {
 	done := 0
-	for lo := 0; lo < len(ops); lo += s.maxRead {
+	for done < len(ops) {
 		if s.timeUp() {
 			return done
 		}
-		hi := min(lo+s.maxRead, len(ops))
+		hi := min(done+s.maxRead, len(ops))
 		req := &ua.ReadRequest{TimestampsToReturn: ua.TimestampsToReturnNeither}
-		for _, op := range ops[lo:hi] {
+		for _, op := range ops[done:hi] {
 			req.NodesToRead = append(req.NodesToRead, op.rv)
 		}
 		ctx, cancel := s.reqCtx()
 		res, err := s.c.Read(ctx, req)
 		cancel()
 		s.rep.Requests++
-		if err != nil || len(res.Results) != hi-lo {
-			s.note("a Read of %d attribute(s) failed: %s", hi-lo, reason(err, res, hi-lo))
+		var st ua.StatusCode
+		if err != nil && errors.As(err, &st) && isBad(st) && hi-done > 1 && s.ctx.Err() == nil {
+			s.maxRead = max(1, (hi-done)/2)
+			continue
+		}
+		if err != nil || len(res.Results) != hi-done {
+			s.note("a Read of %d attribute(s) failed: %s", hi-done, reason(err, res, hi-done))
 			return done
 		}
 		for k, dv := range res.Results {
 			if dv != nil {
-				ops[lo+k].apply(dv)
+				ops[done+k].apply(dv)
 			}
 		}
 		done = hi

@@ -95,6 +95,9 @@ func (s *skeleton) header() {
 	s.p("# %s (%s/%s, %s): browsed from %s (%s), %d levels deep, at most %d nodes, within %v.",
 		oneLine(r.Bus.Endpoint), policyOr(r.Bus.SecurityPolicy), modeOr(r.Bus), oneLine(r.Identity), oneLine(r.RootPath), oneLine(r.Root), op.Depth, op.MaxNodes, op.Timeout)
 	s.p("# %d node(s) in %d requests (%.1f s): %d variable(s), %d method(s).", r.Nodes, r.Requests, r.Elapsed.Seconds(), len(r.Variables), len(r.Methods))
+	if ol := r.OperationLimits; ol.MaxNodesPerBrowse > 0 || ol.MaxNodesPerRead > 0 {
+		s.p("# The server's operation limits (MaxNodesPerBrowse %s, MaxNodesPerRead %s) bounded each request.", limitText(ol.MaxNodesPerBrowse), limitText(ol.MaxNodesPerRead))
+	}
 	for _, l := range r.Limits {
 		s.p("# LIMIT: %s", oneLine(l))
 	}
@@ -119,6 +122,13 @@ func (s *skeleton) header() {
 	s.p("#     A scan never proposes a write;")
 	s.p("#   - unit where the server gave none physd names; semantic_tags;")
 	s.p("#   - poll_ms and deadband to stream a value's changes (alarms, history, MQTT).")
+}
+
+func limitText(n int) string {
+	if n == 0 {
+		return "none"
+	}
+	return strconv.Itoa(n)
 }
 
 func policyOr(p string) string {

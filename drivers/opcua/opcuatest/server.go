@@ -30,6 +30,9 @@ type Options struct {
 	// ShiftNamespace registers another namespace before the test
 	// server's, which is then ns=2: a reordered namespace table.
 	ShiftNamespace bool
+	// OperationLimits publishes and enforces MaxNodesPerRead and
+	// MaxNodesPerBrowse (0: node-opcua's defaults).
+	OperationLimits int
 }
 
 // Server is a running test server.
@@ -112,6 +115,9 @@ func (s *Server) start() {
 	}
 	if s.opts.ShiftNamespace {
 		args = append(args, "--shift-namespace")
+	}
+	if s.opts.OperationLimits > 0 {
+		args = append(args, "--operation-limits", fmt.Sprint(s.opts.OperationLimits))
 	}
 	cmd := exec.Command(s.node, args...)
 	cmd.Dir = s.dir

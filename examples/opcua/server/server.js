@@ -3,6 +3,7 @@
 // physd uses, so the tests meet a server physd's authors did not write.
 //
 //   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE] [--shift-namespace]
+//                  [--operation-limits N]
 //
 // Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
 //   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
@@ -46,7 +47,8 @@
 //   Line1/Reset            a Method
 //   Deep/L3/L4/L5/L6/L7/Bottom  Double, 9 levels below Objects (beyond the scan's default depth)
 // --shift-namespace registers urn:physd:shifted before the test namespace, which is then ns=2:
-// a reordered namespace table.
+// a reordered namespace table. --operation-limits N publishes and enforces MaxNodesPerRead and
+// MaxNodesPerBrowse N (a larger request is answered BadTooManyOperations).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -85,6 +87,10 @@ async function main() {
     securityModes: secure ? [MessageSecurityMode.Sign, MessageSecurityMode.SignAndEncrypt] : [MessageSecurityMode.None],
     allowAnonymous: user === "" && userCert === "",
   };
+  const limits = parseInt(arg("--operation-limits", "0"), 10);
+  if (limits > 0) {
+    options.serverCapabilities = { operationLimits: { maxNodesPerRead: limits, maxNodesPerBrowse: limits } };
+  }
   if (userCert !== "") {
     const userCertificateManager = new OPCUACertificateManager({
       rootFolder: path.join(pki, "users"),
