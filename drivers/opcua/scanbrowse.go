@@ -274,10 +274,7 @@ func (s *scanner) browse(items []browseItem) (refs [][]*ua.ReferenceDescription,
 		res, err := s.c.Browse(ctx, req)
 		cancel()
 		s.rep.Requests++
-		var st ua.StatusCode
-		if err != nil && errors.As(err, &st) && isBad(st) && hi-lo > 1 && s.ctx.Err() == nil {
-			// Refused as a whole (BadTooManyOperations from a server
-			// that publishes no limit): halve the batches.
+		if s.refusedWhole(err, hi-lo) {
 			s.maxBrowse = max(1, (hi-lo)/2)
 			continue
 		}
@@ -331,6 +328,14 @@ func (s *scanner) browse(items []browseItem) (refs [][]*ua.ReferenceDescription,
 		lo = hi
 	}
 	return refs, browsed
+}
+
+// refusedWhole says whether a request of n operations was refused as a
+// whole with a Bad status (BadTooManyOperations from a server that
+// publishes no limit, BadResponseTooLarge), so that half as many may pass.
+func (s *scanner) refusedWhole(err error, n int) bool {
+	var st ua.StatusCode
+	return err != nil && errors.As(err, &st) && isBad(st) && n > 1 && s.ctx.Err() == nil
 }
 
 // browseResult notes a Bad browse result; it says whether r is usable.

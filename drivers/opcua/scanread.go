@@ -1,7 +1,6 @@
 package opcua
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gopcua/opcua/id"
@@ -35,8 +34,7 @@ func (s *scanner) readAll(ops []readOp) int {
 		res, err := s.c.Read(ctx, req)
 		cancel()
 		s.rep.Requests++
-		var st ua.StatusCode
-		if err != nil && errors.As(err, &st) && isBad(st) && hi-done > 1 && s.ctx.Err() == nil {
+		if s.refusedWhole(err, hi-done) {
 			s.maxRead = max(1, (hi-done)/2)
 			continue
 		}
