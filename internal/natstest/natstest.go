@@ -24,21 +24,40 @@ type Hub struct {
 const Admin = "admin"
 
 // SiteUser is a gateway's user: it may publish under prefix.site. only,
-// ask the stream for its info and messages (the uplink's cursor) and
-// receive replies; nothing else.
-func SiteUser(name, password, prefix, site, stream string) *server.User {
+// ask each of the streams for its info and messages (the uplink's
+// cursors) and receive replies; nothing else.
+func SiteUser(name, password, prefix, site string, streams ...string) *server.User {
 	return &server.User{Username: name, Password: password, Permissions: &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			prefix + "." + site + ".>",
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + stream,
-			"$JS.API.STREAM.MSG.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream + ".>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		Publish:   &server.SubjectPermission{Allow: SitePublish(prefix, site, "", streams...)},
+		Subscribe: &server.SubjectPermission{Allow: SiteSubscribe()},
 	}}
 }
+
+// APIPrefix is the JetStream API's subject prefix in a domain: $JS.API
+// without one, $JS.<domain>.API with one (how a client at a leaf node
+// addresses the hub's JetStream).
+func APIPrefix(domain string) string {
+	if domain == "" {
+		return "$JS.API"
+	}
+	return "$JS." + domain + ".API"
+}
+
+// SitePublish is what a site's gateways may publish: their own subjects
+// under prefix.site, and, on each stream, the JetStream API requests the
+// uplink's cursors need (the stream's info, the last message of a
+// subject, direct or not), in domain's API.
+func SitePublish(prefix, site, domain string, streams ...string) []string {
+	api := APIPrefix(domain)
+	allow := []string{prefix + "." + site + ".>", api + ".INFO"}
+	for _, st := range streams {
+		allow = append(allow, api+".STREAM.INFO."+st, api+".STREAM.MSG.GET."+st, api+".DIRECT.GET."+st, api+".DIRECT.GET."+st+".>")
+	}
+	return allow
+}
+
+// SiteSubscribe is what a site's gateways may subscribe to: the replies.
+func SiteSubscribe() []string { return []string{"_INBOX.>"} }
 
 // Start runs a hub with JetStream in dir on a free loopback port.
 func Start(t testing.TB, dir string, users ...*server.User) *Hub {
@@ -76,8 +95,8 @@ func (h *Hub) URL() string {
 }
 
 // SitePermissions are SiteUser's permissions (for an NKey user).
-func SitePermissions(prefix, site, stream string) *server.Permissions {
-	return SiteUser("", "", prefix, site, stream).Permissions
+func SitePermissions(prefix, site string, streams ...string) *server.Permissions {
+	return SiteUser("", "", prefix, site, streams...).Permissions
 }
 
 // Start (re)starts a stopped hub on its port and store.
