@@ -7,17 +7,23 @@
 // durable copy. The uplink keeps no queue of its own: it reads the audit
 // files from a cursor, the last audit seq the stream holds for this
 // device, which it asks the stream for on start and after every
-// reconnect. Each record is published with Nats-Msg-Id <device>/<seq> and
-// with Nats-Expected-Last-Subject-Sequence set to the stream sequence of
-// the device's previous record, one at a time: a record whose
-// acknowledgement was lost (a WAN cut, a SIGKILL) is found in the stream
-// at the next sync and not sent again, and a record can never land after
-// a gap, however long the cut lasted (the deduplication window is the
-// second guard, not the first).
+// reconnect or failure. Each record is published with Nats-Msg-Id
+// <device>/<seq>, conditional on the stream sequence of the device's
+// previous record (Nats-Expected-Last-Subject-Sequence), in atomic
+// batches of up to Config.Window records (one round trip per batch; see
+// chain): a record whose acknowledgement was lost (a WAN cut, a SIGKILL)
+// is found in the stream at the next sync and not sent again, and a
+// record can never land after a gap, however long the cut lasted (the
+// deduplication window is the second guard, not the first).
+//
+// The gateway may talk to the hub directly or to a NATS leaf node at its
+// site (Config.Domain names the hub's JetStream domain). Through a leaf,
+// a WAN cut does not drop the gateway's own connection: the uplink
+// notices failed or unanswered requests and syncs again once a second
+// until the hub answers.
 package fleet
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -57,6 +63,13 @@ type Config struct {
 	URLs           []string
 	Site, DeviceID string
 	Stream, Prefix string
+	// Domain is the hub's JetStream domain: needed when the gateway
+	// connects to a leaf node that runs JetStream itself (its $JS.API is
+	// the leaf's); "" addresses $JS.API.
+	Domain string
+	// Window is the most audit records one atomic batch carries
+	// (default DefaultWindow; 1: one acknowledged publish per record).
+	Window int
 	// Options authenticate and secure the connection (credentials, NKey,
 	// user and password, TLS); see Options.
 	Options        []nats.Option
@@ -130,7 +143,7 @@ func ConfigFromManifest(m *manifest.Manifest, log *slog.Logger) (*Config, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Config{URLs: f.URLs, Site: f.Site, DeviceID: m.Device.ID, Stream: f.Stream, Prefix: f.SubjectPrefix, Options: opts,
+	return &Config{URLs: f.URLs, Site: f.Site, DeviceID: m.Device.ID, Stream: f.Stream, Prefix: f.SubjectPrefix, Domain: f.Domain, Options: opts,
 		ConnectTimeout: time.Duration(f.ConnectTimeoutMS) * time.Millisecond, PublishTimeout: time.Duration(f.PublishTimeoutMS) * time.Millisecond,
 		Logger: log}, nil
 }
@@ -170,7 +183,8 @@ type Uplink struct {
 	cfg     Config
 	log     *slog.Logger
 	nc      atomic.Pointer[nats.Conn] // set once connected
-	js      jetstream.JetStream       // the loop's only
+	js      jetstream.JetStream
+	audit   chain // the audit records' (the loop's only)
 	al      *audit.Log
 	base    string // <prefix>.<site>.<device>
 	subject string // base + ".audit"
@@ -180,19 +194,17 @@ type Uplink struct {
 	done  sync.WaitGroup
 	once  sync.Once
 
-	connected  atomic.Bool
-	synced     atomic.Bool
-	cursor     atomic.Uint64
-	published  atomic.Uint64
-	core       atomic.Uint64
-	dropped    atomic.Uint64
-	errs       atomic.Uint64
-	mu         sync.Mutex
-	lastErr    string
-	auditErr   string
-	refused    string
-	streamSeq  uint64 // the stream sequence of the device's last record (loop only)
-	createOnce bool
+	connected atomic.Bool
+	synced    atomic.Bool
+	cursor    atomic.Uint64
+	published atomic.Uint64
+	core      atomic.Uint64
+	dropped   atomic.Uint64
+	errs      atomic.Uint64
+	mu        sync.Mutex
+	lastErr   string
+	auditErr  string
+	refused   string
 }
 
 // New checks the configuration; Start connects.
@@ -208,6 +220,9 @@ func New(cfg Config) (*Uplink, error) {
 	}
 	if cfg.ReconnectWait <= 0 {
 		cfg.ReconnectWait = time.Second
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -303,8 +318,9 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 		nc, err := nats.Connect(strings.Join(u.cfg.URLs, ","), opts...)
 		if err == nil {
 			var js jetstream.JetStream
-			if js, err = jetstream.New(nc); err == nil {
+			if js, err = u.jetStream(nc); err == nil {
 				u.js = js
+				u.audit = chain{js: js, nc: nc, subject: u.subject, timeout: u.cfg.PublishTimeout, window: u.cfg.Window}
 				u.nc.Store(nc)
 				if nc.IsConnected() {
 					u.onConnect(nc)
@@ -321,6 +337,14 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 		case <-time.After(u.cfg.ReconnectWait):
 		}
 	}
+}
+
+// jetStream is the hub's JetStream: by its domain when one is set.
+func (u *Uplink) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	if u.cfg.Domain != "" {
+		return jetstream.NewWithDomain(nc, u.cfg.Domain)
+	}
+	return jetstream.New(nc)
 }
 
 func (u *Uplink) onConnect(nc *nats.Conn) {
@@ -370,31 +394,17 @@ func (u *Uplink) loop() {
 
 // sync asks the stream for the last record it holds for this device.
 func (u *Uplink) sync() error {
-	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.PublishTimeout)
-	defer cancel()
-	st, err := u.js.Stream(ctx, u.cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = u.js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: u.cfg.Stream, Subjects: StreamSubjects(u.cfg.Prefix), Storage: jetstream.FileStorage,
-			Duplicates: DefaultDuplicates, AllowDirect: true,
-		})
-		if err != nil {
-			return fmt.Errorf("the hub has no stream %s and physd may not create it (%w); fix: create it on the hub with the subjects %s", u.cfg.Stream, err, StreamSubjects(u.cfg.Prefix)[0])
-		}
-		u.log.Info("fleet: stream created", "stream", u.cfg.Stream)
-	}
+	msg, err := u.audit.sync(u.cfg.Stream, &jetstream.StreamConfig{
+		Name: u.cfg.Stream, Subjects: StreamSubjects(u.cfg.Prefix), Storage: jetstream.FileStorage,
+		Duplicates: DefaultDuplicates, AllowDirect: true, AllowAtomicPublish: true,
+	})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", u.cfg.Stream, err)
+		return err
 	}
-	msg, err := st.GetLastMsgForSubject(ctx, u.subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		u.streamSeq = 0
+	if msg == nil {
 		u.cursor.Store(0)
 		u.synced.Store(true)
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("the last record of %s: %w", u.subject, err)
 	}
 	seq, err := strconv.ParseUint(msg.Header.Get(HeaderSeq), 10, 64)
 	if err != nil {
@@ -418,7 +428,6 @@ func (u *Uplink) sync() error {
 	if !same {
 		return fmt.Errorf("the stream's audit seq %d of %s is not the local record (another trail under this device.id); fix: give this gateway a new device.id", seq, u.cfg.DeviceID)
 	}
-	u.streamSeq = msg.Sequence
 	u.cursor.Store(seq)
 	u.synced.Store(true)
 	return nil
@@ -426,8 +435,8 @@ func (u *Uplink) sync() error {
 
 var errStop = errors.New("stop")
 
-// drain publishes the local records after the cursor, one at a time, each
-// acknowledged before the next.
+// drain publishes the local records after the cursor, in batches of the
+// chain's window, each acknowledged before the next.
 func (u *Uplink) drain() error {
 	for gaps := 0; ; {
 		if !u.synced.Load() {
@@ -435,11 +444,29 @@ func (u *Uplink) drain() error {
 				return err
 			}
 		}
-		err := u.al.ReadAfter(u.cursor.Load(), u.publish)
+		var b batch
+		err := u.al.ReadAfter(u.cursor.Load(), func(seq uint64, line []byte) error {
+			select {
+			case <-u.stop:
+				return errStop
+			default:
+			}
+			b.add(seq, u.auditMsg(seq, line))
+			if b.full(u.audit.limit()) {
+				return u.publish(&b)
+			}
+			return nil
+		})
+		var gap *audit.ErrGap
+		if err == nil || errors.As(err, &gap) {
+			// The records read before the end (or before the gap).
+			if perr := u.publish(&b); perr != nil {
+				err = perr
+			}
+		}
 		if errors.Is(err, errResync) {
 			continue
 		}
-		var gap *audit.ErrGap
 		if errors.As(err, &gap) {
 			// A rotation between the listing and the read: read again. A
 			// gap that stays is a damaged line (physd audit verify).
@@ -455,50 +482,74 @@ func (u *Uplink) drain() error {
 	}
 }
 
-func (u *Uplink) publish(seq uint64, line []byte) error {
-	select {
-	case <-u.stop:
-		return errStop
-	default:
-	}
+// auditMsg is the stream message of one audit record.
+func (u *Uplink) auditMsg(seq uint64, line []byte) *nats.Msg {
 	var ev struct {
 		Event string `json:"event"`
 	}
 	_ = json.Unmarshal(line, &ev)
 	m := nats.NewMsg(u.subject)
-	m.Data = line
+	m.Data = append([]byte(nil), line...) // ReadAfter reuses its buffer
 	m.Header.Set(jetstream.MsgIDHeader, u.cfg.DeviceID+"/"+strconv.FormatUint(seq, 10))
 	m.Header.Set(HeaderSeq, strconv.FormatUint(seq, 10))
 	m.Header.Set(HeaderDevice, u.cfg.DeviceID)
 	if ev.Event != "" {
 		m.Header.Set(HeaderEvent, ev.Event)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.PublishTimeout)
-	defer cancel()
-	ack, err := u.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(u.streamSeq), jetstream.WithRetryAttempts(0))
+	return m
+}
+
+// batch is the records read and not yet sent.
+type batch struct {
+	msgs  []*nats.Msg
+	first uint64 // the first record's seq
+	last  uint64
+	bytes int
+}
+
+func (b *batch) add(seq uint64, m *nats.Msg) {
+	if len(b.msgs) == 0 {
+		b.first = seq
+	}
+	b.msgs = append(b.msgs, m)
+	b.last = seq
+	b.bytes += len(m.Data)
+}
+
+func (b *batch) full(limit int) bool { return len(b.msgs) >= limit || b.bytes >= maxBatchBytes }
+
+func (b *batch) reset() { *b = batch{} }
+
+// publish sends the batch; the cursor moves past it once it is stored.
+func (u *Uplink) publish(b *batch) error {
+	if len(b.msgs) == 0 {
+		return nil
+	}
+	n, err := u.audit.send(b.msgs)
+	if n > 0 {
+		u.cursor.Store(b.first + uint64(n) - 1)
+		u.published.Add(uint64(n))
+	}
+	if errors.Is(err, errResync) {
+		u.synced.Store(false)
+		return errResync
+	}
 	if err != nil {
 		// Unknown whether it landed: the next sync reads the stream.
 		u.synced.Store(false)
-		return fmt.Errorf("audit seq %d: %w", seq, err)
+		if b.first == b.last {
+			return fmt.Errorf("audit seq %d: %w", b.first, err)
+		}
+		return fmt.Errorf("audit seqs %d-%d: %w", b.first, b.last, err)
 	}
-	if ack.Duplicate {
-		// Already stored (an earlier attempt whose ack was lost); the
-		// stream sequence the ack names is the original's, resync.
-		u.synced.Store(false)
-		u.cursor.Store(seq)
-		return errResync
-	}
-	u.streamSeq = ack.Sequence
-	u.cursor.Store(seq)
-	if u.published.Add(1) == 1 || u.auditErrSet() {
+	if u.auditErrSet() {
 		u.mu.Lock()
 		u.auditErr = ""
 		u.mu.Unlock()
 	}
+	b.reset()
 	return nil
 }
-
-var errResync = errors.New("resync")
 
 func (u *Uplink) auditErrSet() bool {
 	u.mu.Lock()

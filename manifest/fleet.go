@@ -12,6 +12,8 @@ import (
 // network.fleet defaults (physd extension: the site uplink to NATS).
 const (
 	DefaultFleetStream           = "PHYSD_AUDIT"
+	DefaultFleetHistoryStream    = "PHYSD_HISTORY"
+	DefaultFleetAlarmStream      = "PHYSD_ALARMS"
 	DefaultFleetSubjectPrefix    = "physd"
 	DefaultFleetConnectTimeoutMS = 5_000
 	DefaultFleetPublishTimeoutMS = 5_000
@@ -21,6 +23,7 @@ const (
 var fleetKeys = []string{
 	"enabled", "urls", "site", "credentials_file", "nkey_seed_file", "user", "password_file",
 	"tls", "stream", "subject_prefix", "connect_timeout_ms", "publish_timeout_ms",
+	"domain", "history", "history_stream", "alarms", "alarm_stream",
 }
 
 var fleetTLSKeys = []string{"ca", "cert", "key"}
@@ -53,8 +56,17 @@ type Fleet struct {
 	TLSCert string `json:"tls_cert,omitempty"`
 	TLSKey  string `json:"tls_key,omitempty"`
 	// Stream is the JetStream stream the audit records go to.
-	Stream           string `json:"stream"`
-	SubjectPrefix    string `json:"subject_prefix"`
+	Stream        string `json:"stream"`
+	SubjectPrefix string `json:"subject_prefix"`
+	// Domain is the hub's JetStream domain ("" : $JS.API): needed when
+	// the gateway connects to a leaf node that runs JetStream itself.
+	Domain string `json:"domain,omitempty"`
+	// History publishes the closed history buckets to HistoryStream;
+	// Alarms the active alarms to AlarmStream.
+	History          bool   `json:"history"`
+	HistoryStream    string `json:"history_stream"`
+	Alarms           bool   `json:"alarms"`
+	AlarmStream      string `json:"alarm_stream"`
 	ConnectTimeoutMS int    `json:"connect_timeout_ms"`
 	PublishTimeoutMS int    `json:"publish_timeout_ms"`
 }
@@ -83,6 +95,7 @@ func (p *parser) fleet(fo *obj) *Fleet {
 		return nil
 	}
 	f := &Fleet{Enabled: true, Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
+		History: true, HistoryStream: DefaultFleetHistoryStream, Alarms: true, AlarmStream: DefaultFleetAlarmStream,
 		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
 	if v, ok := fo.boolean("enabled"); ok {
 		f.Enabled = v
@@ -104,6 +117,21 @@ func (p *parser) fleet(fo *obj) *Fleet {
 	}
 	if v, ok := fo.pattern("subject_prefix", false, reSubjectPrefix.MatchString, "dot-separated tokens of letters, digits, _ and -", "physd or acme.physd"); ok {
 		f.SubjectPrefix = v
+	}
+	if v, ok := fo.pattern("domain", false, reSubjectToken.MatchString, "letters, digits, _ and - (the hub's jetstream.domain)", "hub"); ok {
+		f.Domain = v
+	}
+	if v, ok := fo.boolean("history"); ok {
+		f.History = v
+	}
+	if v, ok := fo.pattern("history_stream", false, reStreamName.MatchString, "letters, digits, _ and -", DefaultFleetHistoryStream); ok {
+		f.HistoryStream = v
+	}
+	if v, ok := fo.boolean("alarms"); ok {
+		f.Alarms = v
+	}
+	if v, ok := fo.pattern("alarm_stream", false, reStreamName.MatchString, "letters, digits, _ and -", DefaultFleetAlarmStream); ok {
+		f.AlarmStream = v
 	}
 	f.CredentialsFile, _ = fo.str("credentials_file", false)
 	f.NKeySeedFile, _ = fo.str("nkey_seed_file", false)

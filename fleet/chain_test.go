@@ -1,0 +1,195 @@
+package fleet
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/physd/physd/audit"
+	"github.com/physd/physd/internal/natscluster"
+	"github.com/physd/physd/internal/natstest"
+)
+
+// createAtomicStream is the audit stream taking atomic batches.
+func createAtomicStream(t testing.TB, js jetstream.JetStream, replicas int) {
+	t.Helper()
+	end := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: StreamSubjects("physd"), Duplicates: time.Minute,
+			AllowDirect: true, AllowAtomicPublish: true, Replicas: replicas, Storage: jetstream.FileStorage})
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // a cluster's meta leader is being elected
+	}
+}
+
+// startUplink starts an uplink to urls with the user, for site north as
+// gw_1.
+func startUplink(t *testing.T, urls []string, user, pw, domain string, window int, al *audit.Log) *Uplink {
+	t.Helper()
+	u, err := New(Config{URLs: urls, Site: "north", DeviceID: "gw_1", Stream: stream, Prefix: "physd", Domain: domain, Window: window,
+		Options: []nats.Option{nats.UserInfo(user, pw)}, ConnectTimeout: time.Second, PublishTimeout: time.Second,
+		ReconnectWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Start(al)
+	t.Cleanup(u.Close)
+	return u
+}
+
+func openAudit(t *testing.T) *audit.Log {
+	t.Helper()
+	al, err := audit.OpenWith(t.TempDir(), audit.Options{MaxBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	return al
+}
+
+// batchIDs counts the atomic batches the stream's copy of subject came in.
+func batchIDs(t *testing.T, js jetstream.JetStream, subject string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := st.Info(ctx)
+	ids := map[string]bool{}
+	for s := info.State.FirstSeq; s <= info.State.LastSeq && info.State.Msgs > 0; s++ {
+		m, err := st.GetMsg(ctx, s)
+		if err == nil && m.Subject == subject && m.Header.Get(headerBatchID) != "" {
+			ids[m.Header.Get(headerBatchID)] = true
+		}
+	}
+	return len(ids)
+}
+
+// TestUplinkReplaysInBatches: a backlog goes out in atomic batches of the
+// window, every record exactly once and in order; a hub whose batches
+// are smaller than the window (jetstream max_batch_size) makes the
+// uplink use its size.
+func TestUplinkReplaysInBatches(t *testing.T) {
+	h := natstest.StartWith(t, t.TempDir(), func(o *server.Options) { o.JetStreamLimits.MaxBatchSize = 50 },
+		natstest.SiteUser("north", "pw", "physd", "north", stream))
+	_, js := admin(t, h)
+	createAtomicStream(t, js, 1)
+	al := openAudit(t)
+	appendN(t, al, 1000)
+	u := startUplink(t, []string{h.URL()}, "north", "pw", "", 200, al)
+	began := time.Now()
+	waitFor(t, "1000 records", 20*time.Second, func() bool { return u.Stats().Cursor == 1000 })
+	t.Logf("%s %+v", time.Since(began), u.Stats())
+	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
+	if n := batchIDs(t, js, u.AuditSubject()); n < 20 || n > 21 {
+		t.Errorf("%d batches, want 20 of the hub's 50 (perhaps the first record alone)", n)
+	}
+	if s := u.Stats(); s.Published != 1000 || s.Pending != 0 {
+		t.Errorf("stats: %+v", s)
+	}
+	appendN(t, al, 3)
+	waitFor(t, "1003 records", 10*time.Second, func() bool { return u.Stats().Cursor == 1003 })
+	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
+}
+
+// TestUplinkWindowOfOneWithoutAtomic: a stream that does not take atomic
+// batches gets one conditional publish per record.
+func TestUplinkWindowOfOneWithoutAtomic(t *testing.T) {
+	h := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "pw", "physd", "north", stream))
+	_, js := admin(t, h)
+	createStream(t, js) // allow_atomic false
+	al := openAudit(t)
+	appendN(t, al, 30)
+	u := startUplink(t, []string{h.URL()}, "north", "pw", "", 200, al)
+	waitFor(t, "30 records", 10*time.Second, func() bool { return u.Stats().Cursor == 30 })
+	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
+	if n := batchIDs(t, js, u.AuditSubject()); n != 0 {
+		t.Errorf("%d batches on a stream without allow_atomic", n)
+	}
+}
+
+// TestUplinkStallMidBatch: the link stalls while batches are in flight
+// (the commit's acknowledgement times out, the syncs too), then delivers
+// everything late: the batch that was in flight may commit after the
+// uplink gave up on it, and the uplink's resent records must then be
+// refused; every record ends up in the stream once, in order.
+func TestUplinkStallMidBatch(t *testing.T) {
+	h := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "pw", "physd", "north", stream))
+	_, js := admin(t, h)
+	createAtomicStream(t, js, 1)
+	p := natscluster.NewProxy(t, strings.TrimPrefix(h.URL(), "nats://"))
+	p.SetDelay(20 * time.Millisecond)
+	al := openAudit(t)
+	appendN(t, al, 3000)
+	u := startUplink(t, []string{"nats://" + p.Addr()}, "north", "pw", "", 100, al)
+	waitFor(t, "the replay under way", 20*time.Second, func() bool { return u.Stats().Cursor >= 100 })
+	p.Stall()
+	time.Sleep(2500 * time.Millisecond) // > 2 publish timeouts: the uplink gives up on what is in flight, and its syncs time out
+	if s := u.Stats(); s.Synced || s.Cursor == 3000 {
+		t.Errorf("during the stall: %+v", s)
+	}
+	appendN(t, al, 10)
+	p.Heal()
+	waitFor(t, "3010 records", 30*time.Second, func() bool { return u.Stats().Cursor == 3010 })
+	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
+}
+
+// TestUplinkAcrossLeaf: the gateway talks to its site's leaf node; the
+// stream lives in a 3-server hub (R3) in the domain "hub". A cut of the
+// leaf's link keeps the gateway connected to its leaf (no disconnect, no
+// reconnect event): the uplink notices the hub does not answer, keeps
+// trying, and replays after the heal without a reconnect, exactly once.
+func TestUplinkAcrossLeaf(t *testing.T) {
+	hub := natscluster.StartHub(t, natscluster.HubOptions{Users: []natscluster.User{
+		natscluster.SiteUser("north", "north-pw", "physd", "north", "hub", stream)}})
+	nc, err := nats.Connect(hub.URL(), nats.UserInfo(natscluster.Admin, natscluster.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js := jsOf(t, nc)
+	createAtomicStream(t, js, 3)
+	leaf := hub.StartLeaf(t, natscluster.LeafOptions{Site: "north", User: "north", Password: "north-pw",
+		Local: []natscluster.User{{Name: "gw", Password: "gw-pw"}}, JetStreamDomain: "north"})
+	leaf.WaitLinked(10 * time.Second)
+
+	al := openAudit(t)
+	appendN(t, al, 20)
+	u := startUplink(t, []string{leaf.URL()}, "gw", "gw-pw", hub.Domain(), DefaultWindow, al)
+	waitFor(t, "20 records", 20*time.Second, func() bool { return u.Stats().Cursor == 20 })
+
+	leaf.Link.Cut()
+	waitFor(t, "the leaf unlinked", 10*time.Second, func() bool { return !leaf.Linked() })
+	appendN(t, al, 500)
+	waitFor(t, "the uplink noticing the cut", 10*time.Second, func() bool { return !u.Stats().Synced })
+	// The cut lasts well past every timeout involved (publish 1 s,
+	// reconnect wait 100 ms, leaf ping 500 ms x 2).
+	time.Sleep(3 * time.Second)
+	s := u.Stats()
+	if !s.Connected || s.Cursor != 20 || s.Pending != 500 || s.AuditError == "" {
+		t.Errorf("during the cut: %+v", s)
+	}
+	leaf.Link.Heal()
+	waitFor(t, "520 records after the heal", 20*time.Second, func() bool { return u.Stats().Cursor == 520 })
+	same(t, streamRecords(t, js, u.AuditSubject()), localRecords(t, al))
+	if r := u.nc.Load().Stats().Reconnects; r != 0 {
+		t.Errorf("the gateway reconnected %d times: the cut was the leaf's link, not the gateway's connection", r)
+	}
+	if s := u.Stats(); s.Published != 520 || s.AuditError != "" {
+		t.Errorf("after the heal: %+v", s)
+	}
+}
