@@ -67,9 +67,20 @@ type Config struct {
 	// connects to a leaf node that runs JetStream itself (its $JS.API is
 	// the leaf's); "" addresses $JS.API.
 	Domain string
-	// Window is the most audit records one atomic batch carries
-	// (default DefaultWindow; 1: one acknowledged publish per record).
+	// Window is the most records one atomic batch carries (default
+	// DefaultWindow; 1: one acknowledged publish per record).
 	Window int
+	// History copies the sealed history buckets to HistoryStream
+	// (FollowHistory); Alarms the active alarms to AlarmStream
+	// (FollowAlarms).
+	History       bool
+	HistoryStream string
+	Alarms        bool
+	AlarmStream   string
+	// Refresh is how often the history and alarm copies look for work
+	// without being told (an acknowledged alarm changes the state without
+	// an event) and retry after a failure (default 5 s).
+	Refresh time.Duration
 	// Options authenticate and secure the connection (credentials, NKey,
 	// user and password, TLS); see Options.
 	Options        []nats.Option
@@ -144,6 +155,7 @@ func ConfigFromManifest(m *manifest.Manifest, log *slog.Logger) (*Config, error)
 		return nil, err
 	}
 	return &Config{URLs: f.URLs, Site: f.Site, DeviceID: m.Device.ID, Stream: f.Stream, Prefix: f.SubjectPrefix, Domain: f.Domain, Options: opts,
+		History: f.History, HistoryStream: f.HistoryStream, Alarms: f.Alarms, AlarmStream: f.AlarmStream,
 		ConnectTimeout: time.Duration(f.ConnectTimeoutMS) * time.Millisecond, PublishTimeout: time.Duration(f.PublishTimeoutMS) * time.Millisecond,
 		Logger: log}, nil
 }
@@ -168,6 +180,13 @@ type Stats struct {
 	Dropped   uint64 `json:"core_dropped"`
 	Errors    uint64 `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
+	// HistoryPublished counts history buckets and AlarmsPublished alarm
+	// snapshots the hub's streams acknowledged (this run); HistoryError
+	// and AlarmsError are their paths' last errors, cleared on success.
+	HistoryPublished uint64 `json:"history_published"`
+	HistoryError     string `json:"history_error,omitempty"`
+	AlarmsPublished  uint64 `json:"alarms_published"`
+	AlarmsError      string `json:"alarms_error,omitempty"`
 	// AuditError is the last error of the audit path (sync or publish);
 	// cleared once a record is acknowledged.
 	AuditError string `json:"audit_error,omitempty"`
@@ -196,6 +215,7 @@ type Uplink struct {
 
 	connected atomic.Bool
 	synced    atomic.Bool
+	conns     atomic.Uint64 // (re)connections so far: the copies sync again after each
 	cursor    atomic.Uint64
 	published atomic.Uint64
 	core      atomic.Uint64
@@ -205,6 +225,11 @@ type Uplink struct {
 	lastErr   string
 	auditErr  string
 	refused   string
+	histErr   string
+	alarmErr  string
+
+	histPublished  atomic.Uint64
+	alarmPublished atomic.Uint64
 }
 
 // New checks the configuration; Start connects.
@@ -223,6 +248,15 @@ func New(cfg Config) (*Uplink, error) {
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 5 * time.Second
+	}
+	if cfg.HistoryStream == "" {
+		cfg.HistoryStream = manifest.DefaultFleetHistoryStream
+	}
+	if cfg.AlarmStream == "" {
+		cfg.AlarmStream = manifest.DefaultFleetAlarmStream
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -350,6 +384,7 @@ func (u *Uplink) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 func (u *Uplink) onConnect(nc *nats.Conn) {
 	u.connected.Store(true)
 	u.synced.Store(false)
+	u.conns.Add(1)
 	u.log.Info("fleet hub connected", "server", nc.ConnectedUrlRedacted())
 	u.wake()
 }
@@ -621,7 +656,8 @@ func (u *Uplink) core1(subject string, b []byte) {
 func (u *Uplink) Stats() Stats {
 	nc := u.nc.Load()
 	s := Stats{Connected: u.connected.Load() && nc != nil && nc.IsConnected(), Synced: u.synced.Load(), Cursor: u.cursor.Load(),
-		Published: u.published.Load(), Core: u.core.Load(), Dropped: u.dropped.Load(), Errors: u.errs.Load()}
+		Published: u.published.Load(), Core: u.core.Load(), Dropped: u.dropped.Load(), Errors: u.errs.Load(),
+		HistoryPublished: u.histPublished.Load(), AlarmsPublished: u.alarmPublished.Load()}
 	if u.al != nil {
 		s.Local = u.al.Seq()
 	}
@@ -629,7 +665,7 @@ func (u *Uplink) Stats() Stats {
 		s.Pending = s.Local - s.Cursor
 	}
 	u.mu.Lock()
-	s.LastError, s.AuditError, s.Refused = u.lastErr, u.auditErr, u.refused
+	s.LastError, s.AuditError, s.Refused, s.HistoryError, s.AlarmsError = u.lastErr, u.auditErr, u.refused, u.histErr, u.alarmErr
 	u.mu.Unlock()
 	if s.Connected {
 		s.Server = nc.ConnectedUrlRedacted()
