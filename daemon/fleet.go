@@ -13,7 +13,11 @@ import (
 // engine exist. Reading its credentials is the only thing that can fail
 // here: a hub that cannot be reached never stops the gateway.
 func (d *Daemon) startFleet(context.Context) error {
-	cfg, err := fleet.ConfigFromManifest(d.cfg.Manifest, d.log)
+	f := d.cfg.Manifest.Network.Fleet
+	if d.cfg.Fleet != nil {
+		f = d.cfg.Fleet // with the --fleet-* flags
+	}
+	cfg, err := fleet.ConfigFor(f, d.cfg.Manifest.Device.ID, d.log)
 	if err != nil || cfg == nil {
 		return err
 	}

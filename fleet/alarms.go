@@ -14,6 +14,7 @@ import (
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/history"
+	"github.com/physd/physd/manifest"
 )
 
 // Active alarms across sites: each gateway keeps the set of alarms its
@@ -208,7 +209,7 @@ func (r *AlarmReader) Active(ctx context.Context, site string) ([]DeviceAlarms, 
 	}
 	filter := prefix + ".*.*.alarms"
 	if site != "" {
-		if !isToken(site) {
+		if !manifest.IsSubjectToken(site) {
 			return nil, &history.QueryError{Msg: fmt.Sprintf("site: %q is not a site name (letters, digits, _ and -)", site)}
 		}
 		filter = prefix + "." + site + ".*.alarms"

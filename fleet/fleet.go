@@ -146,7 +146,13 @@ func Options(f *manifest.Fleet) ([]nats.Option, error) {
 // ConfigFromManifest is the uplink's configuration for this gateway (nil
 // without an enabled network.fleet).
 func ConfigFromManifest(m *manifest.Manifest, log *slog.Logger) (*Config, error) {
-	f := m.Network.Fleet
+	return ConfigFor(m.Network.Fleet, m.Device.ID, log)
+}
+
+// ConfigFor is the uplink's configuration from a network.fleet block (the
+// manifest's, or the one physd run's --fleet-* flags made): nil without
+// one, or with enabled: false.
+func ConfigFor(f *manifest.Fleet, deviceID string, log *slog.Logger) (*Config, error) {
 	if f == nil || !f.Enabled {
 		return nil, nil
 	}
@@ -154,7 +160,7 @@ func ConfigFromManifest(m *manifest.Manifest, log *slog.Logger) (*Config, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Config{URLs: f.URLs, Site: f.Site, DeviceID: m.Device.ID, Stream: f.Stream, Prefix: f.SubjectPrefix, Domain: f.Domain, Options: opts,
+	return &Config{URLs: f.URLs, Site: f.Site, DeviceID: deviceID, Stream: f.Stream, Prefix: f.SubjectPrefix, Domain: f.Domain, Options: opts,
 		History: f.History, HistoryStream: f.HistoryStream, Alarms: f.Alarms, AlarmStream: f.AlarmStream,
 		ConnectTimeout: time.Duration(f.ConnectTimeoutMS) * time.Millisecond, PublishTimeout: time.Duration(f.PublishTimeoutMS) * time.Millisecond,
 		Logger: log}, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/physd/physd/history"
+	"github.com/physd/physd/manifest"
 )
 
 // The history's copy at the hub: every sealed bucket of every recorded
@@ -210,25 +211,11 @@ type SeriesKey struct {
 
 func (k SeriesKey) subject(prefix string) (string, error) {
 	for _, f := range []struct{ name, v string }{{"site", k.Site}, {"device", k.Device}, {"tool", k.Tool}} {
-		if !isToken(f.v) {
+		if !manifest.IsSubjectToken(f.v) {
 			return "", &history.QueryError{Msg: fmt.Sprintf("%s: %q is not a site, device or tool name (letters, digits, _ and -)", f.name, f.v)}
 		}
 	}
 	return prefix + "." + k.Site + "." + k.Device + ".hist." + k.Tool, nil
-}
-
-// isToken reports whether s is one subject token of the names physd
-// writes: no dot, no wildcard, nothing a subject filter would widen.
-func isToken(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // HistoryReader answers history queries across sites from the hub's
@@ -277,7 +264,7 @@ func (r *HistoryReader) List(ctx context.Context, site string) ([]SeriesKey, err
 	c := r.defaults()
 	filter := c.Prefix + ".*.*.hist.*"
 	if site != "" {
-		if !isToken(site) {
+		if !manifest.IsSubjectToken(site) {
 			return nil, &history.QueryError{Msg: fmt.Sprintf("site: %q is not a site name (letters, digits, _ and -)", site)}
 		}
 		filter = c.Prefix + "." + site + ".*.hist.*"

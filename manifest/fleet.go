@@ -71,6 +71,33 @@ type Fleet struct {
 	PublishTimeoutMS int    `json:"publish_timeout_ms"`
 }
 
+// DefaultFleet is a network.fleet block with every default and no URL,
+// site or credentials (what the parser and physd run's --fleet-* flags
+// start from).
+func DefaultFleet() *Fleet {
+	return &Fleet{Enabled: true, Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
+		History: true, HistoryStream: DefaultFleetHistoryStream, Alarms: true, AlarmStream: DefaultFleetAlarmStream,
+		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
+}
+
+// IsFleetURL reports whether s is a hub URL physd takes: nats:// or
+// tls://, a host, no credentials.
+func IsFleetURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "nats" || u.Scheme == "tls") && u.Host != "" && u.User == nil
+}
+
+// IsSubjectToken reports whether s is one NATS subject token of the names
+// physd writes (a site, a device id, a JetStream domain): letters,
+// digits, _ and -; no dot, no wildcard.
+func IsSubjectToken(s string) bool { return reSubjectToken.MatchString(s) }
+
+// IsSubjectPrefix reports whether s is a subject prefix physd takes.
+func IsSubjectPrefix(s string) bool { return reSubjectPrefix.MatchString(s) }
+
+// IsStreamName reports whether s is a JetStream stream name physd takes.
+func IsStreamName(s string) bool { return reStreamName.MatchString(s) }
+
 // UsesTLS reports whether the uplink must use TLS (a tls:// URL or a tls
 // block).
 func (f *Fleet) UsesTLS() bool {
@@ -94,15 +121,12 @@ func (p *parser) fleet(fo *obj) *Fleet {
 	if fo == nil {
 		return nil
 	}
-	f := &Fleet{Enabled: true, Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
-		History: true, HistoryStream: DefaultFleetHistoryStream, Alarms: true, AlarmStream: DefaultFleetAlarmStream,
-		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
+	f := DefaultFleet()
 	if v, ok := fo.boolean("enabled"); ok {
 		f.Enabled = v
 	}
 	f.URLs, _ = fo.strList("urls", true, func(n *yaml.Node, field, s string) bool {
-		u, err := url.Parse(s)
-		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+		if !IsFleetURL(s) {
 			p.add(n, field, "use nats://host:4222 or tls://host:4222 (credentials go in credentials_file, nkey_seed_file or user/password_file, never in the URL)", "invalid NATS URL %s", quoteShort(s))
 			return false
 		}
