@@ -73,6 +73,37 @@ type chain struct {
 // acknowledged: read the subject's last message again.
 var errResync = errors.New("resync")
 
+// resyncs notices a chain that the stream keeps calling duplicate while
+// the subject does not hold what it sends: the Nats-Msg-Ids are another
+// publisher's (the stream deduplicates across all its subjects), and
+// syncing again would only repeat it.
+type resyncs struct {
+	pending bool
+	at      int64 // the cursor when the send was refused
+	times   int
+}
+
+// failed records a send refused as a duplicate at cursor.
+func (r *resyncs) failed(cursor int64) { r.pending, r.at = true, cursor }
+
+// check is called after the sync that followed: an error once the
+// cursor has not moved twice in a row.
+func (r *resyncs) check(cursor int64, subject, ids string) error {
+	if !r.pending {
+		return nil
+	}
+	r.pending = false
+	if cursor > r.at {
+		r.times = 0
+		return nil
+	}
+	if r.times++; r.times < 2 {
+		return nil
+	}
+	r.times = 0
+	return fmt.Errorf("the stream refuses what follows %d on %s as duplicates, but the subject does not hold it: another publisher uses the same Nats-Msg-Ids (%s); fix: give this gateway a device.id of its own in its site", cursor, subject, ids)
+}
+
 // sync reads the stream's configuration and the subject's last message
 // (nil when it has none). create, if not nil, is the configuration of
 // the stream to create when it is missing.
@@ -89,7 +120,14 @@ func (c *chain) sync(stream string, create *jetstream.StreamConfig) (*jetstream.
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	c.atomic = st.CachedInfo().Config.AllowAtomicPublish
+	cfg := st.CachedInfo().Config
+	if !cfg.AllowDirect {
+		// A site's user may read its own subjects' last messages by
+		// direct get only (the subject is in the request's subject, where
+		// the hub's permissions see it).
+		return nil, fmt.Errorf("stream %s does not allow direct gets; fix: allow_direct: true on the hub (nats stream edit %s --allow-direct)", stream, stream)
+	}
+	c.atomic = cfg.AllowAtomicPublish
 	msg, err := st.GetLastMsgForSubject(ctx, c.subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		c.last = 0

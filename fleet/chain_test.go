@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +192,46 @@ func TestUplinkAcrossLeaf(t *testing.T) {
 	}
 	if s := u.Stats(); s.Published != 520 || s.AuditError != "" {
 		t.Errorf("after the heal: %+v", s)
+	}
+}
+
+// TestUplinkSameDeviceIDTwoSites: device ids are unique within a site
+// only; two sites' gw_1 share the stream without their Nats-Msg-Ids
+// colliding. A publisher that does use this gateway's ids (on another
+// subject) is reported, not retried forever.
+func TestUplinkSameDeviceIDTwoSites(t *testing.T) {
+	h := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "pw", "physd", "north", stream), natstest.SiteUser("south", "pw", "physd", "south", stream))
+	_, js := admin(t, h)
+	createAtomicStream(t, js, 1)
+	alN, alS := openAudit(t), openAudit(t)
+	appendN(t, alN, 5)
+	appendN(t, alS, 5)
+	n := startUplink(t, []string{h.URL()}, "north", "pw", "", DefaultWindow, alN)
+	s, err := New(Config{URLs: []string{h.URL()}, Site: "south", DeviceID: "gw_1", Stream: stream, Prefix: "physd",
+		Options: []nats.Option{nats.UserInfo("south", "pw")}, ConnectTimeout: time.Second, PublishTimeout: time.Second, ReconnectWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start(alS)
+	defer s.Close()
+	waitFor(t, "both sites' records", 10*time.Second, func() bool { return n.Stats().Cursor == 5 && s.Stats().Cursor == 5 })
+	same(t, streamRecords(t, js, n.AuditSubject()), localRecords(t, alN))
+	same(t, streamRecords(t, js, s.AuditSubject()), localRecords(t, alS))
+
+	// Someone publishes north/gw_1's next ids on another subject.
+	for seq := 6; seq <= 8; seq++ {
+		m := nats.NewMsg("physd.north.gw_2.audit")
+		m.Data = []byte(`{}`)
+		m.Header.Set(jetstream.MsgIDHeader, "north/gw_1/"+strconv.Itoa(seq))
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendN(t, alN, 3)
+	waitFor(t, "the collision reported", 10*time.Second, func() bool {
+		return strings.Contains(n.Stats().AuditError, "another publisher uses the same Nats-Msg-Ids")
+	})
+	if c := n.Stats().Cursor; c != 5 {
+		t.Errorf("cursor %d, want 5", c)
 	}
 }

@@ -8,7 +8,7 @@
 // files from a cursor, the last audit seq the stream holds for this
 // device, which it asks the stream for on start and after every
 // reconnect or failure. Each record is published with Nats-Msg-Id
-// <device>/<seq>, conditional on the stream sequence of the device's
+// <site>/<device>/<seq>, conditional on the stream sequence of the device's
 // previous record (Nats-Expected-Last-Subject-Sequence), in atomic
 // batches of up to Config.Window records (one round trip per batch; see
 // chain): a record whose acknowledgement was lost (a WAN cut, a SIGKILL)
@@ -334,7 +334,9 @@ func (u *Uplink) Start(al *audit.Log) {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			u.fail("nats", err)
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+u.subject+`"`) {
+			// The audit subject itself, or the direct get of its last
+			// record (the subject ends the request's).
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), u.subject+`"`) {
 				u.mu.Lock()
 				u.refused = err.Error()
 				u.mu.Unlock()
@@ -479,9 +481,13 @@ var errStop = errors.New("stop")
 // drain publishes the local records after the cursor, in batches of the
 // chain's window, each acknowledged before the next.
 func (u *Uplink) drain() error {
+	var stuck resyncs
 	for gaps := 0; ; {
 		if !u.synced.Load() {
 			if err := u.sync(); err != nil {
+				return err
+			}
+			if err := stuck.check(int64(u.cursor.Load()), u.subject, u.msgID("<seq>")); err != nil {
 				return err
 			}
 		}
@@ -506,6 +512,7 @@ func (u *Uplink) drain() error {
 			}
 		}
 		if errors.Is(err, errResync) {
+			stuck.failed(int64(u.cursor.Load()))
 			continue
 		}
 		if errors.As(err, &gap) {
@@ -523,6 +530,11 @@ func (u *Uplink) drain() error {
 	}
 }
 
+// msgID is a Nats-Msg-Id of this gateway: <site>/<device>/<rest>. The
+// stream deduplicates by it across every subject, and device ids are
+// unique within a site only.
+func (u *Uplink) msgID(rest string) string { return u.cfg.Site + "/" + u.cfg.DeviceID + "/" + rest }
+
 // auditMsg is the stream message of one audit record.
 func (u *Uplink) auditMsg(seq uint64, line []byte) *nats.Msg {
 	var ev struct {
@@ -531,7 +543,7 @@ func (u *Uplink) auditMsg(seq uint64, line []byte) *nats.Msg {
 	_ = json.Unmarshal(line, &ev)
 	m := nats.NewMsg(u.subject)
 	m.Data = append([]byte(nil), line...) // ReadAfter reuses its buffer
-	m.Header.Set(jetstream.MsgIDHeader, u.cfg.DeviceID+"/"+strconv.FormatUint(seq, 10))
+	m.Header.Set(jetstream.MsgIDHeader, u.msgID(strconv.FormatUint(seq, 10)))
 	m.Header.Set(HeaderSeq, strconv.FormatUint(seq, 10))
 	m.Header.Set(HeaderDevice, u.cfg.DeviceID)
 	if ev.Event != "" {

@@ -86,7 +86,7 @@ func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uin
 		if _, dup := out[seq]; dup {
 			t.Errorf("audit seq %d is in the stream twice", seq)
 		}
-		if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasSuffix(id, "/"+strconv.FormatUint(seq, 10)) {
+		if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasSuffix(id, "/"+strconv.FormatUint(seq, 10)) || strings.Count(id, "/") != 2 {
 			t.Errorf("seq %d: Nats-Msg-Id %q", seq, id)
 		}
 		out[seq] = string(m.Data)
@@ -182,7 +182,7 @@ func TestUplinkCutAndRestart(t *testing.T) {
 	line := localRecords(t, al)[71]
 	m := nats.NewMsg("physd.north.gw_1.audit")
 	m.Data = []byte(line)
-	m.Header.Set(jetstream.MsgIDHeader, "gw_1/71")
+	m.Header.Set(jetstream.MsgIDHeader, "north/gw_1/71")
 	m.Header.Set(HeaderSeq, "71")
 	if _, err := js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
@@ -248,6 +248,27 @@ func TestSitePermissions(t *testing.T) {
 	}
 	if n := len(streamRecords(t, js, "physd.south.gw_9.audit")); n != 0 {
 		t.Errorf("the stream holds %d records under south", n)
+	}
+
+	// Nor read another site's records: the last message of a subject is
+	// a direct get whose subject names it, north's only.
+	if _, err := js.Publish(ctx2, "physd.south.gw_9.audit", []byte(`{"seq":1,"secret":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sjs.Stream(ctx2, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetLastMsgForSubject(ctx2, "physd.north.gw_1.audit"); err != nil {
+		t.Errorf("north's own last record: %v", err)
+	}
+	ctx3, cancel3 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel3()
+	if m, err := st.GetLastMsgForSubject(ctx3, "physd.south.gw_9.audit"); err == nil {
+		t.Errorf("north read south's record: %s", m.Data)
+	}
+	if m, err := st.GetMsg(ctx3, 1); err == nil {
+		t.Errorf("north read stream message 1 by sequence: %s", m.Data)
 	}
 }
 

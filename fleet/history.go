@@ -20,7 +20,7 @@ import (
 // The history's copy at the hub: every sealed bucket of every recorded
 // capability (history.Sealed), one message each on
 // <prefix>.<site>.<device>.hist.<tool>, Nats-Msg-Id
-// <device>/<tool>/<bucket start>. Like the audit, history.db is the
+// <site>/<device>/<tool>/<bucket start>. Like the audit, history.db is the
 // source of truth and the stream its copy: each series' cursor is the
 // bucket start of the last message the stream holds on its subject, read
 // at every sync, and the buckets after it go out through a chain (in
@@ -119,6 +119,7 @@ func (c *histCopier) loop() {
 // not hold yet.
 func (c *histCopier) copy(nc *nats.Conn) error {
 	u := c.u
+	var stuck resyncs
 	for _, capab := range c.h.Recorded() {
 		s := c.series[capab.Name]
 		if s == nil {
@@ -135,6 +136,9 @@ func (c *histCopier) copy(nc *nats.Conn) error {
 			if conn := u.conns.Load(); !s.synced || s.conn != conn {
 				s.conn = conn
 				if err := c.sync(s); err != nil {
+					return err
+				}
+				if err := stuck.check(s.cursor, s.subject, u.msgID(s.tool+"/<start>")); err != nil {
 					return err
 				}
 			}
@@ -158,6 +162,7 @@ func (c *histCopier) copy(nc *nats.Conn) error {
 			}
 			if errors.Is(err, errResync) {
 				s.synced = false
+				stuck.failed(s.cursor)
 				continue
 			}
 			if err != nil {
@@ -196,7 +201,7 @@ func (c *histCopier) msg(s *histSeries, unit string, r history.Stored) (*nats.Ms
 	start := strconv.FormatInt(r.Start, 10)
 	m := nats.NewMsg(s.subject)
 	m.Data = b
-	m.Header.Set(jetstream.MsgIDHeader, c.u.cfg.DeviceID+"/"+s.tool+"/"+start)
+	m.Header.Set(jetstream.MsgIDHeader, c.u.msgID(s.tool+"/"+start))
 	m.Header.Set(HeaderBucketStart, start)
 	m.Header.Set(HeaderDevice, c.u.cfg.DeviceID)
 	return m, nil

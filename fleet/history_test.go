@@ -98,7 +98,7 @@ func histMessages(t *testing.T, js jetstream.JetStream, subject string) []int64 
 		if err := json.Unmarshal(m.Data(), &b); err != nil {
 			t.Fatal(err)
 		}
-		if id := m.Headers().Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, "gw_1/read_") || !strings.HasSuffix(id, "/"+m.Headers().Get(HeaderBucketStart)) {
+		if id := m.Headers().Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, "north/gw_1/read_") || !strings.HasSuffix(id, "/"+m.Headers().Get(HeaderBucketStart)) {
 			t.Errorf("Nats-Msg-Id %q", id)
 		}
 		out = append(out, b.Start)

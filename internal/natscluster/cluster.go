@@ -432,6 +432,12 @@ func (s *Server) getJSON(path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
+// Log is the server's log so far.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
+	return string(b)
+}
+
 // logTail logs the end of the server's log (on a failed test).
 func (s *Server) logTail() {
 	f, err := os.Open(filepath.Join(s.Dir, "server.log"))

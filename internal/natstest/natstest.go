@@ -45,13 +45,16 @@ func APIPrefix(domain string) string {
 
 // SitePublish is what a site's gateways may publish: their own subjects
 // under prefix.site, and, on each stream, the JetStream API requests the
-// uplink's cursors need (the stream's info, the last message of a
-// subject, direct or not), in domain's API.
+// uplink's cursors need, in domain's API: the stream's info, and the
+// last message of a subject by direct get, for the site's own subjects
+// only (the subject is part of the request's; the other forms of the
+// message get, $JS.API.STREAM.MSG.GET and a direct get without a
+// subject, name the message in their body and would read any site's).
 func SitePublish(prefix, site, domain string, streams ...string) []string {
 	api := APIPrefix(domain)
 	allow := []string{prefix + "." + site + ".>", api + ".INFO"}
 	for _, st := range streams {
-		allow = append(allow, api+".STREAM.INFO."+st, api+".STREAM.MSG.GET."+st, api+".DIRECT.GET."+st, api+".DIRECT.GET."+st+".>")
+		allow = append(allow, api+".STREAM.INFO."+st, api+".DIRECT.GET."+st+"."+prefix+"."+site+".>")
 	}
 	return allow
 }
