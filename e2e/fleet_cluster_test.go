@@ -375,7 +375,10 @@ func TestFleetLeafSitePermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := try(func(ctx context.Context) error { _, err := st.GetLastMsgForSubject(ctx, "physd.north.gw_x.audit"); return err }); err != nil {
+	if err := try(func(ctx context.Context) error {
+		_, err := st.GetLastMsgForSubject(ctx, "physd.north.gw_x.audit")
+		return err
+	}); err != nil {
 		t.Errorf("north's last record through north's leaf: %v", err)
 	}
 	if err := try(func(ctx context.Context) error {
@@ -384,7 +387,10 @@ func TestFleetLeafSitePermissions(t *testing.T) {
 	}); err == nil {
 		t.Error("a client at north's leaf published under south")
 	}
-	if err := try(func(ctx context.Context) error { _, err := st.GetLastMsgForSubject(ctx, "physd.south.gw_9.audit"); return err }); err == nil {
+	if err := try(func(ctx context.Context) error {
+		_, err := st.GetLastMsgForSubject(ctx, "physd.south.gw_9.audit")
+		return err
+	}); err == nil {
 		t.Error("a client at north's leaf read south's last record")
 	}
 	if err := try(func(ctx context.Context) error { _, err := st.GetMsg(ctx, 1); return err }); err == nil {
