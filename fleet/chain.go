@@ -27,6 +27,7 @@ const (
 	errCodeBatchDisabled     = 10174 // atomic publish is disabled
 	errCodeBatchDuplicate    = 10201 // atomic publish batch contains duplicate message id
 	errCodeDuplicateInFlight = 10158 // duplicate message id is in process
+	errCodeLastSeqInFlight   = 10164 // wrong last sequence (constant): the subject's previous message is not applied yet
 )
 
 // DefaultWindow is how many records one atomic batch carries at most
@@ -152,17 +153,33 @@ func (c *chain) batchable() bool { return c.atomic && c.window > 1 && time.Now()
 // it sends then from landing twice or after a gap.
 func (c *chain) send(msgs []*nats.Msg) (int, error) {
 	if len(msgs) > 1 && c.batchable() {
-		if err := c.sendBatch(msgs); err != nil {
+		if err := retryInFlight(func() error { return c.sendBatch(msgs) }); err != nil {
 			return 0, err
 		}
 		return len(msgs), nil
 	}
 	for i, m := range msgs {
-		if err := c.sendOne(m); err != nil {
+		if err := retryInFlight(func() error { return c.sendOne(m) }); err != nil {
 			return i, err
 		}
 	}
 	return len(msgs), nil
+}
+
+// retryInFlight sends again, a moment later, what a clustered stream
+// refused because the subject's previous message (acknowledged: it has
+// its quorum) is not applied on the leader yet: WrongLastSequenceConstant
+// comes before the message is proposed, so nothing of it was stored.
+func retryInFlight(send func() error) error {
+	var err error
+	for attempt := range 5 {
+		var api *jetstream.APIError
+		if err = send(); !errors.As(err, &api) || api.ErrorCode != errCodeLastSeqInFlight {
+			return err
+		}
+		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+	}
+	return err
 }
 
 // sendOne is one conditional publish, acknowledged.
