@@ -47,34 +47,14 @@ func startFleetHub(t *testing.T, servers int, sites ...string) (*natscluster.Hub
 		users = append(users, natscluster.SiteUser(s, s+"-pw", "physd", s, hubDomain, fleetStream, "PHYSD_HISTORY", "PHYSD_ALARMS"))
 	}
 	hub := natscluster.StartHub(t, natscluster.HubOptions{Servers: servers, Domain: hubDomain, Users: users})
-	nc, err := nats.Connect(hub.URL(), nats.UserInfo(natscluster.Admin, natscluster.Admin), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := hub.Admin(t)
 	for _, cfg := range []jetstream.StreamConfig{
 		{Name: fleetStream, Subjects: fleet.StreamSubjects("physd"), Duplicates: 10 * time.Minute, AllowAtomicPublish: true},
 		{Name: "PHYSD_HISTORY", Subjects: fleet.HistorySubjects("physd"), Duplicates: 10 * time.Minute, AllowAtomicPublish: true},
 		{Name: "PHYSD_ALARMS", Subjects: fleet.AlarmSubjects("physd"), MaxMsgsPerSubject: 1},
 	} {
 		cfg.Replicas, cfg.Storage, cfg.AllowDirect = servers, jetstream.FileStorage, true
-		end := time.Now().Add(20 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := js.CreateStream(ctx, cfg)
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatalf("stream %s: %v", cfg.Name, err)
-			}
-			time.Sleep(200 * time.Millisecond) // the meta group elects its leader
-		}
+		natscluster.CreateStream(t, js, cfg)
 	}
 	return hub, js
 }

@@ -145,20 +145,7 @@ func (u *Uplink) alarmLoop(e *alarms.Engine, nudge chan struct{}) {
 			u.alarmPublished.Add(1)
 			return nil
 		}()
-		u.mu.Lock()
-		again := err != nil && u.alarmErr == err.Error()
-		if err != nil {
-			u.alarmErr = err.Error()
-		} else {
-			u.alarmErr = ""
-		}
-		u.mu.Unlock()
-		if err != nil {
-			u.fail("alarms", err)
-			if !again {
-				u.log.Warn("fleet: the active alarms are not copied yet; retrying", "err", err.Error())
-			}
-		}
+		u.note(&u.alarmErr, "alarms", "fleet: the active alarms are not copied yet; retrying", err)
 	}
 }
 

@@ -62,12 +62,7 @@ func benchReplay(b *testing.B, topo string, rtt time.Duration, window int) {
 	case "leaf-R3":
 		hub := natscluster.StartHub(b, natscluster.HubOptions{Users: []natscluster.User{
 			natscluster.SiteUser("north", "north-pw", "physd", "north", "hub", stream)}})
-		nc, err := nats.Connect(hub.URL(), nats.UserInfo(natscluster.Admin, natscluster.Admin))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(nc.Close)
-		js, _ = jetstream.New(nc)
+		_, js = hub.Admin(b)
 		createAtomicStream(b, js, 3)
 		leaf := hub.StartLeaf(b, natscluster.LeafOptions{Site: "north", User: "north", Password: "north-pw"})
 		leaf.Link.SetDelay(rtt / 2)

@@ -19,20 +19,8 @@ import (
 // createAtomicStream is the audit stream taking atomic batches.
 func createAtomicStream(t testing.TB, js jetstream.JetStream, replicas int) {
 	t.Helper()
-	end := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: StreamSubjects("physd"), Duplicates: time.Minute,
-			AllowDirect: true, AllowAtomicPublish: true, Replicas: replicas, Storage: jetstream.FileStorage})
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond) // a cluster's meta leader is being elected
-	}
+	natscluster.CreateStream(t, js, jetstream.StreamConfig{Name: stream, Subjects: StreamSubjects("physd"), Duplicates: time.Minute,
+		AllowDirect: true, AllowAtomicPublish: true, Replicas: replicas, Storage: jetstream.FileStorage})
 }
 
 // startUplink starts an uplink to urls with the user, for site north as
@@ -63,20 +51,12 @@ func openAudit(t *testing.T) *audit.Log {
 // batchIDs counts the atomic batches the stream's copy of subject came in.
 func batchIDs(t *testing.T, js jetstream.JetStream, subject string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, _ := st.Info(ctx)
 	ids := map[string]bool{}
-	for s := info.State.FirstSeq; s <= info.State.LastSeq && info.State.Msgs > 0; s++ {
-		m, err := st.GetMsg(ctx, s)
-		if err == nil && m.Subject == subject && m.Header.Get(headerBatchID) != "" {
+	eachMsg(t, js, func(m *jetstream.RawStreamMsg) {
+		if m.Subject == subject && m.Header.Get(headerBatchID) != "" {
 			ids[m.Header.Get(headerBatchID)] = true
 		}
-	}
+	})
 	return len(ids)
 }
 
@@ -157,12 +137,7 @@ func TestUplinkStallMidBatch(t *testing.T) {
 func TestUplinkAcrossLeaf(t *testing.T) {
 	hub := natscluster.StartHub(t, natscluster.HubOptions{Users: []natscluster.User{
 		natscluster.SiteUser("north", "north-pw", "physd", "north", "hub", stream)}})
-	nc, err := nats.Connect(hub.URL(), nats.UserInfo(natscluster.Admin, natscluster.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js := jsOf(t, nc)
+	_, js := hub.Admin(t)
 	createAtomicStream(t, js, 3)
 	leaf := hub.StartLeaf(t, natscluster.LeafOptions{Site: "north", User: "north", Password: "north-pw",
 		Local: []natscluster.User{{Name: "gw", Password: "gw-pw"}}, JetStreamDomain: "north"})

@@ -422,16 +422,29 @@ func (u *Uplink) loop() {
 		}
 		if err := u.drain(); err != nil {
 			u.synced.Store(false)
-			u.fail("audit", err)
-			u.mu.Lock()
-			again := u.auditErr == err.Error()
-			u.auditErr = err.Error()
-			u.mu.Unlock()
-			if !again { // the same error retried every second is logged once
-				u.log.Warn("fleet: audit records not published yet; retrying", "err", err.Error(), "cursor", u.cursor.Load())
-			}
+			u.note(&u.auditErr, "audit", "fleet: audit records not published yet; retrying", err, "cursor", u.cursor.Load())
 			backoff = time.Now().Add(u.cfg.ReconnectWait)
 		}
+	}
+}
+
+// note records a path's error (what, and *field for /status) and logs it
+// once: the same error retried every second is logged the first time.
+// A nil err clears the field.
+func (u *Uplink) note(field *string, what, msg string, err error, attrs ...any) {
+	if err == nil {
+		u.mu.Lock()
+		*field = ""
+		u.mu.Unlock()
+		return
+	}
+	u.fail(what, err)
+	u.mu.Lock()
+	again := *field == err.Error()
+	*field = err.Error()
+	u.mu.Unlock()
+	if !again {
+		u.log.Warn(msg, append([]any{"err", err.Error()}, attrs...)...)
 	}
 }
 

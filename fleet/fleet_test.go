@@ -53,9 +53,8 @@ func createStream(t *testing.T, js jetstream.JetStream) {
 	}
 }
 
-// streamRecords reads every record of subject: seq -> data, failing on a
-// seq held twice.
-func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uint64]string {
+// eachMsg calls fn with every message of the audit stream, in order.
+func eachMsg(t *testing.T, js jetstream.JetStream, fn func(*jetstream.RawStreamMsg)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -63,7 +62,6 @@ func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uin
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[uint64]string{}
 	info, err := st.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +74,18 @@ func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uin
 		if err != nil {
 			t.Fatal(err)
 		}
+		fn(m)
+	}
+}
+
+// streamRecords reads every record of subject: seq -> data, failing on a
+// seq held twice.
+func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uint64]string {
+	t.Helper()
+	out := map[uint64]string{}
+	eachMsg(t, js, func(m *jetstream.RawStreamMsg) {
 		if m.Subject != subject {
-			continue
+			return
 		}
 		seq, _ := strconv.ParseUint(m.Header.Get(HeaderSeq), 10, 64)
 		if seq == 0 {
@@ -90,7 +98,7 @@ func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uin
 			t.Errorf("seq %d: Nats-Msg-Id %q", seq, id)
 		}
 		out[seq] = string(m.Data)
-	}
+	})
 	return out
 }
 
@@ -207,7 +215,7 @@ func TestUplinkRefusesForeignTrail(t *testing.T) {
 	m := nats.NewMsg("physd.north.gw_1.audit")
 	m.Data = []byte(`{"seq":1,"event":"other"}`)
 	m.Header.Set(HeaderSeq, "1")
-	m.Header.Set(jetstream.MsgIDHeader, "gw_1/1")
+	m.Header.Set(jetstream.MsgIDHeader, "north/gw_1/1")
 	if _, err := js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}

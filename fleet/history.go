@@ -98,20 +98,7 @@ func (c *histCopier) loop() {
 		if nc == nil || !nc.IsConnected() {
 			continue
 		}
-		if err := c.copy(nc); err != nil {
-			u.fail("history", err)
-			u.mu.Lock()
-			again := u.histErr == err.Error()
-			u.histErr = err.Error()
-			u.mu.Unlock()
-			if !again {
-				u.log.Warn("fleet: history buckets not copied yet; retrying", "err", err.Error())
-			}
-			continue
-		}
-		u.mu.Lock()
-		u.histErr = ""
-		u.mu.Unlock()
+		u.note(&u.histErr, "history", "fleet: history buckets not copied yet; retrying", c.copy(nc))
 	}
 }
 

@@ -674,26 +674,7 @@ func (h *History) Query(name string, since, until time.Time, step time.Duration)
 		hi++ // buckets that start before until, the one filling now included
 	}
 	base := map[int64]*agg{}
-	err = h.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte(name))
-		if b == nil {
-			return nil
-		}
-		cur := b.Cursor()
-		for k, v := cur.Seek(key(lo)); k != nil; k, v = cur.Next() {
-			s := int64(binary.BigEndian.Uint64(k))
-			if s >= hi {
-				break
-			}
-			a, err := decode(s, v)
-			if err != nil {
-				return err
-			}
-			base[s] = a
-		}
-		return nil
-	})
-	if err != nil {
+	if err := h.scan(name, lo, hi, -1, func(a *agg) { base[a.start] = a }); err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
@@ -821,26 +802,33 @@ func (h *History) Sealed(name string, after int64, limit int) ([]Stored, error) 
 	end := h.finalFrom(name)
 	h.mu.Unlock()
 	var out []Stored
-	err := h.db.View(func(tx *bolt.Tx) error {
+	err := h.scan(name, after+1, end, limit, func(a *agg) { out = append(out, a.stored()) })
+	return out, err
+}
+
+// scan calls fn with the stored buckets of name that start in [from, to),
+// oldest first, at most limit of them (all with a negative limit).
+func (h *History) scan(name string, from, to int64, limit int, fn func(*agg)) error {
+	return h.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(name))
 		if b == nil {
 			return nil
 		}
 		cur := b.Cursor()
-		for k, v := cur.Seek(key(after + 1)); k != nil && len(out) < limit; k, v = cur.Next() {
+		for k, v := cur.Seek(key(from)); k != nil && limit != 0; k, v = cur.Next() {
 			s := int64(binary.BigEndian.Uint64(k))
-			if s >= end {
+			if s >= to {
 				break
 			}
 			a, err := decode(s, v)
 			if err != nil {
 				return err
 			}
-			out = append(out, a.stored())
+			fn(a)
+			limit--
 		}
 		return nil
 	})
-	return out, err
 }
 
 // OnFlush has f called after every flush that wrote (from the flushing

@@ -2,6 +2,7 @@ package natscluster
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/physd/physd/internal/natstest"
 )
@@ -466,4 +470,40 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Admin is a connection of the hub's operator (every server's URL, so it
+// survives one server's death) and its JetStream, closed when the test
+// ends.
+func (h *Hub) Admin(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(h.URL(), nats.UserInfo(Admin, Admin), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// CreateStream creates a stream, trying again for a while: a cluster
+// that just started elects its JetStream meta leader first.
+func CreateStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) {
+	t.Helper()
+	end := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := js.CreateStream(ctx, cfg)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("stream %s: %v", cfg.Name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

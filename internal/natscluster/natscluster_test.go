@@ -16,36 +16,15 @@ import (
 
 const stream = "PHYSD_AUDIT"
 
-func adminJS(t *testing.T, h *Hub) jetstream.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(h.URL(), nats.UserInfo(Admin, Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
-
 func createR3(t *testing.T, js jetstream.JetStream, replicas int) {
 	t.Helper()
-	end := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"physd.*.*.audit"}, Replicas: replicas,
-			Storage: jetstream.FileStorage, AllowDirect: true, AllowAtomicPublish: true, Duplicates: time.Minute})
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("creating the stream: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond) // the meta group elects its leader
-	}
+	CreateStream(t, js, jetstream.StreamConfig{Name: stream, Subjects: []string{"physd.*.*.audit"}, Replicas: replicas,
+		Storage: jetstream.FileStorage, AllowDirect: true, AllowAtomicPublish: true, Duplicates: time.Minute})
+}
+
+func adminJS(t *testing.T, h *Hub) jetstream.JetStream {
+	_, js := h.Admin(t)
+	return js
 }
 
 // TestLeafReachesHubJetStream: a client of a site's leaf (no JetStream on
