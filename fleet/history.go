@@ -357,7 +357,16 @@ func scan(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstr
 			return fmt.Errorf("reading %s: %w", stream, err)
 		}
 		n := 0
-		for m := range batch.Messages() {
+		for msgs := batch.Messages(); ; {
+			var m jetstream.Msg
+			select {
+			case <-ctx.Done(): // the fetch has its own expiry; the caller's deadline is the one that counts
+				return ctx.Err()
+			case m = <-msgs:
+			}
+			if m == nil {
+				break
+			}
 			n++
 			if read++; read > max {
 				return &history.QueryError{Msg: fmt.Sprintf("the answer needs more than %d messages of the stream %s; fix: a shorter window", max, stream)}
@@ -375,9 +384,6 @@ func scan(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstr
 		}
 		if n == 0 {
 			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
 		}
 	}
 }
