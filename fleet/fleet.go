@@ -592,6 +592,7 @@ func (u *Uplink) publish(b *batch) error {
 		return nil
 	}
 	n, err := u.audit.send(b.msgs)
+	u.log.Debug("fleet: audit records sent", "first", b.first, "last", b.last, "stored", n, "batch", u.audit.batchable() && len(b.msgs) > 1, "err", err)
 	if n > 0 {
 		u.cursor.Store(b.first + uint64(n) - 1)
 		u.published.Add(uint64(n))
