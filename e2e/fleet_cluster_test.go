@@ -256,9 +256,11 @@ func streamInfo(ctx context.Context, js jetstream.JetStream) (*jetstream.StreamI
 // TestFleetClusterKillMidReplay: a site's gateway has a backlog of three
 // hundred records after a cut of its leaf's link (two batches of the
 // replay's window); the link comes back slow (a 300 ms round trip), and
-// the gateway is SIGKILLed once the hub has stored the first batch but
-// before its acknowledgement can have reached the gateway (half a round
-// trip later). Restarted, it finds what the stream holds: every record
+// the gateway is SIGKILLed as soon as the first batch's records appear in
+// the hub's stream (a batch is committed whole and applied record by
+// record: the kill may see it part applied), before the batch's
+// acknowledgement can have reached the gateway (half a round trip
+// later). Restarted, it finds what the stream holds: every record
 // exactly once.
 func TestFleetClusterKillMidReplay(t *testing.T) {
 	t.Parallel() // its own servers on free ports, its own daemon
