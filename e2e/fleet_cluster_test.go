@@ -136,6 +136,18 @@ func (s *fleetSite) exactlyOnce(t *testing.T, js jetstream.JetStream) {
 	doResultsOnce(t, sameTrail(t, js, s.subject, s.state), s.keys)
 }
 
+// allExactlyOnce waits until the hub holds every site's local audit, then
+// checks each is there exactly once.
+func allExactlyOnce(t *testing.T, js jetstream.JetStream, sites []*fleetSite, d time.Duration) {
+	t.Helper()
+	for _, s := range sites {
+		s.waitCopied(t, js, d)
+	}
+	for _, s := range sites {
+		s.exactlyOnce(t, js)
+	}
+}
+
 func readyz(t *testing.T, d *daemon) int {
 	t.Helper()
 	resp, err := http.Get(d.url("/readyz"))
@@ -167,12 +179,7 @@ func TestFleetClusterWANCutAndHubKill(t *testing.T) {
 	for _, s := range sites {
 		s.do(t, "a", 5)
 	}
-	for _, s := range sites {
-		s.waitCopied(t, js, 30*time.Second)
-	}
-	for _, s := range sites {
-		s.exactlyOnce(t, js)
-	}
+	allExactlyOnce(t, js, sites, 30*time.Second)
 
 	// North's WAN is cut; north's gateway stays connected to its leaf.
 	north.leaf.Link.Cut()
@@ -199,12 +206,7 @@ func TestFleetClusterWANCutAndHubKill(t *testing.T) {
 		t.Errorf("the hub holds %d of north's records during the cut, want the 5 from before", n)
 	}
 	north.leaf.Link.Heal()
-	for _, s := range sites {
-		s.waitCopied(t, js, 30*time.Second)
-	}
-	for _, s := range sites {
-		s.exactlyOnce(t, js)
-	}
+	allExactlyOnce(t, js, sites, 30*time.Second)
 
 	// The server leading the audit stream dies.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -227,11 +229,8 @@ func TestFleetClusterWANCutAndHubKill(t *testing.T) {
 	for _, s := range sites {
 		s.do(t, "killed", 5)
 	}
+	allExactlyOnce(t, js, sites, 45*time.Second)
 	for _, s := range sites {
-		s.waitCopied(t, js, 45*time.Second)
-	}
-	for _, s := range sites {
-		s.exactlyOnce(t, js)
 		if code := readyz(t, s.d); code != 200 {
 			t.Errorf("%s /readyz: %d", s.name, code)
 		}

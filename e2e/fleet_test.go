@@ -69,15 +69,7 @@ func fleetManifestWith(t *testing.T, url, site, user, password, extra string) st
 // the sites publish to (the sites' users may not).
 func hubAdmin(t *testing.T, h *natstest.Hub, create bool) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(h.URL(), nats.UserInfo(natstest.Admin, natstest.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t, h.URL())
 	if create {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -35,13 +35,7 @@ func newUplink(t *testing.T, h *natstest.Hub, al *audit.Log, user, pw, site, dev
 
 func admin(t *testing.T, h *natstest.Hub, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(h.URL(), append(opts, nats.UserInfo(natstest.Admin, natstest.Admin))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	return nc, js
+	return natstest.Connect(t, h.URL(), opts...)
 }
 
 func createStream(t *testing.T, js jetstream.JetStream) {

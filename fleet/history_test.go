@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -15,43 +16,28 @@ import (
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
-	_ "github.com/physd/physd/drivers/sim" // the manifests' bus
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/internal/natstest"
+	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
 )
 
-const plant = `physmcp_version: "0.1"
-device: {id: gw_1, type: greenhouse_controller, location: {zone: zone_a}}
-network: {protocols: [{type: ip}], mesh: {enabled: false}}
-buses:
-  plant:
-    type: sim
-    zones:
-      zone_a: {ambient_c: 12, initial_c: 18}
-capabilities:
-  - name: temp_zone_a
-    kind: read
-    description: Air temperature in zone A.
-    binding: {type: sim, bus: plant, point: zone_a.temperature}
-    data_type: float
-    unit: celsius
-    semantic_tags: [temperature]
-    alarms: {high: 30, hysteresis: 1}
-  - name: heater_power_zone_a
-    kind: read
-    description: Heater power in zone A.
-    binding: {type: sim, bus: plant, point: zone_a.heater}
-    data_type: float
-    unit: percent
-    semantic_tags: [heater, power]
-`
-
+// plantManifest is the greenhouse example with a high alarm on zone A's
+// temperature.
 func plantManifest(t *testing.T) *manifest.Manifest {
 	t.Helper()
-	m, err := manifest.Parse("plant.yml", []byte(plant))
+	b, err := os.ReadFile(testrig.Greenhouse("physmcp.manifest.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const at = "  - name: temperature_zone_a\n    kind: read\n"
+	text := strings.Replace(string(b), at, at+"    alarms: {high: 30, hysteresis: 1}\n", 1)
+	if text == string(b) {
+		t.Fatal("the greenhouse's temperature_zone_a moved")
+	}
+	m, err := manifest.Parse("physmcp.manifest.yml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +112,7 @@ func TestHistoryCopyAndReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hist.Close()
-	temp, power := m.Capability("temp_zone_a"), m.Capability("heater_power_zone_a")
+	temp, hum := m.Capability("temperature_zone_a"), m.Capability("humidity_zone_c")
 	// Stamped ahead of now (a sealed bucket is one a later one follows).
 	t0 := time.Now().Truncate(time.Second).Add(time.Second)
 	record := func(from, to int) {
@@ -134,7 +120,7 @@ func TestHistoryCopyAndReader(t *testing.T) {
 			for k := range 3 {
 				at := t0.Add(time.Duration(s)*time.Second + time.Duration(k)*300*time.Millisecond)
 				hist.Record(node.Observed{Cap: temp, At: at, Obs: promcp.Observation{Quality: promcp.QualityGood, Value: float64(20 + s%7 + k)}})
-				hist.Record(node.Observed{Cap: power, At: at, Obs: promcp.Observation{Quality: promcp.QualityGood, Value: float64(s)}})
+				hist.Record(node.Observed{Cap: hum, At: at, Obs: promcp.Observation{Quality: promcp.QualityGood, Value: float64(s)}})
 			}
 		}
 		hist.Flush()
@@ -143,7 +129,7 @@ func TestHistoryCopyAndReader(t *testing.T) {
 	al := openAudit(t)
 	u := histUplink(t, h.URL(), al)
 	u.FollowHistory(hist)
-	tempSubj, powerSubj := u.HistSubject("read_temp_zone_a"), u.HistSubject("read_heater_power_zone_a")
+	tempSubj, humSubj := u.HistSubject("read_temperature_zone_a"), u.HistSubject("read_humidity_zone_c")
 	waitFor(t, "598 buckets", 20*time.Second, func() bool { return u.Stats().HistoryPublished == 598 })
 
 	// The hub goes away; the history goes on; the hub returns.
@@ -152,7 +138,7 @@ func TestHistoryCopyAndReader(t *testing.T) {
 	h.Start()
 	_, js = admin(t, h)
 	waitFor(t, "1198 buckets after the cut", 20*time.Second, func() bool { return u.Stats().HistoryPublished == 1198 })
-	for _, subj := range []string{tempSubj, powerSubj} {
+	for _, subj := range []string{tempSubj, humSubj} {
 		got := histMessages(t, js, subj)
 		if len(got) != 599 {
 			t.Fatalf("%s: %d buckets in the stream, want 599 (the last one is open)", subj, len(got))
@@ -169,13 +155,13 @@ func TestHistoryCopyAndReader(t *testing.T) {
 
 	r := &HistoryReader{JS: js}
 	ctx := context.Background()
-	key := SeriesKey{Site: "north", Device: "gw_1", Tool: "read_temp_zone_a"}
+	key := SeriesKey{Site: "north", Device: "gw_1", Tool: "read_temperature_zone_a"}
 	since, until := t0.Add(100*time.Second), t0.Add(400*time.Second)
 	got, err := r.Query(ctx, key, since, until, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := hist.Query("temp_zone_a", since, until, 10*time.Second)
+	want, err := hist.Query("temperature_zone_a", since, until, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,19 +169,19 @@ func TestHistoryCopyAndReader(t *testing.T) {
 		t.Errorf("the hub's answer:\n %+v\nthe local one:\n %+v", got, want)
 	}
 	keys, err := r.List(ctx, "north")
-	if err != nil || len(keys) != 2 || keys[0].Tool != "read_heater_power_zone_a" || keys[1] != key {
+	if err != nil || len(keys) != 2 || keys[0].Tool != "read_humidity_zone_c" || keys[1] != key {
 		t.Errorf("List: %+v %v", keys, err)
 	}
 	if keys, _ := r.List(ctx, "south"); len(keys) != 0 {
 		t.Errorf("List(south): %+v", keys)
 	}
 	var qe *history.QueryError
-	for _, k := range []SeriesKey{{Site: "*", Device: "gw_1", Tool: "read_temp_zone_a"}, {Site: "north", Device: "gw_1", Tool: "read_temp_zone_a.>"}} {
+	for _, k := range []SeriesKey{{Site: "*", Device: "gw_1", Tool: "read_temperature_zone_a"}, {Site: "north", Device: "gw_1", Tool: "read_temperature_zone_a.>"}} {
 		if _, err := r.Query(ctx, k, since, until, 0); !errors.As(err, &qe) {
 			t.Errorf("%+v: %v, want a QueryError", k, err)
 		}
 	}
-	if _, err := r.Query(ctx, SeriesKey{Site: "north", Device: "gw_9", Tool: "read_temp_zone_a"}, since, until, 0); !errors.As(err, &qe) || !strings.Contains(err.Error(), "no history") {
+	if _, err := r.Query(ctx, SeriesKey{Site: "north", Device: "gw_9", Tool: "read_temperature_zone_a"}, since, until, 0); !errors.As(err, &qe) || !strings.Contains(err.Error(), "no history") {
 		t.Errorf("a series the stream lacks: %v", err)
 	}
 	if _, err := r.Query(ctx, key, since, until, 1500*time.Millisecond); !errors.As(err, &qe) || !strings.Contains(err.Error(), "not a multiple") {
@@ -222,7 +208,7 @@ func TestAlarmStateAndReader(t *testing.T) {
 	createHistoryStreams(t, js)
 	m := plantManifest(t)
 	e := alarms.New(m)
-	temp := m.Capability("temp_zone_a")
+	temp := m.Capability("temperature_zone_a")
 	al := openAudit(t)
 	u := histUplink(t, h.URL(), al)
 	u.FollowAlarms(e)
@@ -243,7 +229,7 @@ func TestAlarmStateAndReader(t *testing.T) {
 	e.Observe(node.Observed{Cap: temp, At: time.Now(), Obs: promcp.Observation{Quality: promcp.QualityGood, Value: 35.0}})
 	waitFor(t, "the raised alarm", 10*time.Second, func() bool { return u.Stats().AlarmsPublished == 2 })
 	got := read()
-	if len(got) != 1 || len(got[0].Active) != 1 || got[0].Active[0].Capability != "read_temp_zone_a" || got[0].Active[0].Kind != alarms.KindHigh || got[0].Stored.IsZero() {
+	if len(got) != 1 || len(got[0].Active) != 1 || got[0].Active[0].Capability != "read_temperature_zone_a" || got[0].Active[0].Kind != alarms.KindHigh || got[0].Stored.IsZero() {
 		t.Fatalf("raised: %+v", got)
 	}
 

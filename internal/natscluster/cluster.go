@@ -25,7 +25,7 @@ import (
 
 // Admin is the user name and password of the hub's operator (no
 // permissions: it creates the streams and reads them).
-const Admin = "admin"
+const Admin = natstest.Admin
 
 // User is a user of a server: the hub's (a site's leaf connects with
 // one) or a leaf's local one (a gateway connects with it).
@@ -477,16 +477,7 @@ func freePort(t testing.TB) int {
 // ends.
 func (h *Hub) Admin(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(h.URL(), nats.UserInfo(Admin, Admin), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return natstest.Connect(t, h.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 }
 
 // CreateStream creates a stream, trying again for a while: a cluster

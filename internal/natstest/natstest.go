@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Hub is one nats-server.
@@ -124,4 +126,21 @@ func (h *Hub) Stop() {
 		h.S.WaitForShutdown()
 		h.S = nil
 	}
+}
+
+// Connect is a connection to url as the hub's operator (user and
+// password Admin, no permissions) and its JetStream, closed when the test
+// ends.
+func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, append(opts, nats.UserInfo(Admin, Admin))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
