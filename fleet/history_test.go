@@ -130,14 +130,19 @@ func TestHistoryCopyAndReader(t *testing.T) {
 	u := histUplink(t, h.URL(), al)
 	u.FollowHistory(hist)
 	tempSubj, humSubj := u.HistSubject("read_temperature_zone_a"), u.HistSubject("read_humidity_zone_c")
-	waitFor(t, "598 buckets", 20*time.Second, func() bool { return u.Stats().HistoryPublished == 598 })
+	// What the stream holds, not what was acknowledged: an
+	// acknowledgement lost on a loaded machine leaves the count short.
+	copied := func(n int) func() bool {
+		return func() bool { return len(histMessages(t, js, tempSubj)) == n && len(histMessages(t, js, humSubj)) == n }
+	}
+	waitFor(t, "299 buckets of each series", 20*time.Second, copied(299))
 
 	// The hub goes away; the history goes on; the hub returns.
 	h.Stop()
 	record(300, 600)
 	h.Start()
 	_, js = admin(t, h)
-	waitFor(t, "1198 buckets after the cut", 20*time.Second, func() bool { return u.Stats().HistoryPublished == 1198 })
+	waitFor(t, "599 buckets of each series after the cut", 20*time.Second, copied(599))
 	for _, subj := range []string{tempSubj, humSubj} {
 		got := histMessages(t, js, subj)
 		if len(got) != 599 {
@@ -222,12 +227,12 @@ func TestAlarmStateAndReader(t *testing.T) {
 		}
 		return got
 	}
-	waitFor(t, "the empty state", 10*time.Second, func() bool { return u.Stats().AlarmsPublished == 1 })
+	waitFor(t, "the empty state", 10*time.Second, func() bool { return len(read()) == 1 })
 	if got := read(); len(got) != 1 || got[0].Site != "north" || got[0].Device != "gw_1" || len(got[0].Active) != 0 {
 		t.Fatalf("no alarm: %+v", got)
 	}
 	e.Observe(node.Observed{Cap: temp, At: time.Now(), Obs: promcp.Observation{Quality: promcp.QualityGood, Value: 35.0}})
-	waitFor(t, "the raised alarm", 10*time.Second, func() bool { return u.Stats().AlarmsPublished == 2 })
+	waitFor(t, "the raised alarm", 10*time.Second, func() bool { g := read(); return len(g) == 1 && len(g[0].Active) == 1 })
 	got := read()
 	if len(got) != 1 || len(got[0].Active) != 1 || got[0].Active[0].Capability != "read_temperature_zone_a" || got[0].Active[0].Kind != alarms.KindHigh || got[0].Stored.IsZero() {
 		t.Fatalf("raised: %+v", got)
@@ -266,7 +271,7 @@ func TestAlarmStateAndReader(t *testing.T) {
 		g := read()
 		return len(g) == 2 && len(g[0].Active) == 0
 	})
-	if s := u.Stats(); s.AlarmsPublished != 3 || s.AlarmsError != "" {
+	if s := u.Stats(); s.AlarmsPublished < 3 || s.AlarmsError != "" {
 		t.Errorf("stats: %+v", s)
 	}
 }

@@ -117,7 +117,12 @@ func TestLeafReachesHubJetStream(t *testing.T) {
 	leaf.Link.Heal()
 	leaf.WaitLinked(10 * time.Second)
 	end = time.Now().Add(10 * time.Second)
-	for ack, err = publish("physd.north.gw_1.audit", ack.Sequence); err != nil; ack, err = publish("physd.north.gw_1.audit", ack.Sequence) {
+	for {
+		a, err := publish("physd.north.gw_1.audit", ack.Sequence)
+		if err == nil {
+			ack = a
+			break
+		}
 		if time.Now().After(end) {
 			t.Fatalf("publish after the heal: %v", err)
 		}
