@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -99,15 +100,38 @@ func (s *fleetSite) do(t *testing.T, prefix string, n int) {
 func subjectCount(js jetstream.JetStream, subject string) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, fleetStream)
-	if err != nil {
-		return 0
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	info, err := streamInfoFor(ctx, js, subject)
 	if err != nil {
 		return 0
 	}
 	return info.State.Subjects[subject]
+}
+
+// exactCount is how many messages the stream holds on subject, asked
+// until the hub answers (a loaded machine may take a while).
+func exactCount(t *testing.T, js jetstream.JetStream, subject string) uint64 {
+	t.Helper()
+	end := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := streamInfoFor(ctx, js, subject)
+		cancel()
+		if err == nil {
+			return info.State.Subjects[subject]
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the stream's count of %s: %v", subject, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func streamInfoFor(ctx context.Context, js jetstream.JetStream, subject string) (*jetstream.StreamInfo, error) {
+	st, err := js.Stream(ctx, fleetStream)
+	if err != nil {
+		return nil, err
+	}
+	return st.Info(ctx, jetstream.WithSubjectFilter(subject))
 }
 
 // waitCopied waits until the stream holds as many records of the site's
@@ -202,7 +226,7 @@ func TestFleetClusterWANCutAndHubKill(t *testing.T) {
 	if st["connected"] != true || st["synced"] != false || st["pending"].(float64) < 20 || st["audit_error"] == nil {
 		t.Errorf("north /status fleet at the end of the cut: %v (want connected to its leaf, not synced, 20 pending at least, an audit error)", st)
 	}
-	if n := subjectCount(js, north.subject); n != 5 {
+	if n := exactCount(t, js, north.subject); n != 5 {
 		t.Errorf("the hub holds %d of north's records during the cut, want the 5 from before", n)
 	}
 	north.leaf.Link.Heal()
@@ -268,26 +292,34 @@ func TestFleetClusterKillMidReplay(t *testing.T) {
 	north.do(t, "a", 5)
 	north.waitCopied(t, js, 30*time.Second)
 
-	north.leaf.Link.Cut()
-	north.do(t, "backlog", 300)
-	before := subjectCount(js, north.subject)
-	total := uint64(len(localAudit(t, north.state)))
+	// The kill must fall between the first batch's arrival and the
+	// second's (a round trip): a machine too loaded to look in time
+	// sees the replay end, and the cut is made again.
 	north.leaf.Link.SetDelay(150 * time.Millisecond)
-	north.leaf.Link.Heal()
-	end := time.Now().Add(30 * time.Second)
-	for {
-		n := subjectCount(js, north.subject)
-		if n > before {
-			if n >= total {
-				t.Fatalf("the replay ended (%d of %d) before the kill", n, total)
+	for attempt := 1; ; attempt++ {
+		north.leaf.Link.Cut()
+		north.do(t, fmt.Sprintf("backlog%d", attempt), 300)
+		before := exactCount(t, js, north.subject)
+		total := uint64(len(localAudit(t, north.state)))
+		north.leaf.Link.Heal()
+		end := time.Now().Add(30 * time.Second)
+		n := before
+		for n <= before {
+			if time.Now().After(end) {
+				t.Fatalf("the replay did not start: %d records, %d before", n, before)
 			}
+			time.Sleep(2 * time.Millisecond)
+			n = subjectCount(js, north.subject)
+		}
+		if n < total {
 			t.Logf("SIGKILL with %d of %d records in the stream", n, total)
 			break
 		}
-		if time.Now().After(end) {
-			t.Fatalf("the replay did not start: %d records, %d before", n, before)
+		if attempt == 3 {
+			t.Fatalf("the replay ended (%d of %d) before the kill, %d times", n, total, attempt)
 		}
-		time.Sleep(2 * time.Millisecond)
+		t.Logf("the replay ended (%d of %d) before the test looked; again", n, total)
+		north.waitCopied(t, js, 30*time.Second)
 	}
 	if err := north.d.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -356,11 +388,19 @@ func TestFleetLeafSitePermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := try(func(ctx context.Context) error {
-		_, err := st.GetLastMsgForSubject(ctx, "physd.north.gw_x.audit")
-		return err
-	}); err != nil {
-		t.Errorf("north's last record through north's leaf: %v", err)
+	end = time.Now().Add(20 * time.Second)
+	for {
+		err := try(func(ctx context.Context) error {
+			_, err := st.GetLastMsgForSubject(ctx, "physd.north.gw_x.audit")
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("north's last record through north's leaf: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err := try(func(ctx context.Context) error {
 		_, err := sjs.Publish(ctx, "physd.south.gw_x.audit", []byte(`{"seq":1}`), jetstream.WithMsgID("south/gw_x/1"))
@@ -379,7 +419,13 @@ func TestFleetLeafSitePermissions(t *testing.T) {
 	}
 
 	// The gateway that calls itself south: never synced, nothing sent.
-	time.Sleep(3 * time.Second) // the uplink's sync was tried (and refused) more than once
+	end = time.Now().Add(20 * time.Second)
+	for fleetStatus(t, d)["audit_error"] == nil {
+		if time.Now().After(end) {
+			t.Fatalf("no audit error: %v", fleetStatus(t, d))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	status := fleetStatus(t, d)
 	if status["published"].(float64) != 0 || status["synced"] == true || status["audit_error"] == nil {
 		t.Errorf("/status fleet: %v, want nothing published and the audit error", status)
