@@ -70,16 +70,24 @@ func TestLeafReachesHubJetStream(t *testing.T) {
 		}
 		return m.Sequence, nil
 	}
+	// publishUntil publishes after expect until the hub takes it.
+	publishUntil := func(what string, expect uint64, d time.Duration) *jetstream.PubAck {
+		t.Helper()
+		end := time.Now().Add(d)
+		for {
+			ack, err := publish("physd.north.gw_1.audit", expect)
+			if err == nil {
+				return ack
+			}
+			if time.Now().After(end) {
+				t.Fatalf("publish %s: %v", what, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	// The interest of the hub's stream reaches the leaf a moment after
 	// the link comes up.
-	var ack *jetstream.PubAck
-	end := time.Now().Add(10 * time.Second)
-	for ack, err = publish("physd.north.gw_1.audit", 0); err != nil; ack, err = publish("physd.north.gw_1.audit", 0) {
-		if time.Now().After(end) {
-			t.Fatalf("publish through the leaf: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ack := publishUntil("through the leaf", 0, 10*time.Second)
 	if ack.Domain != h.Domain() {
 		t.Errorf("ack from domain %q, want %q", ack.Domain, h.Domain())
 	}
@@ -98,7 +106,7 @@ func TestLeafReachesHubJetStream(t *testing.T) {
 	// The WAN cut: the client stays connected to its leaf; the hub's
 	// JetStream is gone until the heal.
 	leaf.Link.Cut()
-	end = time.Now().Add(10 * time.Second)
+	end := time.Now().Add(10 * time.Second)
 	for leaf.Linked() {
 		if time.Now().After(end) {
 			t.Fatal("the leaf still reports its link after the cut")
@@ -116,33 +124,11 @@ func TestLeafReachesHubJetStream(t *testing.T) {
 	}
 	leaf.Link.Heal()
 	leaf.WaitLinked(10 * time.Second)
-	end = time.Now().Add(10 * time.Second)
-	for {
-		a, err := publish("physd.north.gw_1.audit", ack.Sequence)
-		if err == nil {
-			ack = a
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("publish after the heal: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ack = publishUntil("after the heal", ack.Sequence, 10*time.Second)
 
 	// A hub server dies: the R3 stream keeps its messages and takes more.
 	h.Servers[0].Kill()
-	end = time.Now().Add(20 * time.Second)
-	for {
-		a, err := publish("physd.north.gw_1.audit", ack.Sequence)
-		if err == nil {
-			ack = a
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("publish with a hub server dead: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ack = publishUntil("with a hub server dead", ack.Sequence, 20*time.Second)
 	if seq, err := last(); err != nil || seq != ack.Sequence {
 		t.Fatalf("last with a hub server dead: %d %v, want %d", seq, err, ack.Sequence)
 	}
