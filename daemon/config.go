@@ -32,6 +32,9 @@ type Config struct {
 	TLS           TLS
 	MDNSInterface string
 	MQTT          *mqtt.Config // nil without --mqtt-url
+	// Fleet is network.fleet with physd run's --fleet-* flags applied
+	// (fleet.Flags.Apply); nil: the manifest's block as it is.
+	Fleet *manifest.Fleet
 
 	Grace         time.Duration // each component's stop, and the listeners' drain
 	WatchManifest time.Duration

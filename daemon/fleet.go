@@ -13,7 +13,11 @@ import (
 // engine exist. Reading its credentials is the only thing that can fail
 // here: a hub that cannot be reached never stops the gateway.
 func (d *Daemon) startFleet(context.Context) error {
-	cfg, err := fleet.ConfigFromManifest(d.cfg.Manifest, d.log)
+	f := d.cfg.Manifest.Network.Fleet
+	if d.cfg.Fleet != nil {
+		f = d.cfg.Fleet // with the --fleet-* flags
+	}
+	cfg, err := fleet.ConfigFor(f, d.cfg.Manifest.Device.ID, d.log)
 	if err != nil || cfg == nil {
 		return err
 	}
@@ -34,7 +38,8 @@ func withFleetSink(s audit.Sink, u *fleet.Uplink) audit.Sink {
 
 // startFleetUplink connects (in the background), publishes the audit
 // trail from the stream's cursor, follows the observation stream and the
-// alarm events, and exports the uplink's state. /readyz does not look at
+// alarm events, copies the sealed history buckets and the active alarms,
+// and exports the uplink's state. /readyz does not look at
 // it: a site keeps working while its WAN is down.
 func (d *Daemon) startFleetUplink(context.Context) error {
 	u := d.up
@@ -45,6 +50,10 @@ func (d *Daemon) startFleetUplink(context.Context) error {
 	u.Follow(d.n)
 	if d.alarms != nil {
 		d.alarms.OnEvent(u.Alarm)
+		u.FollowAlarms(d.alarms)
+	}
+	if d.hist != nil {
+		u.FollowHistory(d.hist)
 	}
 	mx := d.mx
 	mx.Gauge("physd_fleet_connected", "1 while the fleet hub (NATS) is connected.", nil, func() float64 {

@@ -15,13 +15,15 @@ func fleetDoc(fleet string) string {
 func TestFleetKeys(t *testing.T) {
 	m, err := Parse("t.yml", []byte(fleetDoc(`{urls: ["tls://hub.example:4222", "tls://hub2.example:4222"], site: north,
     credentials_file: /etc/physd/site.creds, tls: {ca: /etc/physd/hub-ca.pem, cert: c.pem, key: k.pem},
-    stream: SITES, subject_prefix: acme.physd, connect_timeout_ms: 2000, publish_timeout_ms: 3000}`)))
+    stream: SITES, subject_prefix: acme.physd, connect_timeout_ms: 2000, publish_timeout_ms: 3000,
+    domain: hub, history: false, history_stream: H, alarms: false, alarm_stream: A}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Fleet{Enabled: true, URLs: []string{"tls://hub.example:4222", "tls://hub2.example:4222"}, Site: "north",
 		CredentialsFile: "/etc/physd/site.creds", TLSCA: "/etc/physd/hub-ca.pem", TLSCert: "c.pem", TLSKey: "k.pem",
-		Stream: "SITES", SubjectPrefix: "acme.physd", ConnectTimeoutMS: 2000, PublishTimeoutMS: 3000}
+		Stream: "SITES", SubjectPrefix: "acme.physd", ConnectTimeoutMS: 2000, PublishTimeoutMS: 3000,
+		Domain: "hub", HistoryStream: "H", AlarmStream: "A"}
 	if !reflect.DeepEqual(m.Network.Fleet, want) {
 		t.Errorf("fleet =\n %+v\nwant\n %+v", m.Network.Fleet, want)
 	}
@@ -34,7 +36,8 @@ func TestFleetKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = &Fleet{Enabled: true, URLs: []string{"nats://127.0.0.1:4222"}, Site: "s1", User: "gw", PasswordFile: "/run/pw",
-		Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix, ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
+		Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
+		History: true, HistoryStream: DefaultFleetHistoryStream, Alarms: true, AlarmStream: DefaultFleetAlarmStream, ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
 	if !reflect.DeepEqual(m.Network.Fleet, want) {
 		t.Errorf("fleet =\n %+v\nwant\n %+v", m.Network.Fleet, want)
 	}
@@ -60,6 +63,9 @@ func TestFleetErrors(t *testing.T) {
 		{`{urls: [nats://h:4222], site: s, stream: "a b"}`, `invalid stream "a b"`},
 		{`{urls: [nats://h:4222], site: s, subject_prefix: "a.*"}`, `invalid subject_prefix`},
 		{`{urls: [nats://h:4222], site: s, connect_timeout_ms: 5}`, `connect_timeout_ms 5 is out of range`},
+		{`{urls: [nats://h:4222], site: s, domain: "a.b"}`, `invalid domain "a.b"`},
+		{`{urls: [nats://h:4222], site: s, history_stream: "a b"}`, `invalid history_stream "a b"`},
+		{`{urls: [nats://h:4222], site: s, alarms: maybe}`, `network.fleet.alarms`},
 		{`{urls: [nats://h:4222], site: s, sitee: x}`, `unknown key "sitee"; fix: did you mean "site"?`},
 	} {
 		_, err := Parse("t.yml", []byte(fleetDoc(tc.fleet)))

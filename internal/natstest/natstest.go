@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Hub is one nats-server.
@@ -24,21 +26,43 @@ type Hub struct {
 const Admin = "admin"
 
 // SiteUser is a gateway's user: it may publish under prefix.site. only,
-// ask the stream for its info and messages (the uplink's cursor) and
-// receive replies; nothing else.
-func SiteUser(name, password, prefix, site, stream string) *server.User {
+// ask each of the streams for its info and messages (the uplink's
+// cursors) and receive replies; nothing else.
+func SiteUser(name, password, prefix, site string, streams ...string) *server.User {
 	return &server.User{Username: name, Password: password, Permissions: &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			prefix + "." + site + ".>",
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + stream,
-			"$JS.API.STREAM.MSG.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream + ".>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		Publish:   &server.SubjectPermission{Allow: SitePublish(prefix, site, "", streams...)},
+		Subscribe: &server.SubjectPermission{Allow: SiteSubscribe()},
 	}}
 }
+
+// APIPrefix is the JetStream API's subject prefix in a domain: $JS.API
+// without one, $JS.<domain>.API with one (how a client at a leaf node
+// addresses the hub's JetStream).
+func APIPrefix(domain string) string {
+	if domain == "" {
+		return "$JS.API"
+	}
+	return "$JS." + domain + ".API"
+}
+
+// SitePublish is what a site's gateways may publish: their own subjects
+// under prefix.site, and, on each stream, the JetStream API requests the
+// uplink's cursors need, in domain's API: the stream's info, and the
+// last message of a subject by direct get, for the site's own subjects
+// only (the subject is part of the request's; the other forms of the
+// message get, $JS.API.STREAM.MSG.GET and a direct get without a
+// subject, name the message in their body and would read any site's).
+func SitePublish(prefix, site, domain string, streams ...string) []string {
+	api := APIPrefix(domain)
+	allow := []string{prefix + "." + site + ".>", api + ".INFO"}
+	for _, st := range streams {
+		allow = append(allow, api+".STREAM.INFO."+st, api+".DIRECT.GET."+st+"."+prefix+"."+site+".>")
+	}
+	return allow
+}
+
+// SiteSubscribe is what a site's gateways may subscribe to: the replies.
+func SiteSubscribe() []string { return []string{"_INBOX.>"} }
 
 // Start runs a hub with JetStream in dir on a free loopback port.
 func Start(t testing.TB, dir string, users ...*server.User) *Hub {
@@ -76,8 +100,8 @@ func (h *Hub) URL() string {
 }
 
 // SitePermissions are SiteUser's permissions (for an NKey user).
-func SitePermissions(prefix, site, stream string) *server.Permissions {
-	return SiteUser("", "", prefix, site, stream).Permissions
+func SitePermissions(prefix, site string, streams ...string) *server.Permissions {
+	return SiteUser("", "", prefix, site, streams...).Permissions
 }
 
 // Start (re)starts a stopped hub on its port and store.
@@ -102,4 +126,21 @@ func (h *Hub) Stop() {
 		h.S.WaitForShutdown()
 		h.S = nil
 	}
+}
+
+// Connect is a connection to url as the hub's operator (user and
+// password Admin, no permissions) and its JetStream, closed when the test
+// ends.
+func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, append(opts, nats.UserInfo(Admin, Admin))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
