@@ -27,6 +27,9 @@ type Options struct {
 	// identity (others are refused).
 	UserCert string
 	PKI      string // the server's PKI folder (its certificate); "": a temporary one
+	// Process is ns=1;s=Process's value at start (nil: the script's 50),
+	// so a test can tell a value read after a restart from one before.
+	Process *float64
 }
 
 // Server is a running test server.
@@ -107,6 +110,9 @@ func (s *Server) start() {
 	if s.opts.UserCert != "" {
 		args = append(args, "--user-cert", s.opts.UserCert)
 	}
+	if s.opts.Process != nil {
+		args = append(args, "--process", fmt.Sprint(*s.opts.Process))
+	}
 	cmd := exec.Command(s.node, args...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -178,9 +184,15 @@ func (s *Server) Stop() {
 
 // Restart stops the server and starts it again on the same port with the
 // same PKI: every value is back at its initial one, every session gone.
-func (s *Server) Restart() {
+func (s *Server) Restart() { s.RestartWith(nil) }
+
+// RestartWith is Restart with the options change makes (nil: none).
+func (s *Server) RestartWith(change func(*Options)) {
 	s.t.Helper()
 	s.Stop()
+	if change != nil {
+		change(&s.opts)
+	}
 	s.start()
 }
 
