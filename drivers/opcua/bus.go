@@ -36,6 +36,7 @@ type Bus struct {
 	lastErr error         // why there is no session (nil before the first attempt)
 	lastTry time.Time     // when the last failed connect ended
 	closed  bool
+	mon     *monitorSet // the monitored items (monitor.go); nil until the first
 }
 
 var _ drivers.Bus = (*Bus)(nil)
@@ -115,9 +116,12 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
-	c := b.client
+	c, ms := b.client, b.mon
 	b.client = nil
 	b.mu.Unlock()
+	if ms != nil {
+		ms.close(c) // its subscriptions are deleted from the server
+	}
 	if c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), b.spec.Timeout)
 		defer cancel()
@@ -174,6 +178,23 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 	}
 }
 
+// retryIn is how long until the next connect may start (0: now).
+func (b *Bus) retryIn() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.client != nil || b.dialing != nil || b.lastErr == nil {
+		return 0
+	}
+	return b.spec.Reconnect - time.Since(b.lastTry)
+}
+
+// call bounds one service call by timeout_ms (the session's own request
+// timeout is wider: it must let a Publish request wait for its
+// keep-alive).
+func (b *Bus) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.spec.Timeout)
+}
+
 // startDialLocked starts a connect in the background (b.mu held). Its
 // deadline is connect_timeout_ms, whoever waits for it.
 func (b *Bus) startDialLocked() chan struct{} {
@@ -227,7 +248,7 @@ func (b *Bus) drop(gen uint64, why error) {
 // and the user token policy the identity is sent under.
 func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	s := b.spec
-	eps, err := opcua.GetEndpoints(ctx, s.Endpoint, opcua.DialTimeout(s.ConnectTimeout), opcua.RequestTimeout(s.Timeout))
+	eps, err := opcua.GetEndpoints(ctx, s.Endpoint, opcua.DialTimeout(s.ConnectTimeout), opcua.RequestTimeout(s.Timeout+publishHoldMax))
 	if err != nil {
 		return nil, fmt.Errorf("reading the endpoints of %s: %w", s.Endpoint, err)
 	}
@@ -253,7 +274,7 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	opts := []opcua.Option{
 		opcua.AutoReconnect(false),
 		opcua.DialTimeout(s.ConnectTimeout),
-		opcua.RequestTimeout(s.Timeout),
+		opcua.RequestTimeout(s.Timeout + publishHoldMax),
 		opcua.ApplicationName("physd"),
 		opcua.SessionName("physd " + s.name),
 		opcua.SessionTimeout(time.Minute),

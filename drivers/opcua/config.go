@@ -35,6 +35,7 @@ type busKeys struct {
 	TimeoutMS         *int     `yaml:"timeout_ms"`
 	ConnectTimeoutMS  *int     `yaml:"connect_timeout_ms"`
 	ReconnectMS       *int     `yaml:"reconnect_backoff_ms"`
+	KeepAliveMS       *int     `yaml:"keepalive_ms"`
 }
 
 // Security policies and modes this driver speaks (OPC UA Part 7 names).
@@ -60,6 +61,11 @@ type Config struct {
 	Timeout        time.Duration // timeout_ms: the wait for one service reply (bounded again by the capability's timeout)
 	ConnectTimeout time.Duration // connect_timeout_ms: the bound on one connect (channel, session, namespace table)
 	Reconnect      time.Duration // reconnect_backoff_ms: the least time between two connect attempts after a failure
+	// KeepAlive (keepalive_ms) is how often a subscription with nothing
+	// to report says it is alive, and the longest publishing interval: a
+	// lost subscription is noticed within keepalive_ms + timeout_ms, and
+	// a change within keepalive_ms of the sample that saw it.
+	KeepAlive time.Duration
 
 	// The application instance certificate and its key (DER), for
 	// Basic256Sha256; generated at open when not given.
@@ -102,6 +108,10 @@ func DefaultConfig() Config {
 		// A restarting server refuses connections for seconds; one
 		// attempt a second is enough to notice it is back.
 		Reconnect: time.Second,
+		// One small message a second per subscription costs a PLC
+		// nothing, and bounds how long a dead server's last values can
+		// pass for current: keepalive_ms + timeout_ms, 3 s.
+		KeepAlive: time.Second,
 	}
 }
 
@@ -169,6 +179,7 @@ func parseBus(b *manifest.Bus) (*busSpec, error) {
 	ms(k.TimeoutMS, &s.Timeout, 10, 60_000, "timeout_ms", "use the server's reply time with a margin, e.g. 2000")
 	ms(k.ConnectTimeoutMS, &s.ConnectTimeout, 100, 120_000, "connect_timeout_ms", "e.g. 5000")
 	ms(k.ReconnectMS, &s.Reconnect, 0, 600_000, "reconnect_backoff_ms", "e.g. 1000")
+	ms(k.KeepAliveMS, &s.KeepAlive, 100, 60_000, "keepalive_ms", "e.g. 1000: a lost subscription is noticed within keepalive_ms + timeout_ms")
 
 	if k.ApplicationURI != nil {
 		s.ApplicationURI = *k.ApplicationURI

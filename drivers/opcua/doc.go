@@ -20,7 +20,19 @@
 // failed attempt, each attempt bounded by connect_timeout_ms), so nothing
 // read through a session from before a server restart is served after it.
 //
-// Not done: subscriptions and monitored items (reads poll), browsing the
-// server (physd scan opcua), revocation lists for server_trust, the
-// Aes128/Aes256 policies.
+// A capability with poll_ms is a monitored item (drivers.Monitorer,
+// monitor.go, subscribe.go): sampled every poll_ms, queue size 1, its
+// deadband a DataChangeFilter (absolute, or percent of the node's
+// EURange), in one subscription per publishing interval on the bus's
+// session. Keep-alives come every keepalive_ms; a subscription silent
+// past keepalive_ms + timeout_ms, a failed Publish or a lost session
+// tells every item at once and starts over: the previous session's
+// subscriptions are taken over when the server did not restart
+// (TransferSubscriptions, initial values sent again), else created
+// afresh, so the first value after a loss is one the server sent after
+// it. A server that refuses the filter (or has no room) makes the node
+// poll the capability, and says so.
+//
+// Not done: browsing the server (physd scan opcua), revocation lists for
+// server_trust, the Aes128/Aes256 policies.
 package opcua

@@ -1,0 +1,294 @@
+package opcua
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/physd/physd/drivers"
+	"github.com/physd/physd/drivers/opcua/opcuatest"
+	"github.com/physd/physd/manifest"
+)
+
+// Monitored items against node-opcua: the process node (ns=1;s=Process,
+// EURange 0..200) is driven by writes through a do_ point on it.
+
+// watcher records a monitor's updates.
+type watcher struct {
+	mu  sync.Mutex
+	got []drivers.Update
+	ch  chan drivers.Update
+}
+
+func newWatcher() *watcher { return &watcher{ch: make(chan drivers.Update, 64)} }
+
+func (w *watcher) deliver(u drivers.Update) {
+	w.mu.Lock()
+	w.got = append(w.got, u)
+	w.mu.Unlock()
+	w.ch <- u
+}
+
+// next waits up to d for the next update.
+func (w *watcher) next(t *testing.T, d time.Duration, what string) drivers.Update {
+	t.Helper()
+	select {
+	case u := <-w.ch:
+		return u
+	case <-time.After(d):
+		t.Fatalf("%s: no update within %v", what, d)
+	}
+	return drivers.Update{}
+}
+
+// none fails if an update comes within d.
+func (w *watcher) none(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case u := <-w.ch:
+		t.Fatalf("%s: an update %+v, want none", what, u)
+	case <-time.After(d):
+	}
+}
+
+func monitorPlant(t *testing.T, endpoint, extra string) (*Bus, map[string]drivers.Point) {
+	t.Helper()
+	if !strings.Contains(extra, "connect_timeout_ms") {
+		extra += ", connect_timeout_ms: 10000"
+	}
+	bus := "{type: opcua, endpoint: '" + endpoint + "', reconnect_backoff_ms: 200" + extra + "}"
+	caps := readCap("process", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Process'}") +
+		doCap("process_set", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Process'}") +
+		"  - name: process_quality\n    kind: do\n    description: d\n    data_type: enum\n    enum_values: [Good, UncertainLastUsableValue, BadSensorFailure]\n    semantic_tags: [t]\n    binding: {type: opcua, bus: plc, node: 'ns=1;s=ProcessQuality'}\n" +
+		readCap("gain", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Gain', ua_type: Float}") +
+		readCap("missing", "float", "{type: opcua, bus: plc, node: 'ns=1;s=NoSuchNode'}") +
+		"  - name: subscriptions\n    kind: read\n    description: d\n    data_type: int\n    semantic_tags: [t]\n    binding: {type: opcua, bus: plc, node: 'i=2285', ua_type: UInt32}\n"
+	return openAll(t, mustParse(t, bus, caps))
+}
+
+func monitor(t *testing.T, p drivers.Point, every time.Duration, db *manifest.Deadband) (drivers.Monitor, *watcher) {
+	t.Helper()
+	w := newWatcher()
+	m, err := p.(drivers.Monitorer).Monitor(drivers.MonitorRequest{Interval: every, Deadband: db}, w.deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	return m, w
+}
+
+func write(t *testing.T, p drivers.Point, v any) {
+	t.Helper()
+	if err := p.Write(ctx(t), v); err != nil {
+		t.Fatalf("write %v: %v", v, err)
+	}
+}
+
+func wantValue(t *testing.T, u drivers.Update, v any) {
+	t.Helper()
+	if u.Err != nil || u.Reading.Value != v {
+		t.Fatalf("update %+v, want the value %v", u, v)
+	}
+}
+
+// TestOPCUAMonitorDeadband: an absolute and a percent deadband reach the
+// server as DataChangeFilters: a move inside the band is not reported, a
+// move beyond it is; Uncertain and Bad statuses arrive as the read path
+// maps them; the subscription vouches for the last value while keep-alives
+// come; Stop deletes the item and the empty subscription.
+func TestOPCUAMonitorDeadband(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	b, p := monitorPlant(t, srv.Endpoint, ", keepalive_ms: 300")
+	set, quality := p["process_set"], p["process_quality"]
+
+	abs, wa := monitor(t, p["process"], 100*time.Millisecond, &manifest.Deadband{Value: 2, Source: "2"})
+	first := wa.next(t, 10*time.Second, "the initial value")
+	wantValue(t, first, 50.0)
+	if first.Seq != 1 {
+		t.Fatalf("first Seq %d", first.Seq)
+	}
+	write(t, set, 51.5) // inside the band of 2
+	wa.none(t, time.Second, "a move of 1.5 with deadband 2")
+	seq, asOf := abs.Confirmed()
+	if seq != first.Seq || time.Since(asOf) > time.Second {
+		t.Fatalf("Confirmed %d as of %v ago: the keep-alives (every 300 ms) should vouch for the value", seq, time.Since(asOf))
+	}
+	write(t, set, 52.5) // 2.5 from the last reported 50
+	wantValue(t, wa.next(t, 3*time.Second, "a move of 2.5"), 52.5)
+
+	write(t, quality, "UncertainLastUsableValue")
+	u := wa.next(t, 3*time.Second, "an Uncertain status")
+	if u.Err != nil || u.Reading.Value != 52.5 || !strings.Contains(u.Reading.Uncertain, "UncertainLastUsableValue") {
+		t.Fatalf("Uncertain status: %+v", u)
+	}
+	write(t, quality, "BadSensorFailure")
+	u = wa.next(t, 3*time.Second, "a Bad status")
+	if code, _, _ := drivers.CodeOf(u.Err); code != "BadSensorFailure" {
+		t.Fatalf("Bad status: %+v (code %q)", u, code)
+	}
+	if seq, _ := abs.Confirmed(); seq != u.Seq {
+		t.Fatalf("Confirmed %d after the Bad status %d: the subscription stands behind the status", seq, u.Seq)
+	}
+	write(t, quality, "Good")
+	wantValue(t, wa.next(t, 3*time.Second, "Good again"), 52.5)
+
+	t.Run("percent", func(t *testing.T) {
+		// 5 % of the EURange 0..200: a band of 10.
+		_, wp := monitor(t, p["process"], 100*time.Millisecond, &manifest.Deadband{Value: 5, Percent: true, Source: "5%"})
+		wantValue(t, wp.next(t, 5*time.Second, "the initial value"), 52.5)
+		write(t, set, 60.0)
+		wp.none(t, time.Second, "a move of 7.5 with a band of 10")
+		write(t, set, 63.0)
+		wantValue(t, wp.next(t, 3*time.Second, "a move of 10.5"), 63.0)
+	})
+
+	t.Run("percent without EURange", func(t *testing.T) {
+		_, wg := monitor(t, p["gain"], 100*time.Millisecond, &manifest.Deadband{Value: 5, Percent: true, Source: "5%"})
+		u := wg.next(t, 5*time.Second, "the refusal")
+		if !errors.Is(u.Err, drivers.ErrNotMonitored) {
+			t.Fatalf("percent deadband on a node without EURange: %+v, want ErrNotMonitored", u)
+		}
+		code, fix, _ := drivers.CodeOf(u.Err)
+		if code != "BadMonitoredItemFilterUnsupported" || !strings.Contains(fix, "EURange") || !strings.Contains(u.Err.Error(), "polled every poll_ms instead") {
+			t.Fatalf("refusal %v: code %q fix %q", u.Err, code, fix)
+		}
+		wg.none(t, 500*time.Millisecond, "after the refusal")
+		if st := b.MonitorCounters(); st.Fallbacks != 1 {
+			t.Fatalf("counters %+v: want the refused item counted as a fallback", st)
+		}
+	})
+
+	t.Run("unknown node", func(t *testing.T) {
+		m, wm := monitor(t, p["missing"], 100*time.Millisecond, nil)
+		u := wm.next(t, 5*time.Second, "the refusal")
+		if code, _, _ := drivers.CodeOf(u.Err); code != "BadNodeIdUnknown" || errors.Is(u.Err, drivers.ErrNotMonitored) {
+			t.Fatalf("an unknown node: %+v (code %q), want BadNodeIdUnknown, still monitored", u, code)
+		}
+		if seq, _ := m.Confirmed(); seq != 0 {
+			t.Fatalf("Confirmed %d for an item the server refused", seq)
+		}
+	})
+
+	for len(wa.ch) > 0 {
+		<-wa.ch // the moves of the subtests
+	}
+	st := b.MonitorCounters()
+	if st.Subscriptions != 1 || st.Items != 1 || st.Fallbacks != 0 || st.Notifications < 5 || st.KeepAlives < 2 {
+		t.Fatalf("counters %+v: want 1 subscription, 1 item (the others stopped), ≥5 notifications, keep-alives", st)
+	}
+	if r := read(t, p["subscriptions"]); r.Value != int64(1) {
+		t.Fatalf("the server holds %v subscriptions, want 1", r.Value)
+	}
+	abs.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := b.MonitorCounters()
+		r := read(t, p["subscriptions"])
+		if st.Items == 0 && st.Subscriptions == 0 && r.Value == int64(0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Stop: counters %+v, the server holds %v subscriptions", st, r.Value)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wa.none(t, 300*time.Millisecond, "after Stop")
+}
+
+// TestOPCUAMonitorKeepAliveLoss: the network goes silent (no close, no
+// reset): once the subscription's keep-alive deadline passes (keepalive_ms
+// + timeout_ms) the item is told it has no subscription and Confirmed
+// vouches for nothing; when the network mends, the item's value is sent
+// again. The server run is the same, so physd asks to take its
+// subscription over (TransferSubscriptions): node-opcua grants it to the
+// same application certificate and user on a secured channel, and refuses
+// an anonymous unsecured session (Part 4 §5.13.7), which then gets a new
+// subscription.
+func TestOPCUAMonitorKeepAliveLoss(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		name := "None: created afresh"
+		if secure {
+			name = "Basic256Sha256: taken over"
+		}
+		t.Run(name, func(t *testing.T) {
+			o := opcuatest.Options{}
+			if secure {
+				o = opcuatest.Options{Secure: true, User: "operator:s3cret"}
+			}
+			srv := opcuatest.Start(t, o)
+			t.Setenv("PHYSD_TEST_OPCUA_PW", "s3cret")
+			px := opcuatest.StartLossProxy(t, srv)
+			extra := ", keepalive_ms: 200, timeout_ms: 500, connect_timeout_ms: 2000"
+			if secure {
+				extra += ", security_policy: Basic256Sha256, server_certificate: " + srv.ServerCertificate() + ", username: operator, password_env: PHYSD_TEST_OPCUA_PW"
+			}
+			b, p := monitorPlant(t, px.Endpoint, extra)
+			m, w := monitor(t, p["process"], 100*time.Millisecond, &manifest.Deadband{Value: 1, Source: "1"})
+			wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+			b.mon.mu.Lock()
+			var before uint32
+			for id := range b.mon.subs {
+				before = id
+			}
+			b.mon.mu.Unlock()
+
+			px.Freeze()
+			frozen := time.Now()
+			u := w.next(t, 3*time.Second, "the loss")
+			took := time.Since(frozen)
+			if !errors.Is(u.Err, drivers.ErrOffline) || !strings.Contains(u.Err.Error(), "beyond its deadline") {
+				t.Fatalf("after the network went silent: %+v, want the keep-alive deadline named", u)
+			}
+			// The deadline: a keep-alive every 200 ms, 500 ms for its
+			// reply, checked every 100 ms.
+			if took < 600*time.Millisecond || took > 1500*time.Millisecond {
+				t.Fatalf("the loss was told %v after the network went silent, want 700 ms ± the check interval", took)
+			}
+			if seq, _ := m.Confirmed(); seq != 0 {
+				t.Fatalf("Confirmed %d after the loss", seq)
+			}
+			t.Logf("the loss was told %v after the network went silent", took)
+
+			px.Thaw()
+			u = w.next(t, 10*time.Second, "the value after the network mended")
+			wantValue(t, u, 50.0)
+			if seq, _ := m.Confirmed(); seq != u.Seq {
+				t.Fatalf("Confirmed %d, want the new delivery %d", seq, u.Seq)
+			}
+			b.mon.mu.Lock()
+			_, same := b.mon.subs[before]
+			b.mon.mu.Unlock()
+			if same != secure {
+				t.Fatalf("subscription %d kept: %v, want %v", before, same, secure)
+			}
+			if st := b.MonitorCounters(); st.Losses < 1 || st.Subscriptions != 1 || st.Items != 1 {
+				t.Fatalf("counters %+v", st)
+			}
+		})
+	}
+}
+
+// TestOPCUAMonitorServerRestart: the server restarts with another value:
+// the item is told at once, Confirmed vouches for nothing while it is
+// down, and the first value after the restart is the new one (created
+// afresh: the restarted server has none of the old subscriptions).
+func TestOPCUAMonitorServerRestart(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	_, p := monitorPlant(t, srv.Endpoint, ", keepalive_ms: 300")
+	m, w := monitor(t, p["process"], 100*time.Millisecond, nil)
+	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	srv.Stop()
+	u := w.next(t, 3*time.Second, "the loss")
+	if !errors.Is(u.Err, drivers.ErrOffline) {
+		t.Fatalf("server stopped: %+v, want ErrOffline", u)
+	}
+	if seq, _ := m.Confirmed(); seq != 0 {
+		t.Fatalf("Confirmed %d with the server down", seq)
+	}
+	w.none(t, 500*time.Millisecond, "while the server is down (the loss is told once)")
+	v := 77.0
+	srv.RestartWith(func(o *opcuatest.Options) { o.Process = &v })
+	wantValue(t, w.next(t, 20*time.Second, "the value after the restart"), 77.0)
+}

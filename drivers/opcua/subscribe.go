@@ -1,0 +1,768 @@
+package opcua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+	"github.com/physd/physd/drivers"
+)
+
+// The exchange with the server about monitored items (OPC UA Part 4 §5.12,
+// §5.13), on the bus's session. physd sends its own Publish requests
+// rather than run gopcua's Subscription loop: that loop does not tell its
+// user about keep-alives (so a silent subscription cannot be told from a
+// quiet one against a deadline), blocks on its channel, and pauses for
+// good after an error. Everything else is gopcua's client and types.
+//
+// One goroutine (run) per bus: it waits for a session (the bus's, shared
+// with reads and writes, opened with the bus's deadlines and backoff),
+// takes over the previous session's subscriptions when the server did not
+// restart (TransferSubscriptions with initial values) or creates them
+// afresh, creates and deletes items as the node asks, keeps Publish
+// requests outstanding, and delivers what comes back. When the session
+// ends, a Publish fails, or a subscription is silent past its keep-alive
+// deadline, every item is told at once (an error: the value is no longer
+// vouched for), the session is dropped and the loop starts over.
+
+const (
+	// lifetimeTarget is how long the server keeps a subscription nobody
+	// publishes for (Part 4 lifetime count × publishing interval): long
+	// enough for physd to reconnect and take it over.
+	lifetimeTarget = time.Minute
+	// publishHoldMax bounds the wait for one Publish reply: the server
+	// holds a Publish request until it has notifications or a keep-alive
+	// is due. It widens the session's request timeout; every other
+	// service call is bounded by timeout_ms through its context.
+	publishHoldMax = time.Minute
+	// maxOutstanding is the most Publish requests kept at the server: one
+	// per subscription and one more, so a reply never waits for a request.
+	maxOutstanding = 4
+	// defaultItemsPerCall is the CreateMonitoredItems batch when the
+	// server publishes no MaxMonitoredItemsPerCall.
+	defaultItemsPerCall = 500
+	// watchdogTick is how often the keep-alive deadlines are checked.
+	watchdogTick = 100 * time.Millisecond
+)
+
+// run is the monitorSet's goroutine (see above); it returns when the bus
+// closes.
+func (ms *monitorSet) run() {
+	defer close(ms.done)
+	for ms.ctx.Err() == nil {
+		if !ms.hasItems() {
+			select {
+			case <-ms.wake:
+			case <-ms.ctx.Done():
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ms.ctx, ms.b.spec.ConnectTimeout+ms.b.spec.Timeout)
+		c, gen, err := ms.b.session(ctx)
+		cancel()
+		if err != nil {
+			ms.lose(err)
+			ms.sleep(max(ms.b.retryIn(), 50*time.Millisecond))
+			continue
+		}
+		err = ms.serve(c, gen)
+		if ms.ctx.Err() != nil {
+			return
+		}
+		ms.log.Warn("opcua: subscriptions lost; resubscribing", "endpoint", ms.b.spec.Endpoint, "err", err)
+		ms.lose(err)
+		ms.b.drop(gen, err)
+	}
+}
+
+func (ms *monitorSet) hasItems() bool {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for _, it := range ms.items {
+		if !it.stopped && !it.gaveUp {
+			return true
+		}
+	}
+	return false
+}
+
+func (ms *monitorSet) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ms.ctx.Done():
+	}
+}
+
+// lose tells every item that still has a value its subscription is gone
+// (once), and keeps the subscriptions to take over in the next session.
+func (ms *monitorSet) lose(why error) {
+	ms.mu.Lock()
+	var ds []delivery
+	lost := false
+	for _, s := range ms.subs {
+		lost = lost || s.live
+		s.live = false
+	}
+	if lost {
+		ms.losses.Add(1)
+	}
+	for _, it := range ms.items {
+		if it.stopped || it.gaveUp || it.errored {
+			continue
+		}
+		err := fmt.Errorf("opcua %s: no subscription for %s: %w", ms.b.spec.name, it.p.spec.what(), offline(why))
+		ds = append(ds, it.next(drivers.Update{Err: err}, false))
+	}
+	ms.mu.Unlock()
+	deliverAll(ds)
+}
+
+// offline is err as an offline device's: the node serves nothing it
+// fetched as good until the device reports again.
+func offline(err error) error {
+	if errors.Is(err, drivers.ErrOffline) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, drivers.ErrOffline)
+}
+
+// serve runs the subscriptions on one session until it fails (the error
+// says why) or the bus closes.
+func (ms *monitorSet) serve(c *opcua.Client, gen uint64) error {
+	ctx, cancel := context.WithCancel(ms.ctx)
+	pub := &publisher{ctx: ctx, c: c, results: make(chan publishResult, maxOutstanding), acks: []*ua.SubscriptionAcknowledgement{}}
+	defer func() {
+		cancel()
+		pub.wg.Wait()
+	}()
+	if err := ms.resume(ctx, c); err != nil {
+		return err
+	}
+	tick := time.NewTicker(watchdogTick)
+	defer tick.Stop()
+	dirty := true
+	for {
+		if dirty || ms.takeResync() {
+			if err := ms.reconcile(ctx, c, gen); err != nil {
+				return err
+			}
+			dirty = false
+		}
+		pub.fill(ms.holds())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ms.wake:
+			dirty = true
+		case r := <-pub.results:
+			if err := ms.handle(ctx, c, pub, r); err != nil {
+				return err
+			}
+		case <-tick.C:
+			// Replies that arrived count before a deadline is judged.
+			for drained := false; !drained; {
+				select {
+				case r := <-pub.results:
+					if err := ms.handle(ctx, c, pub, r); err != nil {
+						return err
+					}
+				default:
+					drained = true
+				}
+			}
+			if err := ms.overdue(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (ms *monitorSet) takeResync() bool {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	r := ms.resync
+	ms.resync = false
+	return r
+}
+
+// holds is how many live subscriptions there are and the longest a
+// Publish request may wait for its reply: the longest keep-alive period,
+// once per request that may be served before it, and timeout_ms.
+func (ms *monitorSet) holds() (subs int, hold time.Duration) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	var ka time.Duration
+	for _, s := range ms.subs {
+		if s.live {
+			subs++
+			ka = max(ka, s.pi*time.Duration(s.ka))
+		}
+	}
+	want := min(subs+1, maxOutstanding)
+	return subs, min(ka*time.Duration(want)+ms.b.spec.Timeout, publishHoldMax)
+}
+
+// overdue is an error when a live subscription with items has sent
+// nothing (no data, no keep-alive) past its deadline.
+func (ms *monitorSet) overdue() error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	now := time.Now()
+	for _, s := range ms.subs {
+		if !s.live {
+			continue
+		}
+		if d := s.deadline(ms.b.spec.Timeout); now.Sub(s.last) > d {
+			return fmt.Errorf("subscription %d sent nothing (no data, no keep-alive) for %v, beyond its deadline %v (publishing interval %v × max keep-alive count %d + timeout_ms)",
+				s.id, now.Sub(s.last).Round(time.Millisecond), d, s.pi, s.ka)
+		}
+	}
+	return nil
+}
+
+// call sends one service request, bounded by timeout_ms, and returns its
+// typed response.
+func call[T ua.Response](ctx context.Context, ms *monitorSet, c *opcua.Client, req ua.Request) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, ms.b.spec.Timeout)
+	defer cancel()
+	return send[T](ctx, c, req)
+}
+
+// send sends one service request within ctx and returns its typed
+// response.
+func send[T ua.Response](ctx context.Context, c *opcua.Client, req ua.Request) (T, error) {
+	var out T
+	err := c.Send(ctx, req, func(r ua.Response) error {
+		v, ok := r.(T)
+		if !ok {
+			return fmt.Errorf("opcua: %T answered with %T", req, r)
+		}
+		out = v
+		return nil
+	})
+	return out, err
+}
+
+// sessionLost reports whether a service error means the session (or its
+// channel) is gone, rather than that the server refused one request.
+func sessionLost(err error) bool {
+	var st ua.StatusCode
+	if !errors.As(err, &st) {
+		return true // no reply at all: transport, deadline, closed client
+	}
+	switch st {
+	case ua.StatusBadSessionIDInvalid, ua.StatusBadSessionClosed, ua.StatusBadSessionNotActivated,
+		ua.StatusBadSecureChannelIDInvalid, ua.StatusBadSecureChannelClosed, ua.StatusBadConnectionClosed,
+		ua.StatusBadServerNotConnected, ua.StatusBadNotConnected, ua.StatusBadTimeout, ua.StatusBadCommunicationError,
+		ua.StatusBadShutdown, ua.StatusBadServerHalted:
+		return true
+	}
+	return false
+}
+
+// resume starts a session's subscriptions: those of the previous session
+// are taken over when the server is the same run (its StartTime has not
+// changed), with their initial values sent again; after a restart, or
+// when the server refuses, they are created afresh by reconcile. It also
+// reads the server's batch limit for CreateMonitoredItems.
+func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
+	rctx, cancel := ms.b.call(ctx)
+	defer cancel()
+	rr, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{
+		{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_StartTime), AttributeID: ua.AttributeIDValue},
+		{NodeID: ua.NewNumericNodeID(0, id.Server_ServerCapabilities_OperationLimits_MaxMonitoredItemsPerCall), AttributeID: ua.AttributeIDValue},
+	}, TimestampsToReturn: ua.TimestampsToReturnNeither})
+	if err != nil && sessionLost(err) {
+		return err
+	}
+	var start time.Time
+	batch := defaultItemsPerCall
+	if err == nil && len(rr.Results) == 2 {
+		if v := rr.Results[0].Value; rr.Results[0].Status == ua.StatusOK && v != nil {
+			start, _ = v.Value().(time.Time)
+		}
+		if v := rr.Results[1].Value; rr.Results[1].Status == ua.StatusOK && v != nil {
+			if n, ok := v.Value().(uint32); ok && n > 0 {
+				batch = int(n)
+			}
+		}
+	}
+	ms.mu.Lock()
+	ms.batch = batch
+	sameRun := !start.IsZero() && start.Equal(ms.startTime)
+	ms.startTime = start
+	var ids []uint32
+	for id := range ms.subs {
+		ids = append(ids, id)
+	}
+	if !sameRun {
+		ms.forgetLocked(ids...)
+		ids = nil
+	}
+	ms.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	res, err := call[*ua.TransferSubscriptionsResponse](ctx, ms, c, &ua.TransferSubscriptionsRequest{SubscriptionIDs: ids, SendInitialValues: true})
+	if err != nil && sessionLost(err) {
+		return err
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if err != nil || len(res.Results) != len(ids) {
+		ms.log.Info("opcua: the server did not transfer the subscriptions; creating them afresh", "endpoint", ms.b.spec.Endpoint, "err", err)
+		ms.forgetLocked(ids...)
+		return nil
+	}
+	now := time.Now()
+	for i, r := range res.Results {
+		s := ms.subs[ids[i]]
+		if r.StatusCode != ua.StatusOK {
+			ms.log.Info("opcua: the server did not transfer a subscription; creating it afresh", "endpoint", ms.b.spec.Endpoint, "id", ids[i], "status", statusName(r.StatusCode))
+			ms.forgetLocked(ids[i])
+			continue
+		}
+		ms.log.Info("opcua: subscription taken over by the new session", "endpoint", ms.b.spec.Endpoint, "id", ids[i])
+		s.live, s.last, s.nextSeq = true, now, 0
+	}
+	return nil
+}
+
+// forgetLocked drops subscriptions from physd's books (mu held): their
+// items are created again by reconcile.
+func (ms *monitorSet) forgetLocked(ids ...uint32) {
+	for _, id := range ids {
+		s := ms.subs[id]
+		if s == nil {
+			continue
+		}
+		delete(ms.subs, id)
+		for _, it := range ms.items {
+			if it.sub == s {
+				it.sub, it.id, it.vouched = nil, 0, false
+			}
+		}
+	}
+}
+
+// publishInterval is the publishing interval an item's subscription asks
+// for: its poll_ms, at most keepalive_ms (a change is then reported at
+// most one keep-alive period after the sample that saw it).
+func (ms *monitorSet) publishInterval(it *item) time.Duration {
+	return min(it.req.Interval, ms.b.spec.KeepAlive)
+}
+
+// reconcile brings the server in line with the items: deletes stopped
+// items and subscriptions left empty, and creates the items not on the
+// server yet (their subscriptions first). A refusal of the server is
+// delivered to the items it concerns; only a lost session is an error.
+func (ms *monitorSet) reconcile(ctx context.Context, c *opcua.Client, gen uint64) error {
+	ms.mu.Lock()
+	del := map[*subscription][]uint32{}
+	create := map[time.Duration][]*item{}
+	used := map[*subscription]bool{}
+	for h, it := range ms.items {
+		switch {
+		case it.stopped:
+			if it.sub != nil && it.sub.live {
+				del[it.sub] = append(del[it.sub], it.id)
+			}
+			delete(ms.items, h)
+		case it.gaveUp || it.failedIn == gen:
+		case it.sub == nil:
+			k := ms.publishInterval(it)
+			create[k] = append(create[k], it)
+		default:
+			used[it.sub] = true
+		}
+	}
+	var empty []uint32
+	for _, s := range ms.subs {
+		if s.live && !used[s] && len(create[s.interval]) == 0 {
+			empty = append(empty, s.id)
+		}
+	}
+	ms.mu.Unlock()
+
+	for s, ids := range del {
+		if _, err := call[*ua.DeleteMonitoredItemsResponse](ctx, ms, c, &ua.DeleteMonitoredItemsRequest{SubscriptionID: s.id, MonitoredItemIDs: ids}); err != nil && sessionLost(err) {
+			return err
+		}
+	}
+	if len(empty) > 0 {
+		if _, err := call[*ua.DeleteSubscriptionsResponse](ctx, ms, c, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: empty}); err != nil && sessionLost(err) {
+			return err
+		}
+		ms.mu.Lock()
+		ms.forgetLocked(empty...)
+		ms.mu.Unlock()
+	}
+	for interval, items := range create {
+		if err := ms.createItems(ctx, c, gen, interval, items); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// subscriptionFor is the live subscription of a publishing interval,
+// created when there is none.
+func (ms *monitorSet) subscriptionFor(ctx context.Context, c *opcua.Client, interval time.Duration) (*subscription, error) {
+	ms.mu.Lock()
+	for _, s := range ms.subs {
+		if s.live && s.interval == interval {
+			ms.mu.Unlock()
+			return s, nil
+		}
+	}
+	ms.mu.Unlock()
+	ka := max(uint32((ms.b.spec.KeepAlive+interval-1)/interval), 1)
+	life := max(3*ka, uint32((lifetimeTarget+interval-1)/interval))
+	res, err := call[*ua.CreateSubscriptionResponse](ctx, ms, c, &ua.CreateSubscriptionRequest{
+		RequestedPublishingInterval: float64(interval.Milliseconds()),
+		RequestedLifetimeCount:      life,
+		RequestedMaxKeepAliveCount:  ka,
+		PublishingEnabled:           true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &subscription{id: res.SubscriptionID, interval: interval, live: true, last: time.Now(),
+		pi: time.Duration(res.RevisedPublishingInterval * float64(time.Millisecond)), ka: max(res.RevisedMaxKeepAliveCount, 1)}
+	if s.pi <= 0 {
+		s.pi = interval
+	}
+	ms.mu.Lock()
+	ms.subs[s.id] = s
+	ms.mu.Unlock()
+	ms.log.Info("opcua: subscription created", "endpoint", ms.b.spec.Endpoint, "id", s.id, "publishing_interval", s.pi, "keepalive", s.pi*time.Duration(s.ka))
+	return s, nil
+}
+
+// createItems creates items in the subscription of interval, in batches
+// the server takes.
+func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, gen uint64, interval time.Duration, items []*item) error {
+	s, err := ms.subscriptionFor(ctx, c, interval)
+	if err != nil {
+		var st ua.StatusCode
+		if sessionLost(err) || !errors.As(err, &st) {
+			return err
+		}
+		ms.refuse(items, st, gen)
+		return nil
+	}
+	ms.mu.Lock()
+	batch := ms.batch
+	ms.mu.Unlock()
+	for len(items) > 0 {
+		n := min(batch, len(items))
+		if err := ms.createBatch(ctx, c, gen, s, items[:n]); err != nil {
+			return err
+		}
+		items = items[n:]
+	}
+	return nil
+}
+
+func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, gen uint64, s *subscription, items []*item) error {
+	var reqs []*ua.MonitoredItemCreateRequest
+	var sent []*item
+	var ds []delivery
+	for _, it := range items {
+		nid, err := it.p.nodeID(c)
+		if err != nil {
+			ms.mu.Lock()
+			it.failedIn = gen
+			ds = append(ds, it.next(drivers.Update{Err: err}, false))
+			ms.mu.Unlock()
+			continue
+		}
+		reqs = append(reqs, &ua.MonitoredItemCreateRequest{
+			ItemToMonitor:  &ua.ReadValueID{NodeID: nid, AttributeID: ua.AttributeIDValue, IndexRange: it.p.indexRange(), DataEncoding: &ua.QualifiedName{}},
+			MonitoringMode: ua.MonitoringModeReporting,
+			RequestedParameters: &ua.MonitoringParameters{ClientHandle: it.handle, SamplingInterval: float64(it.req.Interval.Milliseconds()),
+				Filter: it.filter(), QueueSize: 1, DiscardOldest: true},
+		})
+		sent = append(sent, it)
+	}
+	deliverAll(ds)
+	if len(reqs) == 0 {
+		return nil
+	}
+	res, err := call[*ua.CreateMonitoredItemsResponse](ctx, ms, c, &ua.CreateMonitoredItemsRequest{SubscriptionID: s.id, TimestampsToReturn: ua.TimestampsToReturnNeither, ItemsToCreate: reqs})
+	if err != nil {
+		var st ua.StatusCode
+		if sessionLost(err) || !errors.As(err, &st) {
+			return err
+		}
+		ms.refuse(sent, st, gen)
+		return nil
+	}
+	if len(res.Results) != len(sent) {
+		return fmt.Errorf("CreateMonitoredItems: %d results for %d items", len(res.Results), len(sent))
+	}
+	ms.mu.Lock()
+	ds = nil
+	var refused []*item
+	var codes []ua.StatusCode
+	for i, r := range res.Results {
+		it := sent[i]
+		if isBad(r.StatusCode) {
+			refused, codes = append(refused, it), append(codes, r.StatusCode)
+			continue
+		}
+		// A Stop meanwhile poked run: the next reconcile deletes it.
+		it.sub, it.id, it.si = s, r.MonitoredItemID, time.Duration(max(r.RevisedSamplingInterval, 0)*float64(time.Millisecond))
+	}
+	ms.mu.Unlock()
+	for i, it := range refused {
+		ms.refuse([]*item{it}, codes[i], gen)
+	}
+	return nil
+}
+
+// refuse delivers the server's refusal of items: a refusal of the way they
+// are monitored (filter, limits) makes the node poll them; any other Bad
+// status (BadNodeIdUnknown, BadNotReadable) is the items' error until the
+// next session tries again.
+func (ms *monitorSet) refuse(items []*item, st ua.StatusCode, gen uint64) {
+	ms.mu.Lock()
+	var ds []delivery
+	for _, it := range items {
+		if it.stopped {
+			continue
+		}
+		if refusedFilter(st) {
+			db := ""
+			if it.req.Deadband != nil {
+				db = it.req.Deadband.Source
+			}
+			it.gaveUp = true
+			ds = append(ds, it.next(drivers.Update{Err: &notMonitoredError{bus: ms.b.spec.name, what: it.p.spec.what(), deadband: db, status: st}}, false))
+			continue
+		}
+		it.failedIn = gen
+		ds = append(ds, it.next(drivers.Update{Err: &statusError{what: it.p.spec.what(), status: st, op: "monitor"}}, false))
+	}
+	ms.mu.Unlock()
+	for _, d := range ds {
+		if errors.Is(d.u.Err, drivers.ErrNotMonitored) {
+			ms.log.Warn("opcua: monitoring refused; the capability is polled", "err", d.u.Err)
+		}
+	}
+	deliverAll(ds)
+}
+
+// publisher keeps Publish requests outstanding on one session.
+type publisher struct {
+	ctx         context.Context
+	c           *opcua.Client
+	results     chan publishResult
+	wg          sync.WaitGroup
+	outstanding int
+	limit       int // lowered when the server says it has too many
+	acks        []*ua.SubscriptionAcknowledgement
+}
+
+type publishResult struct {
+	res  *ua.PublishResponse
+	err  error
+	at   time.Time // when the reply arrived
+	acks []*ua.SubscriptionAcknowledgement
+}
+
+// fill sends Publish requests until one per subscription and one more
+// are outstanding (none without a subscription: the server would answer
+// BadNoSubscription at once).
+func (p *publisher) fill(subs int, hold time.Duration) {
+	want := min(subs+1, maxOutstanding)
+	if p.limit > 0 {
+		want = min(want, p.limit)
+	}
+	for subs > 0 && p.outstanding < want {
+		p.outstanding++
+		acks := p.acks
+		p.acks = []*ua.SubscriptionAcknowledgement{}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			ctx, cancel := context.WithTimeout(p.ctx, hold)
+			defer cancel()
+			res, err := send[*ua.PublishResponse](ctx, p.c, &ua.PublishRequest{SubscriptionAcknowledgements: acks})
+			select {
+			case p.results <- publishResult{res: res, err: err, at: time.Now(), acks: acks}:
+			case <-p.ctx.Done():
+			}
+		}()
+	}
+}
+
+// handle takes one Publish reply: notifications delivered, keep-alives
+// noted, missed messages republished. Only a lost session is an error.
+func (ms *monitorSet) handle(ctx context.Context, c *opcua.Client, pub *publisher, r publishResult) error {
+	pub.outstanding--
+	if r.err != nil {
+		pub.acks = append(r.acks, pub.acks...) // not acknowledged yet
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(r.err, ua.StatusBadTooManyPublishRequests):
+			pub.limit = max(pub.outstanding, 1)
+			return nil
+		case errors.Is(r.err, ua.StatusBadNoSubscription):
+			// The server holds none of this session's subscriptions.
+			ms.dropSubscriptions(nil, "the server holds no subscription for the session")
+			return nil
+		case errors.Is(r.err, ua.StatusBadTimeout), errors.Is(r.err, context.DeadlineExceeded):
+			return nil // a slow reply: the keep-alive deadline judges silence
+		}
+		return fmt.Errorf("publish: %w", r.err)
+	}
+	res := r.res
+	msg := res.NotificationMessage
+	ms.mu.Lock()
+	s := ms.subs[res.SubscriptionID]
+	if s == nil || !s.live || msg == nil {
+		ms.mu.Unlock()
+		return nil // a subscription deleted meanwhile
+	}
+	from := s.nextSeq
+	keepAlive := len(msg.NotificationData) == 0
+	ms.mu.Unlock()
+	if from != 0 && msg.SequenceNumber > from {
+		// Messages from..SequenceNumber-1 never arrived (a keep-alive
+		// carries the number of the next message).
+		if !ms.republish(ctx, c, pub, s, from, msg.SequenceNumber, r.at) {
+			return ctx.Err()
+		}
+	}
+	if keepAlive {
+		ms.keepAlives.Add(1)
+		ms.mu.Lock()
+		if s.live {
+			s.nextSeq, s.last = msg.SequenceNumber, r.at
+		}
+		ms.mu.Unlock()
+		return nil
+	}
+	ms.notify(s, msg, r.at)
+	pub.acks = append(pub.acks, &ua.SubscriptionAcknowledgement{SubscriptionID: s.id, SequenceNumber: msg.SequenceNumber})
+	return nil
+}
+
+// republish asks the server again for the messages from..to-1 of s and
+// delivers them before the message that showed the gap; when the server
+// no longer has one, s is dropped and created afresh (a lost notification
+// could leave a value inside its deadband for good). false: ctx ended.
+func (ms *monitorSet) republish(ctx context.Context, c *opcua.Client, pub *publisher, s *subscription, from, to uint32, at time.Time) bool {
+	for seq := from; seq != to; seq++ {
+		res, err := call[*ua.RepublishResponse](ctx, ms, c, &ua.RepublishRequest{SubscriptionID: s.id, RetransmitSequenceNumber: seq})
+		if err != nil || res.NotificationMessage == nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			ms.dropSubscriptions(s, fmt.Sprintf("notification message %d of subscription %d was lost and could not be republished (%v)", seq, s.id, err))
+			return true
+		}
+		ms.notify(s, res.NotificationMessage, at)
+		pub.acks = append(pub.acks, &ua.SubscriptionAcknowledgement{SubscriptionID: s.id, SequenceNumber: seq})
+	}
+	return true
+}
+
+// notify delivers one notification message of s: value changes to their
+// items; a status change (the subscription ended on the server) drops it.
+func (ms *monitorSet) notify(s *subscription, msg *ua.NotificationMessage, at time.Time) {
+	ms.mu.Lock()
+	if !s.live {
+		ms.mu.Unlock()
+		return
+	}
+	var ds []delivery
+	ended := ""
+	for _, eo := range msg.NotificationData {
+		if eo == nil {
+			continue
+		}
+		switch v := eo.Value.(type) {
+		case *ua.DataChangeNotification:
+			for _, mn := range v.MonitoredItems {
+				it := ms.items[mn.ClientHandle]
+				if it == nil || it.sub != s || it.stopped || it.gaveUp {
+					continue
+				}
+				ms.notifications.Add(1)
+				// The subscription reports the item's every change of
+				// value or status: it stands behind a Bad status too.
+				ds = append(ds, it.next(it.update(mn.Value, at), true))
+			}
+		case *ua.StatusChangeNotification:
+			ended = "the server ended subscription " + fmt.Sprint(s.id) + ": " + statusName(v.Status)
+		}
+	}
+	s.nextSeq, s.last = msg.SequenceNumber+1, at
+	ms.mu.Unlock()
+	deliverAll(ds)
+	if ended != "" {
+		ms.dropSubscriptions(s, ended)
+	}
+}
+
+// dropSubscriptions gives up s (every live one when nil) on this
+// session: its items are told they have no subscription and are created
+// afresh by the next reconcile.
+func (ms *monitorSet) dropSubscriptions(s *subscription, why string) {
+	ms.mu.Lock()
+	var ids []uint32
+	for id, x := range ms.subs {
+		if x.live && (s == nil || x == s) {
+			ids = append(ids, id)
+		}
+	}
+	var ds []delivery
+	for _, it := range ms.items {
+		if it.sub != nil && (s == nil || it.sub == s) && !it.stopped && !it.gaveUp {
+			err := fmt.Errorf("opcua %s: %s: no value for %s until it is subscribed again: %w", ms.b.spec.name, why, it.p.spec.what(), drivers.ErrOffline)
+			ds = append(ds, it.next(drivers.Update{Err: err}, false))
+		}
+	}
+	if len(ids) == 0 {
+		ms.mu.Unlock()
+		return // nothing live: Publish replies after physd deleted its last subscription
+	}
+	ms.losses.Add(1)
+	ms.forgetLocked(ids...)
+	ms.resync = true
+	ms.mu.Unlock()
+	ms.log.Warn("opcua: subscription dropped; subscribing again", "endpoint", ms.b.spec.Endpoint, "why", why)
+	deliverAll(ds)
+}
+
+// close ends run and deletes the subscriptions from the server (c: the
+// session, nil when there is none).
+func (ms *monitorSet) close(c *opcua.Client) {
+	ms.cancel()
+	select {
+	case <-ms.done:
+	case <-time.After(ms.b.spec.Timeout + time.Second):
+	}
+	ms.mu.Lock()
+	var ids []uint32
+	for id, s := range ms.subs {
+		if s.live {
+			ids = append(ids, id)
+		}
+	}
+	ms.mu.Unlock()
+	if c == nil || len(ids) == 0 {
+		return
+	}
+	_, _ = call[*ua.DeleteSubscriptionsResponse](context.Background(), ms, c, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: ids})
+}
