@@ -42,13 +42,15 @@ type busKeys struct {
 const (
 	PolicyNone           = "None"
 	PolicyBasic256Sha256 = "Basic256Sha256"
+	PolicyAes128         = "Aes128_Sha256_RsaOaep"
+	PolicyAes256         = "Aes256_Sha256_RsaPss"
 	ModeNone             = "None"
 	ModeSign             = "Sign"
 	ModeSignAndEncrypt   = "SignAndEncrypt"
 )
 
 var (
-	policies = []string{PolicyNone, PolicyBasic256Sha256}
+	policies = []string{PolicyNone, PolicyBasic256Sha256, PolicyAes128, PolicyAes256}
 	modes    = []string{ModeNone, ModeSign, ModeSignAndEncrypt}
 )
 
@@ -56,7 +58,7 @@ var (
 // defaults, each with its reason.
 type Config struct {
 	Endpoint       string        // endpoint: opc.tcp://host:port/path
-	Policy         string        // security_policy: None or Basic256Sha256
+	Policy         string        // security_policy: None, Basic256Sha256, Aes128_Sha256_RsaOaep or Aes256_Sha256_RsaPss
 	Mode           string        // security_mode: None, Sign or SignAndEncrypt
 	Timeout        time.Duration // timeout_ms: the wait for one service reply (bounded again by the capability's timeout)
 	ConnectTimeout time.Duration // connect_timeout_ms: the bound on one connect (channel, session, namespace table)
@@ -68,7 +70,7 @@ type Config struct {
 	KeepAlive time.Duration
 
 	// The application instance certificate and its key (DER), for
-	// Basic256Sha256; generated at open when not given.
+	// a security policy; generated at open when not given.
 	CertFile, KeyFile string
 	cert              []byte
 	key               *rsa.PrivateKey
@@ -357,7 +359,7 @@ func readKey(file string) (*rsa.PrivateKey, error) {
 	}
 	rk, ok := k.(*rsa.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("%s is not an RSA key (OPC UA's Basic256Sha256 needs RSA)", file)
+		return nil, fmt.Errorf("%s is not an RSA key (OPC UA's security policies need RSA)", file)
 	}
 	return rk, nil
 }

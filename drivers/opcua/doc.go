@@ -33,6 +33,9 @@
 // it. A server that refuses the filter (or has no room) makes the node
 // poll the capability, and says so.
 //
+// Security policies: None, Basic256Sha256, Aes128_Sha256_RsaOaep and
+// Aes256_Sha256_RsaPss (each Sign or SignAndEncrypt).
+//
 // Not done: browsing the server (physd scan opcua), revocation lists for
-// server_trust, the Aes128/Aes256 policies.
+// server_trust.
 package opcua
