@@ -2,11 +2,13 @@ package opcua
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gopcua/opcua/ua"
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/drivers/opcua/opcuatest"
 	"github.com/physd/physd/manifest"
@@ -291,4 +293,47 @@ func TestOPCUAMonitorServerRestart(t *testing.T) {
 	v := 77.0
 	srv.RestartWith(func(o *opcuatest.Options) { o.Process = &v })
 	wantValue(t, w.next(t, 20*time.Second, "the value after the restart"), 77.0)
+}
+
+// TestOPCUAMonitorRepublish: another Publish request on physd's session
+// takes one of the subscription's notification messages (as gopcua's own
+// Publish loop does on a server that queues Publish requests before any
+// subscription exists): physd sees the gap in the sequence numbers,
+// republishes the message, and delivers every value in order, with no
+// loss.
+func TestOPCUAMonitorRepublish(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	b, p := monitorPlant(t, srv.Endpoint, "")
+	_, w := monitor(t, p["process"], 100*time.Millisecond, nil)
+	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	c, _, err := b.session(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := make(chan *ua.PublishResponse, 1)
+	go func() {
+		res, _ := send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: []*ua.SubscriptionAcknowledgement{}})
+		stolen <- res
+	}()
+	time.Sleep(200 * time.Millisecond) // the intruder's request is queued behind physd's
+	values := []float64{60, 70, 80, 90}
+	for _, v := range values {
+		write(t, p["process_set"], v)
+		time.Sleep(250 * time.Millisecond)
+	}
+	var res *ua.PublishResponse
+	select {
+	case res = <-stolen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the intruding Publish request got no reply")
+	}
+	if res == nil || len(res.NotificationMessage.NotificationData) == 0 {
+		t.Fatalf("the intruder took %+v, want a notification message (the test's timing)", res)
+	}
+	for _, v := range values {
+		wantValue(t, w.next(t, 3*time.Second, fmt.Sprint(v)), v)
+	}
+	if st := b.MonitorCounters(); st.Losses != 0 || st.Subscriptions != 1 {
+		t.Fatalf("counters %+v: the gap was republished, not a loss", st)
+	}
 }

@@ -35,14 +35,20 @@ const (
 	// publishes for (Part 4 lifetime count × publishing interval): long
 	// enough for physd to reconnect and take it over.
 	lifetimeTarget = time.Minute
-	// publishHoldMax bounds the wait for one Publish reply: the server
-	// holds a Publish request until it has notifications or a keep-alive
-	// is due. It widens the session's request timeout; every other
-	// service call is bounded by timeout_ms through its context.
+	// publishHoldMax widens the session's request timeout (the
+	// TimeoutHint the server keeps a Publish request for): a Publish waits
+	// at the server until it has notifications or a keep-alive is due,
+	// and is never abandoned before the server gives it up (a reply to an
+	// abandoned request would be a lost message); silence is judged by
+	// the keep-alive deadline. Every other service call is bounded by
+	// timeout_ms through its context.
 	publishHoldMax = time.Minute
 	// maxOutstanding is the most Publish requests kept at the server: one
 	// per subscription and one more, so a reply never waits for a request.
 	maxOutstanding = 4
+	// maxRepublish is the most lost messages asked for again; beyond, the
+	// subscription is created afresh (its items send their values again).
+	maxRepublish = 16
 	// defaultItemsPerCall is the CreateMonitoredItems batch when the
 	// server publishes no MaxMonitoredItemsPerCall.
 	defaultItemsPerCall = 500
@@ -155,7 +161,7 @@ func (ms *monitorSet) serve(c *opcua.Client, gen uint64) error {
 			}
 			dirty = false
 		}
-		pub.fill(ms.holds())
+		pub.fill(ms.liveSubs())
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -192,21 +198,16 @@ func (ms *monitorSet) takeResync() bool {
 	return r
 }
 
-// holds is how many live subscriptions there are and the longest a
-// Publish request may wait for its reply: the longest keep-alive period,
-// once per request that may be served before it, and timeout_ms.
-func (ms *monitorSet) holds() (subs int, hold time.Duration) {
+// liveSubs is how many subscriptions the server holds for the session.
+func (ms *monitorSet) liveSubs() (n int) {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
-	var ka time.Duration
 	for _, s := range ms.subs {
 		if s.live {
-			subs++
-			ka = max(ka, s.pi*time.Duration(s.ka))
+			n++
 		}
 	}
-	want := min(subs+1, maxOutstanding)
-	return subs, min(ka*time.Duration(want)+ms.b.spec.Timeout, publishHoldMax)
+	return n
 }
 
 // overdue is an error when a live subscription with items has sent
@@ -434,7 +435,11 @@ func (ms *monitorSet) subscriptionFor(ctx context.Context, c *opcua.Client, inte
 	if err != nil {
 		return nil, err
 	}
-	s := &subscription{id: res.SubscriptionID, interval: interval, live: true, last: time.Now(),
+	// A new subscription's first message is number 1 (Part 4 §7.21): one
+	// taken by a Publish request that was not physd's (gopcua's own loop
+	// sends one at connect, which a server that queues Publish requests
+	// without subscriptions holds) is a gap, republished.
+	s := &subscription{id: res.SubscriptionID, interval: interval, live: true, last: time.Now(), nextSeq: 1,
 		pi: time.Duration(res.RevisedPublishingInterval * float64(time.Millisecond)), ka: max(res.RevisedMaxKeepAliveCount, 1)}
 	if s.pi <= 0 {
 		s.pi = interval
@@ -581,7 +586,7 @@ type publishResult struct {
 // fill sends Publish requests until one per subscription and one more
 // are outstanding (none without a subscription: the server would answer
 // BadNoSubscription at once).
-func (p *publisher) fill(subs int, hold time.Duration) {
+func (p *publisher) fill(subs int) {
 	want := min(subs+1, maxOutstanding)
 	if p.limit > 0 {
 		want = min(want, p.limit)
@@ -593,9 +598,7 @@ func (p *publisher) fill(subs int, hold time.Duration) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			ctx, cancel := context.WithTimeout(p.ctx, hold)
-			defer cancel()
-			res, err := send[*ua.PublishResponse](ctx, p.c, &ua.PublishRequest{SubscriptionAcknowledgements: acks})
+			res, err := send[*ua.PublishResponse](p.ctx, p.c, &ua.PublishRequest{SubscriptionAcknowledgements: acks})
 			select {
 			case p.results <- publishResult{res: res, err: err, at: time.Now(), acks: acks}:
 			case <-p.ctx.Done():
@@ -662,9 +665,16 @@ func (ms *monitorSet) handle(ctx context.Context, c *opcua.Client, pub *publishe
 // no longer has one, s is dropped and created afresh (a lost notification
 // could leave a value inside its deadband for good). false: ctx ended.
 func (ms *monitorSet) republish(ctx context.Context, c *opcua.Client, pub *publisher, s *subscription, from, to uint32, at time.Time) bool {
+	if to-from > maxRepublish {
+		ms.dropSubscriptions(s, fmt.Sprintf("notification messages %d to %d of subscription %d were lost", from, to-1, s.id))
+		return true
+	}
 	for seq := from; seq != to; seq++ {
 		res, err := call[*ua.RepublishResponse](ctx, ms, c, &ua.RepublishRequest{SubscriptionID: s.id, RetransmitSequenceNumber: seq})
-		if err != nil || res.NotificationMessage == nil {
+		if err == nil && (res.NotificationMessage == nil || res.NotificationMessage.SequenceNumber != seq) {
+			err = fmt.Errorf("the server answered without message %d", seq) // an empty message: it has none
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return false
 			}
