@@ -59,6 +59,7 @@ type monitorSet struct {
 	resync     bool      // a subscription was dropped: reconcile
 	startTime  time.Time // the server's StartTime at the last session: another one means it restarted
 	batch      int       // monitored items per CreateMonitoredItems call (the server's limit)
+	nextRetry  time.Time // when the first refused item is due to be asked for again
 
 	notifications, keepAlives, losses atomic.Int64
 }
@@ -80,7 +81,26 @@ type item struct {
 	errored  bool          // the last delivery was an error: a loss is said once
 	stopped  bool          // Stop: delete it from the server, deliver nothing more
 	gaveUp   bool          // the server refused it: ErrNotMonitored was delivered
-	failedIn uint64        // the session (generation) that refused to create it: retried in the next
+	failedAt time.Time     // when the server last refused to create it (BadNodeIdUnknown…): retried after retryFailed
+}
+
+// retryFailed is how long an item the server refused to create waits
+// before it is asked for again (a node a PLC download adds later is then
+// monitored without a restart), as a poll would find it.
+const retryFailed = 10 * time.Second
+
+// failed marks the item refused now (mu held).
+func (it *item) failed() {
+	it.failedAt = time.Now()
+	if due := it.failedAt.Add(retryFailed); it.set.nextRetry.IsZero() || due.Before(it.set.nextRetry) {
+		it.set.nextRetry = due
+	}
+}
+
+// waiting reports whether the item was refused less than retryFailed ago
+// (mu held).
+func (it *item) waiting() bool {
+	return !it.failedAt.IsZero() && time.Since(it.failedAt) < retryFailed
 }
 
 // subscription is one subscription of the bus's session.

@@ -166,3 +166,33 @@ func TestMonitorNotificationStatus(t *testing.T) {
 		}
 	})
 }
+
+// TestMonitorRetryRefused: an item the server refused to create
+// (BadNodeIdUnknown) is asked for again retryFailed later, once, and not
+// before.
+func TestMonitorRetryRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms, it, _, w := unitSet(t)
+		ms.mu.Lock()
+		it.sub = nil
+		ms.mu.Unlock()
+		ms.refuse([]*item{it}, ua.StatusBadNodeIDUnknown)
+		if u := w.next(t, time.Second, "the refusal"); errors.Is(u.Err, drivers.ErrNotMonitored) {
+			t.Fatalf("an unknown node: %v, want an error that keeps it monitored", u.Err)
+		}
+		if ms.retryDue() {
+			t.Fatal("retry due at once")
+		}
+		time.Sleep(retryFailed - time.Millisecond)
+		ms.mu.Lock()
+		waiting := it.waiting()
+		ms.mu.Unlock()
+		if ms.retryDue() || !waiting {
+			t.Fatal("retry due before retryFailed")
+		}
+		time.Sleep(time.Millisecond)
+		if !ms.retryDue() || ms.retryDue() {
+			t.Fatal("retry not due once at retryFailed")
+		}
+	})
+}

@@ -76,7 +76,7 @@ func (ms *monitorSet) run() {
 			ms.sleep(max(ms.b.retryIn(), 50*time.Millisecond))
 			continue
 		}
-		err = ms.serve(c, gen)
+		err = ms.serve(c)
 		if ms.ctx.Err() != nil {
 			return
 		}
@@ -141,7 +141,7 @@ func offline(err error) error {
 
 // serve runs the subscriptions on one session until it fails (the error
 // says why) or the bus closes.
-func (ms *monitorSet) serve(c *opcua.Client, gen uint64) error {
+func (ms *monitorSet) serve(c *opcua.Client) error {
 	ctx, cancel := context.WithCancel(ms.ctx)
 	pub := &publisher{ctx: ctx, c: c, results: make(chan publishResult, maxOutstanding), acks: []*ua.SubscriptionAcknowledgement{}}
 	defer func() {
@@ -156,7 +156,7 @@ func (ms *monitorSet) serve(c *opcua.Client, gen uint64) error {
 	dirty := true
 	for {
 		if dirty || ms.takeResync() {
-			if err := ms.reconcile(ctx, c, gen); err != nil {
+			if err := ms.reconcile(ctx, c); err != nil {
 				return err
 			}
 			dirty = false
@@ -186,8 +186,21 @@ func (ms *monitorSet) serve(c *opcua.Client, gen uint64) error {
 			if err := ms.overdue(); err != nil {
 				return err
 			}
+			dirty = dirty || ms.retryDue()
 		}
 	}
+}
+
+// retryDue reports whether an item the server refused is due to be
+// asked for again.
+func (ms *monitorSet) retryDue() bool {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.nextRetry.IsZero() || time.Now().Before(ms.nextRetry) {
+		return false
+	}
+	ms.nextRetry = time.Time{} // set again by the refusals to come
+	return true
 }
 
 func (ms *monitorSet) takeResync() bool {
@@ -364,7 +377,7 @@ func (ms *monitorSet) publishInterval(it *item) time.Duration {
 // items and subscriptions left empty, and creates the items not on the
 // server yet (their subscriptions first). A refusal of the server is
 // delivered to the items it concerns; only a lost session is an error.
-func (ms *monitorSet) reconcile(ctx context.Context, c *opcua.Client, gen uint64) error {
+func (ms *monitorSet) reconcile(ctx context.Context, c *opcua.Client) error {
 	ms.mu.Lock()
 	del := map[*subscription][]uint32{}
 	create := map[time.Duration][]*item{}
@@ -376,7 +389,7 @@ func (ms *monitorSet) reconcile(ctx context.Context, c *opcua.Client, gen uint64
 				del[it.sub] = append(del[it.sub], it.id)
 			}
 			delete(ms.items, h)
-		case it.gaveUp || it.failedIn == gen:
+		case it.gaveUp || it.waiting():
 		case it.sub == nil:
 			k := ms.publishInterval(it)
 			create[k] = append(create[k], it)
@@ -406,7 +419,7 @@ func (ms *monitorSet) reconcile(ctx context.Context, c *opcua.Client, gen uint64
 		ms.mu.Unlock()
 	}
 	for interval, items := range create {
-		if err := ms.createItems(ctx, c, gen, interval, items); err != nil {
+		if err := ms.createItems(ctx, c, interval, items); err != nil {
 			return err
 		}
 	}
@@ -453,14 +466,14 @@ func (ms *monitorSet) subscriptionFor(ctx context.Context, c *opcua.Client, inte
 
 // createItems creates items in the subscription of interval, in batches
 // the server takes.
-func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, gen uint64, interval time.Duration, items []*item) error {
+func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, interval time.Duration, items []*item) error {
 	s, err := ms.subscriptionFor(ctx, c, interval)
 	if err != nil {
 		var st ua.StatusCode
 		if sessionLost(err) || !errors.As(err, &st) {
 			return err
 		}
-		ms.refuse(items, st, gen)
+		ms.refuse(items, st)
 		return nil
 	}
 	ms.mu.Lock()
@@ -468,7 +481,7 @@ func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, gen uint
 	ms.mu.Unlock()
 	for len(items) > 0 {
 		n := min(batch, len(items))
-		if err := ms.createBatch(ctx, c, gen, s, items[:n]); err != nil {
+		if err := ms.createBatch(ctx, c, s, items[:n]); err != nil {
 			return err
 		}
 		items = items[n:]
@@ -476,7 +489,7 @@ func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, gen uint
 	return nil
 }
 
-func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, gen uint64, s *subscription, items []*item) error {
+func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, s *subscription, items []*item) error {
 	var reqs []*ua.MonitoredItemCreateRequest
 	var sent []*item
 	var ds []delivery
@@ -484,7 +497,7 @@ func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, gen uint
 		nid, err := it.p.nodeID(c)
 		if err != nil {
 			ms.mu.Lock()
-			it.failedIn = gen
+			it.failed()
 			ds = append(ds, it.next(drivers.Update{Err: err}, false))
 			ms.mu.Unlock()
 			continue
@@ -507,7 +520,7 @@ func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, gen uint
 		if sessionLost(err) || !errors.As(err, &st) {
 			return err
 		}
-		ms.refuse(sent, st, gen)
+		ms.refuse(sent, st)
 		return nil
 	}
 	if len(res.Results) != len(sent) {
@@ -525,19 +538,20 @@ func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, gen uint
 		}
 		// A Stop meanwhile poked run: the next reconcile deletes it.
 		it.sub, it.id, it.si = s, r.MonitoredItemID, time.Duration(max(r.RevisedSamplingInterval, 0)*float64(time.Millisecond))
+		it.failedAt = time.Time{}
 	}
 	ms.mu.Unlock()
 	for i, it := range refused {
-		ms.refuse([]*item{it}, codes[i], gen)
+		ms.refuse([]*item{it}, codes[i])
 	}
 	return nil
 }
 
 // refuse delivers the server's refusal of items: a refusal of the way they
 // are monitored (filter, limits) makes the node poll them; any other Bad
-// status (BadNodeIdUnknown, BadNotReadable) is the items' error until the
-// next session tries again.
-func (ms *monitorSet) refuse(items []*item, st ua.StatusCode, gen uint64) {
+// status (BadNodeIdUnknown, BadNotReadable) is the items' error until
+// they are asked for again, retryFailed later.
+func (ms *monitorSet) refuse(items []*item, st ua.StatusCode) {
 	ms.mu.Lock()
 	var ds []delivery
 	for _, it := range items {
@@ -553,7 +567,7 @@ func (ms *monitorSet) refuse(items []*item, st ua.StatusCode, gen uint64) {
 			ds = append(ds, it.next(drivers.Update{Err: &notMonitoredError{bus: ms.b.spec.name, what: it.p.spec.what(), deadband: db, status: st}}, false))
 			continue
 		}
-		it.failedIn = gen
+		it.failed()
 		ds = append(ds, it.next(drivers.Update{Err: &statusError{what: it.p.spec.what(), status: st, op: "monitor"}}, false))
 	}
 	ms.mu.Unlock()
