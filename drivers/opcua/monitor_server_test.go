@@ -101,6 +101,7 @@ func wantValue(t *testing.T, u drivers.Update, v any) {
 // maps them; the subscription vouches for the last value while keep-alives
 // come; Stop deletes the item and the empty subscription.
 func TestOPCUAMonitorDeadband(t *testing.T) {
+	t.Parallel() // its own server on a free port
 	srv := opcuatest.Start(t, opcuatest.Options{})
 	b, p := monitorPlant(t, srv.Endpoint, ", keepalive_ms: 300")
 	set, quality := p["process_set"], p["process_quality"]
@@ -205,26 +206,28 @@ func TestOPCUAMonitorDeadband(t *testing.T) {
 // vouches for nothing; when the network mends, the item's value is sent
 // again. The server run is the same, so physd asks to take its
 // subscription over (TransferSubscriptions): node-opcua grants it to the
-// same application certificate and user on a secured channel, and refuses
-// an anonymous unsecured session (Part 4 §5.13.7), which then gets a new
-// subscription.
+// same application certificate and user (an X.509 identity here) on a
+// secured channel, and refuses an anonymous unsecured session (Part 4
+// §5.13.7), which then gets a new subscription.
 func TestOPCUAMonitorKeepAliveLoss(t *testing.T) {
+	t.Parallel() // its own server on a free port
 	for _, secure := range []bool{false, true} {
 		name := "None: created afresh"
 		if secure {
 			name = "Basic256Sha256: taken over"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			o := opcuatest.Options{}
+			cert, key := writeUserCert(t, "urn:physd:user:operator")
 			if secure {
-				o = opcuatest.Options{Secure: true, User: "operator:s3cret"}
+				o = opcuatest.Options{Secure: true, UserCert: cert}
 			}
 			srv := opcuatest.Start(t, o)
-			t.Setenv("PHYSD_TEST_OPCUA_PW", "s3cret")
 			px := opcuatest.StartLossProxy(t, srv)
 			extra := ", keepalive_ms: 200, timeout_ms: 500, connect_timeout_ms: 2000"
 			if secure {
-				extra += ", security_policy: Basic256Sha256, server_certificate: " + srv.ServerCertificate() + ", username: operator, password_env: PHYSD_TEST_OPCUA_PW"
+				extra += ", security_policy: Basic256Sha256, server_certificate: " + srv.ServerCertificate() + ", user_certificate: " + cert + ", user_private_key: " + key
 			}
 			b, p := monitorPlant(t, px.Endpoint, extra)
 			m, w := monitor(t, p["process"], 100*time.Millisecond, &manifest.Deadband{Value: 1, Source: "1"})
@@ -277,6 +280,7 @@ func TestOPCUAMonitorKeepAliveLoss(t *testing.T) {
 // down, and the first value after the restart is the new one (created
 // afresh: the restarted server has none of the old subscriptions).
 func TestOPCUAMonitorServerRestart(t *testing.T) {
+	t.Parallel() // its own server on a free port
 	srv := opcuatest.Start(t, opcuatest.Options{})
 	_, p := monitorPlant(t, srv.Endpoint, ", keepalive_ms: 300")
 	m, w := monitor(t, p["process"], 100*time.Millisecond, nil)
@@ -302,6 +306,7 @@ func TestOPCUAMonitorServerRestart(t *testing.T) {
 // republishes the message, and delivers every value in order, with no
 // loss.
 func TestOPCUAMonitorRepublish(t *testing.T) {
+	t.Parallel() // its own server on a free port
 	srv := opcuatest.Start(t, opcuatest.Options{})
 	b, p := monitorPlant(t, srv.Endpoint, "")
 	_, w := monitor(t, p["process"], 100*time.Millisecond, nil)

@@ -469,12 +469,7 @@ func (ms *monitorSet) subscriptionFor(ctx context.Context, c *opcua.Client, inte
 func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, interval time.Duration, items []*item) error {
 	s, err := ms.subscriptionFor(ctx, c, interval)
 	if err != nil {
-		var st ua.StatusCode
-		if sessionLost(err) || !errors.As(err, &st) {
-			return err
-		}
-		ms.refuse(items, st)
-		return nil
+		return ms.refused(err, items)
 	}
 	ms.mu.Lock()
 	batch := ms.batch
@@ -516,12 +511,7 @@ func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, s *subsc
 	}
 	res, err := call[*ua.CreateMonitoredItemsResponse](ctx, ms, c, &ua.CreateMonitoredItemsRequest{SubscriptionID: s.id, TimestampsToReturn: ua.TimestampsToReturnNeither, ItemsToCreate: reqs})
 	if err != nil {
-		var st ua.StatusCode
-		if sessionLost(err) || !errors.As(err, &st) {
-			return err
-		}
-		ms.refuse(sent, st)
-		return nil
+		return ms.refused(err, sent)
 	}
 	if len(res.Results) != len(sent) {
 		return fmt.Errorf("CreateMonitoredItems: %d results for %d items", len(res.Results), len(sent))
@@ -544,6 +534,18 @@ func (ms *monitorSet) createBatch(ctx context.Context, c *opcua.Client, s *subsc
 	for i, it := range refused {
 		ms.refuse([]*item{it}, codes[i])
 	}
+	return nil
+}
+
+// refused handles a failed call made for items: a lost session is the
+// error; a Bad status the server answered is its refusal of the items
+// (refuse), and nil.
+func (ms *monitorSet) refused(err error, items []*item) error {
+	var st ua.StatusCode
+	if sessionLost(err) || !errors.As(err, &st) {
+		return err
+	}
+	ms.refuse(items, st)
 	return nil
 }
 
