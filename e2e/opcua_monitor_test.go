@@ -77,17 +77,21 @@ func (u *uriUpdates) count(uri string) int {
 	return len(u.got[uri])
 }
 
-// waitGood reads name until it is good (or 20 s pass) and returns it.
-func waitGood(t *testing.T, cs *mcp.ClientSession, name string) map[string]any {
+// firstGood reads name until it is good (or within passes) and returns
+// that read; before, when set, judges each read before it.
+func firstGood(t *testing.T, cs *mcp.ClientSession, name string, within time.Duration, before func(map[string]any)) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		o := readOPCUA(t, cs, name)
 		if o["quality"] == "good" {
 			return o
 		}
+		if before != nil {
+			before(o)
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("read_%s not good within 20 s: %v", name, o)
+			t.Fatalf("read_%s not good within %v: %v", name, within, o)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -126,7 +130,7 @@ func TestOPCUAMonitoredDeadband(t *testing.T) {
 	if err := ls.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri}); err != nil {
 		t.Fatal(err)
 	}
-	if o := waitGood(t, cs, "process"); o["value"] != 50.0 {
+	if o := firstGood(t, cs, "process", 20*time.Second, nil); o["value"] != 50.0 {
 		t.Fatalf("read_process: %v, the server holds 50", o)
 	}
 	// The first value counts as a change; updates are at most one a
@@ -179,7 +183,7 @@ func TestOPCUAMonitoredServerRestart(t *testing.T) {
 	srv := opcuatest.Start(t, opcuatest.Options{})
 	d := startOPCUAMonitored(t, srv.Endpoint)
 	cs := connectHTTP(t, d, "2026-07-28")
-	if o := waitGood(t, cs, "process"); o["value"] != 50.0 {
+	if o := firstGood(t, cs, "process", 20*time.Second, nil); o["value"] != 50.0 {
 		t.Fatalf("read_process: %v", o)
 	}
 	srv.Stop()
@@ -192,21 +196,10 @@ func TestOPCUAMonitoredServerRestart(t *testing.T) {
 	v := 77.0
 	srv.RestartWith(func(o *opcuatest.Options) { o.Process = &v })
 	up := time.Now()
-	deadline := up.Add(10 * time.Second)
-	for {
-		// Until then the value from before is served stale or degraded
-		// (the bus is marked down), never good.
-		o := readOPCUA(t, cs, "process")
-		if o["quality"] == "good" {
-			if o["value"] != 77.0 {
-				t.Fatalf("first good read after the restart: %v, the server holds 77", o)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no good read 10 s after the restart: %v", o)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// Until then the value from before is served stale or degraded (the
+	// bus is marked down), never good.
+	if o := firstGood(t, cs, "process", 10*time.Second, nil); o["value"] != 77.0 {
+		t.Fatalf("first good read after the restart: %v, the server holds 77", o)
 	}
 	t.Logf("first good read %v after the server was ready again", time.Since(up).Round(time.Millisecond))
 	// The value comes from the new subscription, not from a device read.

@@ -148,6 +148,16 @@ func (m *pushMonitor) lose(err error) {
 	m.deliver(u)
 }
 
+// giveUp: the device refused to monitor the point, and the driver says so.
+func (m *pushMonitor) giveUp() {
+	m.mu.Lock()
+	m.seq++
+	m.vouched = 0
+	u := drivers.Update{Seq: m.seq, Err: fmt.Errorf("filter refused: %w", drivers.ErrNotMonitored)}
+	m.mu.Unlock()
+	m.deliver(u)
+}
+
 // silence: the driver stops vouching without saying why (its keep-alive
 // deadline passed, its own goroutine did not notice).
 func (m *pushMonitor) silence() {
@@ -192,6 +202,15 @@ func openPushed(t *testing.T, text string) *node.Node {
 	return testrig.OpenManifest(t, m, "", nil).Node
 }
 
+// startPushed opens pushedManifest in a synctest bubble and returns the
+// monitor of read_level once the node has asked for it.
+func startPushed(t *testing.T) (*node.Node, *pushMonitor) {
+	t.Helper()
+	n := openPushed(t, pushedManifest)
+	synctest.Wait()
+	return n, push.monitor("level")
+}
+
 func readNow(t *testing.T, n *node.Node, tool string, maxAge time.Duration) promcp.Observation {
 	t.Helper()
 	o, err := n.Read(context.Background(), tool, maxAge)
@@ -225,9 +244,7 @@ func observed(sub *node.Subscription, name string) []node.Observed {
 // liveness mark coming round.
 func TestMonitoredCapability(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := openPushed(t, pushedManifest)
-		synctest.Wait()
-		m := push.monitor("level")
+		n, m := startPushed(t)
 		if m == nil || m.req.Interval != time.Second || m.req.Deadband == nil || m.req.Deadband.Value != 2 {
 			t.Fatalf("monitor %+v: want level monitored every 1 s with deadband 2", m)
 		}
@@ -306,9 +323,7 @@ func TestMonitoredCapability(t *testing.T) {
 // stops vouching without saying so is caught by the next poll round.
 func TestMonitoredLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := openPushed(t, pushedManifest)
-		synctest.Wait()
-		m := push.monitor("level")
+		n, m := startPushed(t)
 		sub := n.Subscribe(0)
 		defer sub.Close()
 		m.send(40)
@@ -354,14 +369,8 @@ func TestMonitoredLoss(t *testing.T) {
 // filter) makes the node poll the capability every poll_ms.
 func TestMonitorGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := openPushed(t, pushedManifest)
-		synctest.Wait()
-		m := push.monitor("level")
-		m.mu.Lock()
-		m.seq++
-		u := drivers.Update{Seq: m.seq, Err: fmt.Errorf("filter refused: %w", drivers.ErrNotMonitored)}
-		m.mu.Unlock()
-		m.deliver(u)
+		n, m := startPushed(t)
+		m.giveUp()
 		reads := push.count()
 		time.Sleep(3500 * time.Millisecond)
 		synctest.Wait()
