@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
@@ -37,6 +38,9 @@ type Bus struct {
 	lastTry time.Time     // when the last failed connect ended
 	closed  bool
 	mon     *monitorSet // the monitored items (monitor.go); nil until the first
+	// trusted is the session proven alive after gopcua marked it not
+	// Connected (usable): its state says nothing from then on.
+	trusted *opcua.Client
 }
 
 var _ drivers.Bus = (*Bus)(nil)
@@ -97,7 +101,7 @@ func (b *Bus) Health() error {
 	switch {
 	case b.closed:
 		return fmt.Errorf("opcua %s: bus closed: %w", b.spec.name, drivers.ErrOffline)
-	case b.client != nil && b.client.State() == opcua.Connected:
+	case b.client != nil && (b.client.State() == opcua.Connected || b.trusted == b.client):
 		return nil
 	case b.client != nil:
 		return fmt.Errorf("opcua %s: the session to %s is %s; reconnecting on the next read: %w", b.spec.name, b.spec.Endpoint, b.client.State(), drivers.ErrOffline)
@@ -142,9 +146,9 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 			return nil, 0, fmt.Errorf("opcua %s: bus closed: %w", b.spec.name, drivers.ErrOffline)
 		}
 		if b.client != nil {
-			c, g := b.client, b.gen
+			c, g, trusted := b.client, b.gen, b.trusted == b.client
 			b.mu.Unlock()
-			if c.State() == opcua.Connected {
+			if trusted || c.State() == opcua.Connected || b.usable(ctx, c) {
 				return c, g, nil
 			}
 			b.drop(g, fmt.Errorf("the session to %s ended (%s)", b.spec.Endpoint, c.State()))
@@ -176,6 +180,30 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 		}
 		return c, g, nil
 	}
+}
+
+// usable asks a session gopcua no longer calls Connected whether it still
+// answers (a Read of the server's state within timeout_ms), and trusts it
+// from then on when it does. gopcua marks a client Closed, and stops
+// watching it, on any ServiceFault the server sends — a refused
+// TransferSubscriptions or Republish, a Read refused as a whole — not only
+// when its channel breaks; a broken channel fails the Read at once. A
+// trusted session is dropped as any other: when a call gets no usable
+// reply.
+func (b *Bus) usable(ctx context.Context, c *opcua.Client) bool {
+	ctx, cancel := b.call(ctx)
+	defer cancel()
+	_, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}},
+		TimestampsToReturn: ua.TimestampsToReturnNeither})
+	if err != nil {
+		return false
+	}
+	b.mu.Lock()
+	if b.client == c {
+		b.trusted = c
+	}
+	b.mu.Unlock()
+	return true
 }
 
 // retryIn is how long until the next connect may start (0: now).

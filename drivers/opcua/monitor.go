@@ -57,6 +57,7 @@ type monitorSet struct {
 	subs       map[uint32]*subscription // by id: held by the server, or to take over after a loss
 	nextHandle uint32
 	resync     bool      // a subscription was dropped: reconcile
+	orphans    []uint32  // dropped subscriptions to delete from the server
 	startTime  time.Time // the server's StartTime at the last session: another one means it restarted
 	batch      int       // monitored items per CreateMonitoredItems call (the server's limit)
 	nextRetry  time.Time // when the first refused item is due to be asked for again
@@ -110,6 +111,7 @@ type subscription struct {
 	pi       time.Duration // the publishing interval the server revised
 	ka       uint32        // the max keep-alive count the server revised
 	live     bool          // held by the server for the current session
+	since    time.Time     // when it became live (created, or taken over)
 	last     time.Time     // when its last publish response (data or keep-alive) arrived
 	nextSeq  uint32        // the sequence number its next notification message carries; 0: unknown
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/drivers/opcua/opcuatest"
@@ -340,5 +341,115 @@ func TestOPCUAMonitorRepublish(t *testing.T) {
 	}
 	if st := b.MonitorCounters(); st.Losses != 0 || st.Subscriptions != 1 {
 		t.Fatalf("counters %+v: the gap was republished, not a loss", st)
+	}
+}
+
+// TestOPCUAMonitorLostMessage: the intruding Publish request also
+// acknowledges the message it took, so the server no longer has it: physd
+// cannot republish it, tells the item its value is no longer vouched for,
+// deletes the subscription on the server and creates it afresh, whose
+// first value is the server's current one.
+func TestOPCUAMonitorLostMessage(t *testing.T) {
+	t.Parallel() // its own server on a free port
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	b, p := monitorPlant(t, srv.Endpoint, "")
+	_, w := monitor(t, p["process"], 100*time.Millisecond, nil)
+	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	c, _, err := b.session(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := make(chan *ua.PublishResponse, 1)
+	go func() {
+		res, err := send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: []*ua.SubscriptionAcknowledgement{}})
+		if err != nil || len(res.NotificationMessage.NotificationData) == 0 {
+			stolen <- res
+			return
+		}
+		// Acknowledge it: the server forgets the message. This request
+		// waits for a reply nobody reads (the test's context ends it).
+		ack := []*ua.SubscriptionAcknowledgement{{SubscriptionID: res.SubscriptionID, SequenceNumber: res.NotificationMessage.SequenceNumber}}
+		go func() {
+			_, _ = send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: ack})
+		}()
+		stolen <- res
+	}()
+	time.Sleep(200 * time.Millisecond)
+	for _, v := range []float64{60, 70, 80, 90} {
+		write(t, p["process_set"], v)
+		time.Sleep(300 * time.Millisecond)
+	}
+	if res := <-stolen; res == nil || len(res.NotificationMessage.NotificationData) == 0 {
+		t.Fatalf("the intruder took %+v, want a notification message (the test's timing)", res)
+	}
+	lost := false
+	deadline := time.After(10 * time.Second)
+	for {
+		var u drivers.Update
+		select {
+		case u = <-w.ch:
+		case <-deadline:
+			t.Fatalf("no 90 after the lost message (lost told: %v)", lost)
+		}
+		if u.Err != nil {
+			if !strings.Contains(u.Err.Error(), "could not be republished") || !errors.Is(u.Err, drivers.ErrOffline) {
+				t.Fatalf("update %v, want the lost message named", u.Err)
+			}
+			lost = true
+			continue
+		}
+		if u.Reading.Value == 90.0 {
+			break
+		}
+	}
+	if !lost {
+		t.Fatal("the lost message was not told")
+	}
+	if st := b.MonitorCounters(); st.Losses != 1 || st.Subscriptions != 1 || st.Items != 1 {
+		t.Fatalf("counters %+v", st)
+	}
+	if r := read(t, p["subscriptions"]); r.Value != int64(1) {
+		t.Fatalf("the server holds %v subscriptions, want 1 (the dropped one deleted)", r.Value)
+	}
+}
+
+// TestOPCUAServiceFaultKeepsSession: gopcua marks its client Closed on any
+// ServiceFault (here a Republish for a subscription the session does not
+// have, as a refused TransferSubscriptions or a lost message would be):
+// the session still answers, so physd keeps it — and the subscriptions on
+// it — instead of reconnecting.
+func TestOPCUAServiceFaultKeepsSession(t *testing.T) {
+	t.Parallel() // its own server on a free port
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	b, p := monitorPlant(t, srv.Endpoint, "")
+	_, w := monitor(t, p["process"], 100*time.Millisecond, nil)
+	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	c, gen, err := b.session(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = send[*ua.RepublishResponse](ctx(t), c, &ua.RepublishRequest{SubscriptionID: 424242, RetransmitSequenceNumber: 1})
+	if !errors.Is(err, ua.StatusBadSubscriptionIDInvalid) {
+		t.Fatalf("Republish for another subscription: %v", err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for c.State() == opcua.Connected && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("gopcua's state after the ServiceFault: %s", c.State())
+	if r := read(t, p["process"]); r.Value != 50.0 {
+		t.Fatalf("read after the fault: %+v", r)
+	}
+	if err := b.Health(); err != nil {
+		t.Fatalf("health after the fault: %v", err)
+	}
+	_, gen2, err := b.session(ctx(t))
+	if err != nil || gen2 != gen {
+		t.Fatalf("session %d → %d (%v): the fault reconnected", gen, gen2, err)
+	}
+	write(t, p["process_set"], 60.0)
+	wantValue(t, w.next(t, 3*time.Second, "a value after the fault"), 60.0)
+	if st := b.MonitorCounters(); st.Losses != 0 {
+		t.Fatalf("counters %+v", st)
 	}
 }

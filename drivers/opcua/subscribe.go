@@ -344,7 +344,7 @@ func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
 			continue
 		}
 		ms.log.Info("opcua: subscription taken over by the new session", "endpoint", ms.b.spec.Endpoint, "id", ids[i])
-		s.live, s.last, s.nextSeq = true, now, 0
+		s.live, s.since, s.last, s.nextSeq = true, now, now, 0
 	}
 	return nil
 }
@@ -403,7 +403,17 @@ func (ms *monitorSet) reconcile(ctx context.Context, c *opcua.Client) error {
 			empty = append(empty, s.id)
 		}
 	}
+	orphans := ms.orphans
+	ms.orphans = nil
 	ms.mu.Unlock()
+
+	if len(orphans) > 0 {
+		// Dropped subscriptions: the server may still sample and publish
+		// them. Its answer does not matter (gone already is fine).
+		if _, err := call[*ua.DeleteSubscriptionsResponse](ctx, ms, c, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: orphans}); err != nil && sessionLost(err) {
+			return err
+		}
+	}
 
 	for s, ids := range del {
 		if _, err := call[*ua.DeleteMonitoredItemsResponse](ctx, ms, c, &ua.DeleteMonitoredItemsRequest{SubscriptionID: s.id, MonitoredItemIDs: ids}); err != nil && sessionLost(err) {
@@ -452,7 +462,8 @@ func (ms *monitorSet) subscriptionFor(ctx context.Context, c *opcua.Client, inte
 	// taken by a Publish request that was not physd's (gopcua's own loop
 	// sends one at connect, which a server that queues Publish requests
 	// without subscriptions holds) is a gap, republished.
-	s := &subscription{id: res.SubscriptionID, interval: interval, live: true, last: time.Now(), nextSeq: 1,
+	now := time.Now()
+	s := &subscription{id: res.SubscriptionID, interval: interval, live: true, since: now, last: now, nextSeq: 1,
 		pi: time.Duration(res.RevisedPublishingInterval * float64(time.Millisecond)), ka: max(res.RevisedMaxKeepAliveCount, 1)}
 	if s.pi <= 0 {
 		s.pi = interval
@@ -595,6 +606,7 @@ type publisher struct {
 type publishResult struct {
 	res  *ua.PublishResponse
 	err  error
+	sent time.Time // when the request left
 	at   time.Time // when the reply arrived
 	acks []*ua.SubscriptionAcknowledgement
 }
@@ -614,9 +626,10 @@ func (p *publisher) fill(subs int) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
+			sent := time.Now()
 			res, err := send[*ua.PublishResponse](p.ctx, p.c, &ua.PublishRequest{SubscriptionAcknowledgements: acks})
 			select {
-			case p.results <- publishResult{res: res, err: err, at: time.Now(), acks: acks}:
+			case p.results <- publishResult{res: res, err: err, sent: sent, at: time.Now(), acks: acks}:
 			case <-p.ctx.Done():
 			}
 		}()
@@ -636,8 +649,21 @@ func (ms *monitorSet) handle(ctx context.Context, c *opcua.Client, pub *publishe
 			pub.limit = max(pub.outstanding, 1)
 			return nil
 		case errors.Is(r.err, ua.StatusBadNoSubscription):
-			// The server holds none of this session's subscriptions.
-			ms.dropSubscriptions(nil, "the server holds no subscription for the session")
+			// The server held none of the session's subscriptions when it
+			// answered: those that existed before the request are gone
+			// (one created since is not judged by it: a request answered
+			// while physd replaced a subscription says nothing of the new).
+			ms.mu.Lock()
+			var gone []*subscription
+			for _, s := range ms.subs {
+				if s.live && s.since.Before(r.sent) {
+					gone = append(gone, s)
+				}
+			}
+			ms.mu.Unlock()
+			for _, s := range gone {
+				ms.dropSubscriptions(s, "the server holds no subscription for the session")
+			}
 			return nil
 		case errors.Is(r.err, ua.StatusBadTimeout), errors.Is(r.err, context.DeadlineExceeded):
 			return nil // a slow reply: the keep-alive deadline judges silence
@@ -765,6 +791,7 @@ func (ms *monitorSet) dropSubscriptions(s *subscription, why string) {
 	}
 	ms.losses.Add(1)
 	ms.forgetLocked(ids...)
+	ms.orphans = append(ms.orphans, ids...) // the server may still hold them
 	ms.resync = true
 	ms.mu.Unlock()
 	ms.log.Warn("opcua: subscription dropped; subscribing again", "endpoint", ms.b.spec.Endpoint, "why", why)
