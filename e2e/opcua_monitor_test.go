@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,13 +51,13 @@ capabilities:
     binding: {type: opcua, bus: plc, node: "ns=1;s=Process"}
 `
 
-func startOPCUAMonitored(t *testing.T, endpoint string) *daemon {
+func startOPCUAMonitored(t *testing.T, endpoint string) (*daemon, string) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
 	if err := os.WriteFile(p, []byte(strings.ReplaceAll(opcuaMonitorManifest, "ENDPOINT", endpoint)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return startHTTP(t, daemonOpts{manifest: p})
+	return startHTTP(t, daemonOpts{manifest: p}), p
 }
 
 // uriUpdates records the resources/updated notifications by URI.
@@ -117,7 +118,7 @@ func metricValue(t *testing.T, d *daemon, series string) string {
 func TestOPCUAMonitoredDeadband(t *testing.T) {
 	t.Parallel() // its own server on a free port and its own daemon
 	srv := opcuatest.Start(t, opcuatest.Options{})
-	d := startOPCUAMonitored(t, srv.Endpoint)
+	d, manifestFile := startOPCUAMonitored(t, srv.Endpoint)
 	cs := connectHTTP(t, d, "2026-07-28")
 	ups := &uriUpdates{got: map[string][]time.Time{}}
 	c := mcp.NewClient(&mcp.Implementation{Name: "opcua-monitor-e2e", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}, ResourceUpdatedHandler: ups.add})
@@ -171,6 +172,36 @@ func TestOPCUAMonitoredDeadband(t *testing.T) {
 	if v := metricValue(t, d, `physd_bus_notifications{bus="plc"}`); v != "2" {
 		t.Fatalf("physd_bus_notifications = %q, want 2 (the first value and the move beyond the band)", v)
 	}
+
+	// Manifest reloads (SIGHUP): one that keeps read_process keeps its
+	// item (no new first value); one that redefines it (another deadband)
+	// replaces the item: one item still, and the new item's first value.
+	reload := func(from, to string, n int) {
+		t.Helper()
+		src, err := os.ReadFile(manifestFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(manifestFile, []byte(strings.Replace(string(src), from, to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the reload", func() bool { return len(auditEvents(t, d.state, "manifest_reload")) == n })
+	}
+	reload("the process node, written", "the process node, set by the test", 1)
+	time.Sleep(time.Second)
+	if items, notes := metricValue(t, d, `physd_bus_monitored_items{bus="plc"}`), metricValue(t, d, `physd_bus_notifications{bus="plc"}`); items != "1" || notes != "2" {
+		t.Fatalf("after a reload that keeps read_process: %s items, %s notifications; want its item kept (1, 2)", items, notes)
+	}
+	reload("deadband: 2", "deadband: 3", 2)
+	waitFor(t, "the redefined item's first value", func() bool {
+		return metricValue(t, d, `physd_bus_notifications{bus="plc"}`) == "3"
+	})
+	if items := metricValue(t, d, `physd_bus_monitored_items{bus="plc"}`); items != "1" {
+		t.Fatalf("after a reload that redefines read_process: %s items, want 1 (the old one deleted)", items)
+	}
 }
 
 // TestOPCUAMonitoredServerRestart: the server restarts under the
@@ -181,7 +212,7 @@ func TestOPCUAMonitoredDeadband(t *testing.T) {
 func TestOPCUAMonitoredServerRestart(t *testing.T) {
 	t.Parallel() // its own server on a free port and its own daemon
 	srv := opcuatest.Start(t, opcuatest.Options{})
-	d := startOPCUAMonitored(t, srv.Endpoint)
+	d, _ := startOPCUAMonitored(t, srv.Endpoint)
 	cs := connectHTTP(t, d, "2026-07-28")
 	if o := firstGood(t, cs, "process", 20*time.Second, nil); o["value"] != 50.0 {
 		t.Fatalf("read_process: %v", o)

@@ -199,6 +199,20 @@ func TestOPCUAMonitorDeadband(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	wa.none(t, 300*time.Millisecond, "after Stop")
+
+	// Closing a bus deletes its subscription on the server.
+	b2, p2 := monitorPlant(t, srv.Endpoint, "")
+	_, w2 := monitor(t, p2["process"], 100*time.Millisecond, nil)
+	w2.next(t, 10*time.Second, "the second bus's first value")
+	if r := read(t, p["subscriptions"]); r.Value != int64(1) {
+		t.Fatalf("the server holds %v subscriptions, want the second bus's 1", r.Value)
+	}
+	if err := b2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := read(t, p["subscriptions"]); r.Value != int64(0) {
+		t.Fatalf("after the second bus closed the server holds %v subscriptions, want 0", r.Value)
+	}
 }
 
 // TestOPCUAMonitorKeepAliveLoss: the network goes silent (no close, no
