@@ -198,12 +198,18 @@ func (b *Bus) usable(ctx context.Context, c *opcua.Client) bool {
 	if err != nil {
 		return false
 	}
+	b.trust(c)
+	return true
+}
+
+// trust makes c, when it is still the bus's session, one whose gopcua
+// state says nothing (it answered after gopcua gave it up).
+func (b *Bus) trust(c *opcua.Client) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.client == c {
 		b.trusted = c
 	}
-	b.mu.Unlock()
-	return true
 }
 
 // retryIn is how long until the next connect may start (0: now).

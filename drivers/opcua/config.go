@@ -65,7 +65,8 @@ type Config struct {
 	Reconnect      time.Duration // reconnect_backoff_ms: the least time between two connect attempts after a failure
 	// KeepAlive (keepalive_ms) is how often a subscription with nothing
 	// to report says it is alive, and the longest publishing interval: a
-	// lost subscription is noticed within keepalive_ms + timeout_ms, and
+	// lost subscription is noticed within keepalive_ms + one publishing
+	// interval (at most keepalive_ms) + timeout_ms, and
 	// a change within keepalive_ms of the sample that saw it.
 	KeepAlive time.Duration
 
@@ -112,7 +113,8 @@ func DefaultConfig() Config {
 		Reconnect: time.Second,
 		// One small message a second per subscription costs a PLC
 		// nothing, and bounds how long a dead server's last values can
-		// pass for current: keepalive_ms + timeout_ms, 3 s.
+		// pass for current: keepalive_ms + a publishing interval +
+		// timeout_ms, 4 s at most.
 		KeepAlive: time.Second,
 	}
 }
@@ -181,7 +183,7 @@ func parseBus(b *manifest.Bus) (*busSpec, error) {
 	ms(k.TimeoutMS, &s.Timeout, 10, 60_000, "timeout_ms", "use the server's reply time with a margin, e.g. 2000")
 	ms(k.ConnectTimeoutMS, &s.ConnectTimeout, 100, 120_000, "connect_timeout_ms", "e.g. 5000")
 	ms(k.ReconnectMS, &s.Reconnect, 0, 600_000, "reconnect_backoff_ms", "e.g. 1000")
-	ms(k.KeepAliveMS, &s.KeepAlive, 100, 60_000, "keepalive_ms", "e.g. 1000: a lost subscription is noticed within keepalive_ms + timeout_ms")
+	ms(k.KeepAliveMS, &s.KeepAlive, 100, 60_000, "keepalive_ms", "e.g. 1000: a lost subscription is noticed within 2 × keepalive_ms + timeout_ms at most")
 
 	if k.ApplicationURI != nil {
 		s.ApplicationURI = *k.ApplicationURI

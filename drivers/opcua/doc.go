@@ -25,7 +25,8 @@
 // deadband a DataChangeFilter (absolute, or percent of the node's
 // EURange), in one subscription per publishing interval on the bus's
 // session. Keep-alives come every keepalive_ms; a subscription silent
-// past keepalive_ms + timeout_ms, a failed Publish or a lost session
+// past keepalive_ms + a publishing interval + timeout_ms, a failed Publish
+// or a lost session
 // tells every item at once and starts over: the previous session's
 // subscriptions are taken over when the server did not restart
 // (TransferSubscriptions, initial values sent again), else created

@@ -117,10 +117,11 @@ type subscription struct {
 }
 
 // deadline is how long the subscription may stay silent: a keep-alive
-// is due every publishing interval × max keep-alive count, and its reply
-// may take timeout_ms.
+// is due after max keep-alive count publishing intervals without a
+// message, counted from a cycle boundary (one interval more), and its
+// reply may take timeout_ms.
 func (s *subscription) deadline(margin time.Duration) time.Duration {
-	return s.pi*time.Duration(s.ka) + margin
+	return s.pi*time.Duration(s.ka+1) + margin
 }
 
 // monitors is the bus's monitorSet, started on first use.

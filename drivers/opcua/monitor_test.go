@@ -80,11 +80,11 @@ func TestMonitorKeepAliveDeadline(t *testing.T) {
 			t.Fatalf("Confirmed %d as of %v, want %d as of %v", seq, asOf, u.Seq, u.Reading.At)
 		}
 
-		// Keep-alives keep it vouched for; their deadline is 2 × 100 ms +
-		// timeout_ms 500 ms.
-		time.Sleep(650 * time.Millisecond)
+		// Keep-alives keep it vouched for; their deadline is (2 + 1) ×
+		// 100 ms + timeout_ms 500 ms.
+		time.Sleep(750 * time.Millisecond)
 		if seq, _ := it.Confirmed(); seq != u.Seq || ms.overdue() != nil {
-			t.Fatalf("650 ms after the last reply: Confirmed %d, overdue %v", seq, ms.overdue())
+			t.Fatalf("750 ms after the last reply: Confirmed %d, overdue %v", seq, ms.overdue())
 		}
 		if err := ms.handle(ctx, nil, pub, reply(2, it.handle)); err != nil {
 			t.Fatal(err)
@@ -95,7 +95,7 @@ func TestMonitorKeepAliveDeadline(t *testing.T) {
 		if ms.keepAlives.Load() != 1 {
 			t.Fatalf("%d keep-alives counted", ms.keepAlives.Load())
 		}
-		time.Sleep(699 * time.Millisecond)
+		time.Sleep(799 * time.Millisecond)
 		if seq, _ := it.Confirmed(); seq != u.Seq {
 			t.Fatal("not vouched for within the deadline")
 		}
@@ -104,7 +104,7 @@ func TestMonitorKeepAliveDeadline(t *testing.T) {
 			t.Fatalf("Confirmed %d past the keep-alive deadline, with run not told yet", seq)
 		}
 		err := ms.overdue()
-		if err == nil || !strings.Contains(err.Error(), "beyond its deadline 700ms") {
+		if err == nil || !strings.Contains(err.Error(), "beyond its deadline 800ms") {
 			t.Fatalf("overdue: %v", err)
 		}
 

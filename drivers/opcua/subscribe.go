@@ -234,7 +234,7 @@ func (ms *monitorSet) overdue() error {
 			continue
 		}
 		if d := s.deadline(ms.b.spec.Timeout); now.Sub(s.last) > d {
-			return fmt.Errorf("subscription %d sent nothing (no data, no keep-alive) for %v, beyond its deadline %v (publishing interval %v × max keep-alive count %d + timeout_ms)",
+			return fmt.Errorf("subscription %d sent nothing (no data, no keep-alive) for %v, beyond its deadline %v (publishing interval %v × (max keep-alive count %d + 1) + timeout_ms)",
 				s.id, now.Sub(s.last).Round(time.Millisecond), d, s.pi, s.ka)
 		}
 	}
@@ -287,6 +287,9 @@ func sessionLost(err error) bool {
 // when the server refuses, they are created afresh by reconcile. It also
 // reads the server's batch limit for CreateMonitoredItems.
 func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
+	if err := ms.quiet(ctx, c); err != nil {
+		return err
+	}
 	rctx, cancel := ms.b.call(ctx)
 	defer cancel()
 	rr, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{
@@ -346,6 +349,29 @@ func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
 		ms.log.Info("opcua: subscription taken over by the new session", "endpoint", ms.b.spec.Endpoint, "id", ids[i])
 		s.live, s.since, s.last, s.nextSeq = true, now, now, 0
 	}
+	return nil
+}
+
+// quiet ends gopcua's own Publish loop on the session before physd
+// subscribes. gopcua's Client.Connect starts that loop, and it sends a
+// Publish request at once: most servers answer it BadNoSubscription and
+// the loop pauses for good, but one that queues Publish requests before
+// any subscription exists (python-asyncua) hands it physd's messages, and
+// the loop, which does not know physd's subscription, asks again and
+// again: a third of the keep-alives and messages would go to it. gopcua
+// v0.8.0 ends the loop (with its connection monitor) on the first
+// ServiceFault of the session, so physd asks for something every server
+// refuses: TransferSubscriptions of no subscription (Bad_NothingToDo,
+// or BadServiceUnsupported where it is not implemented). The loop's
+// request still waiting at such a server takes one message (a gap,
+// republished) and is gone. The session is answered, so the bus trusts
+// it although gopcua no longer calls it Connected (Bus.usable).
+func (ms *monitorSet) quiet(ctx context.Context, c *opcua.Client) error {
+	_, err := call[*ua.TransferSubscriptionsResponse](ctx, ms, c, &ua.TransferSubscriptionsRequest{SubscriptionIDs: []uint32{}})
+	if err != nil && sessionLost(err) {
+		return err
+	}
+	ms.b.trust(c)
 	return nil
 }
 
