@@ -191,15 +191,41 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 // trusted session is dropped as any other: when a call gets no usable
 // reply.
 func (b *Bus) usable(ctx context.Context, c *opcua.Client) bool {
-	ctx, cancel := b.call(ctx)
-	defer cancel()
-	_, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}},
-		TimestampsToReturn: ua.TimestampsToReturnNeither})
-	if err != nil {
+	if !b.answers(ctx, c) {
 		return false
 	}
 	b.trust(c)
 	return true
+}
+
+// answers reports whether c answers a Read of the server's state within
+// timeout_ms.
+func (b *Bus) answers(ctx context.Context, c *opcua.Client) bool {
+	ctx, cancel := b.call(ctx)
+	defer cancel()
+	_, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}},
+		TimestampsToReturn: ua.TimestampsToReturnNeither})
+	return err == nil
+}
+
+// writeSession is the session a write goes through. A trusted session is
+// one nobody watches (gopcua gave it up): its channel may have died
+// unnoticed (a server restart), and a write sent into it would end in an
+// unknown outcome. So it is asked first, and replaced when it does not
+// answer: the write then goes to a new session, or is refused unsent.
+func (b *Bus) writeSession(ctx context.Context) (*opcua.Client, uint64, error) {
+	c, gen, err := b.session(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	b.mu.Lock()
+	trusted := b.trusted == c
+	b.mu.Unlock()
+	if !trusted || b.answers(ctx, c) {
+		return c, gen, nil
+	}
+	b.drop(gen, fmt.Errorf("the session to %s did not answer before a write", b.spec.Endpoint))
+	return b.session(ctx)
 }
 
 // trust makes c, when it is still the bus's session, one whose gopcua

@@ -474,3 +474,51 @@ func TestOPCUAServiceFaultKeepsSession(t *testing.T) {
 		t.Fatalf("counters %+v", st)
 	}
 }
+
+// TestOPCUAWriteAfterRestartTrustedSession: on a bus that subscribed,
+// gopcua no longer watches the session's channel (monitor.go, quiet), and
+// here no Publish is under way to notice its death either (the only item
+// was refused, so the capability is polled). After a server restart a
+// write is never sent into the dead channel: it is refused unsent while
+// the server is down, and applied through a new session once it is back —
+// never an unknown outcome.
+func TestOPCUAWriteAfterRestartTrustedSession(t *testing.T) {
+	t.Parallel() // its own server on a free port
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	b, p := monitorPlant(t, srv.Endpoint, "")
+	_, w := monitor(t, p["gain"], 100*time.Millisecond, &manifest.Deadband{Value: 5, Percent: true, Source: "5%"})
+	if u := w.next(t, 10*time.Second, "the refusal"); !errors.Is(u.Err, drivers.ErrNotMonitored) {
+		t.Fatalf("%+v, want the percent deadband refused", u)
+	}
+	for deadline := time.Now().Add(5 * time.Second); b.MonitorCounters().Subscriptions != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("counters %+v: the empty subscription was not deleted", b.MonitorCounters())
+		}
+	}
+	// ProcessQuality is a String node: no EURange is looked up before its
+	// writes, so nothing but the write itself goes to the server.
+	write(t, p["process_quality"], "Good")
+	c, _, err := b.session(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State() == opcua.Connected {
+		t.Fatal("gopcua still watches the session: the test does not test a trusted one")
+	}
+	srv.Restart()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := p["process_quality"].Write(ctx(t), "UncertainLastUsableValue")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, drivers.ErrOffline) {
+			t.Fatalf("a write after the restart: %v, want it refused unsent (ErrOffline) or applied", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write 20 s after the restart: %v", err)
+		}
+	}
+	if r := read(t, p["process_quality"]); r.Value != "UncertainLastUsableValue" {
+		t.Fatalf("read back %v", r.Value)
+	}
+}

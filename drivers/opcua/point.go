@@ -105,7 +105,7 @@ func (p *point) Write(ctx context.Context, v any) error {
 	if err != nil {
 		return err
 	}
-	c, gen, err := p.bus.session(ctx)
+	c, gen, err := p.bus.writeSession(ctx)
 	if err != nil {
 		return err
 	}

@@ -603,6 +603,7 @@ func (ms *monitorSet) refuse(items []*item, st ua.StatusCode) {
 				db = it.req.Deadband.Source
 			}
 			it.gaveUp = true
+			ms.resync = true // its subscription may be left empty
 			ds = append(ds, it.next(drivers.Update{Err: &notMonitoredError{bus: ms.b.spec.name, what: it.p.spec.what(), deadband: db, status: st}}, false))
 			continue
 		}
