@@ -297,16 +297,25 @@ func TestOPCUAMonitorKeepAliveLoss(t *testing.T) {
 	}
 }
 
+// watchProcess starts a server and a bus on it (extra: more bus keys)
+// and monitors the process node every 100 ms without a deadband, once its
+// first value (50) has come.
+func watchProcess(t *testing.T, extra string) (*opcuatest.Server, *Bus, map[string]drivers.Point, drivers.Monitor, *watcher) {
+	t.Helper()
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	b, p := monitorPlant(t, srv.Endpoint, extra)
+	m, w := monitor(t, p["process"], 100*time.Millisecond, nil)
+	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	return srv, b, p, m, w
+}
+
 // TestOPCUAMonitorServerRestart: the server restarts with another value:
 // the item is told at once, Confirmed vouches for nothing while it is
 // down, and the first value after the restart is the new one (created
 // afresh: the restarted server has none of the old subscriptions).
 func TestOPCUAMonitorServerRestart(t *testing.T) {
 	t.Parallel() // its own server on a free port
-	srv := opcuatest.Start(t, opcuatest.Options{})
-	_, p := monitorPlant(t, srv.Endpoint, ", keepalive_ms: 300")
-	m, w := monitor(t, p["process"], 100*time.Millisecond, nil)
-	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	srv, _, _, m, w := watchProcess(t, ", keepalive_ms: 300")
 	srv.Stop()
 	u := w.next(t, 3*time.Second, "the loss")
 	if !errors.Is(u.Err, drivers.ErrOffline) {
@@ -321,32 +330,36 @@ func TestOPCUAMonitorServerRestart(t *testing.T) {
 	wantValue(t, w.next(t, 20*time.Second, "the value after the restart"), 77.0)
 }
 
-// TestOPCUAMonitorRepublish: another Publish request on physd's session
-// takes one of the subscription's notification messages (as gopcua's own
-// Publish loop does on a server that queues Publish requests before any
-// subscription exists): physd sees the gap in the sequence numbers,
-// republishes the message, and delivers every value in order, with no
-// loss.
-func TestOPCUAMonitorRepublish(t *testing.T) {
-	t.Parallel() // its own server on a free port
-	srv := opcuatest.Start(t, opcuatest.Options{})
-	b, p := monitorPlant(t, srv.Endpoint, "")
-	_, w := monitor(t, p["process"], 100*time.Millisecond, nil)
-	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+// intrude monitors the process node on a fresh server, then sends a
+// Publish request of the test's own on physd's session while the value
+// moves four times beyond any band, and returns what that request took
+// (physd's requests are queued before it, so it takes one of the moves'
+// messages). With ack, it acknowledges that message at once: the server
+// forgets it.
+func intrude(t *testing.T, ack bool) (*Bus, map[string]drivers.Point, *watcher, *ua.PublishResponse) {
+	t.Helper()
+	_, b, p, _, w := watchProcess(t, "")
 	c, _, err := b.session(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	stolen := make(chan *ua.PublishResponse, 1)
 	go func() {
-		res, _ := send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: []*ua.SubscriptionAcknowledgement{}})
+		res, err := send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: []*ua.SubscriptionAcknowledgement{}})
+		if ack && err == nil && len(res.NotificationMessage.NotificationData) > 0 {
+			// This request waits for a reply nobody reads (the test's
+			// context ends it).
+			acks := []*ua.SubscriptionAcknowledgement{{SubscriptionID: res.SubscriptionID, SequenceNumber: res.NotificationMessage.SequenceNumber}}
+			go func() {
+				_, _ = send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: acks})
+			}()
+		}
 		stolen <- res
 	}()
 	time.Sleep(200 * time.Millisecond) // the intruder's request is queued behind physd's
-	values := []float64{60, 70, 80, 90}
-	for _, v := range values {
+	for _, v := range []float64{60, 70, 80, 90} {
 		write(t, p["process_set"], v)
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 	}
 	var res *ua.PublishResponse
 	select {
@@ -357,7 +370,19 @@ func TestOPCUAMonitorRepublish(t *testing.T) {
 	if res == nil || len(res.NotificationMessage.NotificationData) == 0 {
 		t.Fatalf("the intruder took %+v, want a notification message (the test's timing)", res)
 	}
-	for _, v := range values {
+	return b, p, w, res
+}
+
+// TestOPCUAMonitorRepublish: another Publish request on physd's session
+// takes one of the subscription's notification messages (as gopcua's own
+// Publish loop does on a server that queues Publish requests before any
+// subscription exists): physd sees the gap in the sequence numbers,
+// republishes the message, and delivers every value in order, with no
+// loss.
+func TestOPCUAMonitorRepublish(t *testing.T) {
+	t.Parallel() // its own server on a free port
+	b, _, w, _ := intrude(t, false)
+	for _, v := range []float64{60, 70, 80, 90} {
 		wantValue(t, w.next(t, 3*time.Second, fmt.Sprint(v)), v)
 	}
 	if st := b.MonitorCounters(); st.Losses != 0 || st.Subscriptions != 1 {
@@ -372,37 +397,7 @@ func TestOPCUAMonitorRepublish(t *testing.T) {
 // first value is the server's current one.
 func TestOPCUAMonitorLostMessage(t *testing.T) {
 	t.Parallel() // its own server on a free port
-	srv := opcuatest.Start(t, opcuatest.Options{})
-	b, p := monitorPlant(t, srv.Endpoint, "")
-	_, w := monitor(t, p["process"], 100*time.Millisecond, nil)
-	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
-	c, _, err := b.session(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stolen := make(chan *ua.PublishResponse, 1)
-	go func() {
-		res, err := send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: []*ua.SubscriptionAcknowledgement{}})
-		if err != nil || len(res.NotificationMessage.NotificationData) == 0 {
-			stolen <- res
-			return
-		}
-		// Acknowledge it: the server forgets the message. This request
-		// waits for a reply nobody reads (the test's context ends it).
-		ack := []*ua.SubscriptionAcknowledgement{{SubscriptionID: res.SubscriptionID, SequenceNumber: res.NotificationMessage.SequenceNumber}}
-		go func() {
-			_, _ = send[*ua.PublishResponse](ctx(t), c, &ua.PublishRequest{SubscriptionAcknowledgements: ack})
-		}()
-		stolen <- res
-	}()
-	time.Sleep(200 * time.Millisecond)
-	for _, v := range []float64{60, 70, 80, 90} {
-		write(t, p["process_set"], v)
-		time.Sleep(300 * time.Millisecond)
-	}
-	if res := <-stolen; res == nil || len(res.NotificationMessage.NotificationData) == 0 {
-		t.Fatalf("the intruder took %+v, want a notification message (the test's timing)", res)
-	}
+	b, p, w, _ := intrude(t, true)
 	lost := false
 	deadline := time.After(10 * time.Second)
 	for {
@@ -441,10 +436,7 @@ func TestOPCUAMonitorLostMessage(t *testing.T) {
 // it — instead of reconnecting.
 func TestOPCUAServiceFaultKeepsSession(t *testing.T) {
 	t.Parallel() // its own server on a free port
-	srv := opcuatest.Start(t, opcuatest.Options{})
-	b, p := monitorPlant(t, srv.Endpoint, "")
-	_, w := monitor(t, p["process"], 100*time.Millisecond, nil)
-	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	_, b, p, _, w := watchProcess(t, "")
 	c, gen, err := b.session(ctx(t))
 	if err != nil {
 		t.Fatal(err)
