@@ -29,7 +29,7 @@ network:
   protocols: [{type: ip, address: 127.0.0.1, mcp_port: 8080, role: native}]
   mesh: {enabled: false}
 buses:
-  plc: {type: opcua, endpoint: "ENDPOINT", timeout_ms: 1000, connect_timeout_ms: 5000, reconnect_backoff_ms: 200, keepalive_ms: 300}
+  plc: {type: opcua, endpoint: "ENDPOINT", timeout_ms: 2000, connect_timeout_ms: 5000, reconnect_backoff_ms: 200, keepalive_ms: 1000}
 capabilities:
   - name: process
     kind: read
@@ -144,14 +144,16 @@ func TestOPCUAMonitoredDeadband(t *testing.T) {
 	}
 	time.Sleep(2500 * time.Millisecond)
 	if n := ups.count(uri); n != base {
-		t.Fatalf("%d updates of %s after a move of 1.5 with deadband 2, want none", n-base, uri)
+		t.Fatalf("%d updates of %s after a move of 1.5 with deadband 2, want none; physd's log:\n%s", n-base, uri, d.stderr.String())
 	}
 	o := readOPCUA(t, cs, "process")
 	if v, _ := o["value"].(float64); o["quality"] != "good" || o["cached"] != true || math.Abs(v-51.5) > 2 {
 		t.Fatalf("read_process inside the band: %v, want a good value from the subscription within 2 of 51.5", o)
 	}
-	if age, _ := o["age_ms"].(float64); age > 1000 {
-		t.Fatalf("read_process inside the band is %v ms old: keep-alives (every 300 ms) vouch for it", age)
+	// Keep-alives every second (5 publishing intervals of 200 ms) vouch
+	// for it, as of one sampling interval before each.
+	if age, _ := o["age_ms"].(float64); age > 1500 {
+		t.Fatalf("read_process inside the band is %v ms old: the keep-alives vouch for it", age)
 	}
 
 	if a := doModbus(t, cs, "do_process_set", 55.0, "beyond"); a.Status != "success" {
