@@ -183,11 +183,13 @@ func (cs *capState) noteChange(o promcp.Observation) bool {
 
 // startPolls reads every capability with poll_ms in the background, through
 // the shared read (a poll and a concurrent read_ cost one device read),
-// until Close or until the next binding is in force.
+// until Close or until the next binding is in force. A capability whose
+// device pushes its changes is monitored instead (monitor.go).
 func (n *Node) startPolls(b *binding) {
+	monitored := n.startMonitors(b)
 	for _, cs := range b.caps {
 		every := cs.cap.PollInterval()
-		if every <= 0 || cs.point == nil {
+		if every <= 0 || cs.point == nil || monitored[cs] {
 			continue
 		}
 		n.polls.Add(1)

@@ -62,7 +62,9 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 	if err != nil {
 		return drivers.Reading{}, err
 	}
-	res, err := c.Read(ctx, &ua.ReadRequest{
+	rctx, cancel := p.bus.call(ctx)
+	defer cancel()
+	res, err := c.Read(rctx, &ua.ReadRequest{
 		NodesToRead:        []*ua.ReadValueID{{NodeID: id, AttributeID: ua.AttributeIDValue, IndexRange: p.indexRange()}},
 		TimestampsToReturn: ua.TimestampsToReturnNeither,
 	})
@@ -103,7 +105,7 @@ func (p *point) Write(ctx context.Context, v any) error {
 	if err != nil {
 		return err
 	}
-	c, gen, err := p.bus.session(ctx)
+	c, gen, err := p.bus.writeSession(ctx)
 	if err != nil {
 		return err
 	}
@@ -116,7 +118,9 @@ func (p *point) Write(ctx context.Context, v any) error {
 			return err
 		}
 	}
-	res, err := c.Write(ctx, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
+	wctx, cancel := p.bus.call(ctx)
+	defer cancel()
+	res, err := c.Write(wctx, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
 		NodeID:      id,
 		AttributeID: ua.AttributeIDValue,
 		IndexRange:  p.indexRange(),
@@ -140,6 +144,8 @@ func (p *point) Write(ctx context.Context, v any) error {
 // refuses f outside it. The property is looked up on each write: a server
 // may change it, and an old range must not let a value through.
 func (p *point) checkEURange(ctx context.Context, c *opcua.Client, gen uint64, id *ua.NodeID, f float64) error {
+	ctx, cancel := p.bus.call(ctx)
+	defer cancel()
 	var res *ua.TranslateBrowsePathsToNodeIDsResponse
 	err := c.Send(ctx, &ua.TranslateBrowsePathsToNodeIDsRequest{BrowsePaths: []*ua.BrowsePath{{
 		StartingNode: id,

@@ -216,6 +216,20 @@ func TestOPCUAServerSecure(t *testing.T) {
 			}
 		})
 	}
+	// The Aes policies (OPC UA 1.04): RSA-OAEP-SHA256 and RSA-PSS
+	// asymmetric, AES-128/256-CBC with HMAC-SHA256 symmetric.
+	for _, policy := range []string{PolicyAes128, PolicyAes256} {
+		t.Run(policy, func(t *testing.T) {
+			_, p := plant(t, srv.Endpoint, ", security_policy: "+policy+", security_mode: SignAndEncrypt"+
+				", server_certificate: "+srv.ServerCertificate()+", username: operator, password_env: PHYSD_TEST_OPCUA_PW")
+			if err := p["setpoint"].Write(ctx(t), 34.0); err != nil {
+				t.Fatal(err)
+			}
+			if r := read(t, p["setpoint"]); r.Value != 34.0 {
+				t.Fatalf("read back %v", r.Value)
+			}
+		})
+	}
 	t.Run("no security", func(t *testing.T) {
 		_, p := plant(t, srv.Endpoint, "")
 		_, err := p["temperature"].Read(ctx(t))

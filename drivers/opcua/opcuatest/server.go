@@ -33,6 +33,9 @@ type Options struct {
 	// OperationLimits publishes and enforces MaxNodesPerRead and
 	// MaxNodesPerBrowse (0: node-opcua's defaults).
 	OperationLimits int
+	// Process is ns=1;s=Process's value at start (nil: the script's 50),
+	// so a test can tell a value read after a restart from one before.
+	Process *float64
 }
 
 // Server is a running test server.
@@ -119,6 +122,9 @@ func (s *Server) start() {
 	if s.opts.OperationLimits > 0 {
 		args = append(args, "--operation-limits", fmt.Sprint(s.opts.OperationLimits))
 	}
+	if s.opts.Process != nil {
+		args = append(args, "--process", fmt.Sprint(*s.opts.Process))
+	}
 	cmd := exec.Command(s.node, args...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -190,9 +196,15 @@ func (s *Server) Stop() {
 
 // Restart stops the server and starts it again on the same port with the
 // same PKI: every value is back at its initial one, every session gone.
-func (s *Server) Restart() {
+func (s *Server) Restart() { s.RestartWith(nil) }
+
+// RestartWith is Restart with the options change makes (nil: none).
+func (s *Server) RestartWith(change func(*Options)) {
 	s.t.Helper()
 	s.Stop()
+	if change != nil {
+		change(&s.opts)
+	}
 	s.start()
 }
 

@@ -3,7 +3,7 @@
 // physd uses, so the tests meet a server physd's authors did not write.
 //
 //   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE] [--shift-namespace]
-//                  [--operation-limits N]
+//                  [--operation-limits N] [--process VALUE]
 //
 // Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
 //   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
@@ -17,11 +17,17 @@
 //   ns=1;s=Locked        Double, read-only (a write answers BadNotWritable)
 //   ns=1;s=Curve         Double[4], writable array [1, 2, 3, 4]
 //   ns=1;i=1001          Double, read-only numeric-id node, 7.25
+//   ns=1;s=Process       Double, writable, AnalogItem with EURange 0..200, starts at --process (default 50):
+//                        tests drive it to exercise monitored items and deadbands
+//   ns=1;s=ProcessQuality  String, writable, starts "Good": writing a status code's name
+//                        (UncertainLastUsableValue, BadSensorFailure, Good) gives Process that
+//                        status, its value kept
 //
 // Without --secure the server offers SecurityPolicy None only. With
-// --secure it offers Basic256Sha256 Sign and SignAndEncrypt only, its
-// certificate in DIR/own/certs, and it trusts client certificates it has
-// not seen (a test server: a plant server keeps a trust list).
+// --secure it offers Basic256Sha256, Aes128_Sha256_RsaOaep and
+// Aes256_Sha256_RsaPss, each Sign and SignAndEncrypt, its certificate in
+// DIR/own/certs, and it trusts client certificates it has not seen (a
+// test server: a plant server keeps a trust list).
 // --user-cert FILE (PEM) makes the server take that X.509 user identity
 // (and refuse other user certificates) instead of anonymous sessions.
 // It prints "ready <endpoint>" on stdout once it listens and exits on SIGTERM.
@@ -68,6 +74,7 @@ async function main() {
   const secure = process.argv.includes("--secure");
   const user = arg("--user", "");
   const userCert = arg("--user-cert", "");
+  const processStart = parseFloat(arg("--process", "50"));
 
   const serverCertificateManager = new OPCUACertificateManager({
     rootFolder: pki,
@@ -83,7 +90,9 @@ async function main() {
     privateKeyFile: path.join(pki, "own/private/private_key.pem"),
     buildInfo: { productName: "physd-opcua-test-server", buildNumber: "1" },
     serverInfo: { applicationUri: "urn:physd:opcua-test-server" },
-    securityPolicies: secure ? [SecurityPolicy.Basic256Sha256] : [SecurityPolicy.None],
+    securityPolicies: secure
+      ? [SecurityPolicy.Basic256Sha256, SecurityPolicy.Aes128_Sha256_RsaOaep, SecurityPolicy.Aes256_Sha256_RsaPss]
+      : [SecurityPolicy.None],
     securityModes: secure ? [MessageSecurityMode.Sign, MessageSecurityMode.SignAndEncrypt] : [MessageSecurityMode.None],
     allowAnonymous: user === "" && userCert === "",
   };
@@ -158,6 +167,28 @@ async function main() {
   readOnly("Locked", "s=Locked", 5);
   readOnly("Numeric", "i=1001", 7.25);
   addCommissioningNodes(addressSpace, ns);
+
+  const proc = ns.addAnalogDataItem({
+    componentOf: plant, browseName: "Process", nodeId: "s=Process", dataType: "Double",
+    engineeringUnitsRange: { low: 0, high: 200 },
+    accessLevel: "CurrentRead | CurrentWrite", userAccessLevel: "CurrentRead | CurrentWrite",
+  });
+  proc.setValueFromSource(new Variant({ dataType: DataType.Double, value: processStart }));
+  let processQuality = "Good";
+  ns.addVariable({
+    componentOf: plant, browseName: "ProcessQuality", nodeId: "s=ProcessQuality", dataType: "String",
+    accessLevel: "CurrentRead | CurrentWrite", userAccessLevel: "CurrentRead | CurrentWrite",
+    value: {
+      get: () => new Variant({ dataType: DataType.String, value: processQuality }),
+      set: (variant) => {
+        const status = StatusCodes[variant.value];
+        if (!status) return StatusCodes.BadOutOfRange;
+        processQuality = variant.value;
+        proc.setValueFromSource(proc.readValue().value, status);
+        return StatusCodes.Good;
+      },
+    },
+  });
 
   await server.start();
   const endpoint = server.getEndpointUrl();
