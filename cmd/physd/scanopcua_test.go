@@ -100,7 +100,7 @@ func TestScanOPCUASecure(t *testing.T) {
 	out := filepath.Join(dir, "plant.yml")
 
 	code, _, stderr := runCLI("scan", "opcua", srv.Endpoint, "--out", out)
-	if code != 1 || !strings.Contains(stderr, "physd scan opcua: --security-policy: "+srv.Endpoint+" offers no endpoint with --security-policy None and --security-mode None; it offers Basic256Sha256/Sign, Basic256Sha256/SignAndEncrypt; fix: use what the server offers, e.g. --security-policy Basic256Sha256 with --security-mode SignAndEncrypt") {
+	if code != 1 || !strings.Contains(stderr, "physd scan opcua: --security-policy: "+srv.Endpoint+" offers no endpoint with --security-policy None and --security-mode None; it offers Basic256Sha256/Sign, Aes128_Sha256_RsaOaep/Sign, Aes256_Sha256_RsaPss/Sign, Basic256Sha256/SignAndEncrypt, Aes128_Sha256_RsaOaep/SignAndEncrypt, Aes256_Sha256_RsaPss/SignAndEncrypt; fix: use what the server offers, e.g. --security-policy Basic256Sha256 with --security-mode SignAndEncrypt") {
 		t.Errorf("security None: exit %d\n%s", code, stderr)
 	}
 	code, _, stderr = runCLI("scan", "opcua", srv.Endpoint, "--security-policy", "Basic256Sha256", "--out", out)

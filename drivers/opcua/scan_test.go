@@ -373,7 +373,7 @@ func TestScanSecurity(t *testing.T) {
 	}
 
 	err = secure(func(o *ScanOptions) { o.Bus.SecurityPolicy, o.Bus.Username, o.Bus.PasswordEnv = "", "", "" })
-	if !hasCode(err, "security_not_offered") || !strings.Contains(err.Error(), "it offers Basic256Sha256/Sign, Basic256Sha256/SignAndEncrypt") {
+	if !hasCode(err, "security_not_offered") || !strings.Contains(err.Error(), "it offers Basic256Sha256/Sign, Aes128_Sha256_RsaOaep/Sign, Aes256_Sha256_RsaPss/Sign, Basic256Sha256/SignAndEncrypt, Aes128_Sha256_RsaOaep/SignAndEncrypt, Aes256_Sha256_RsaPss/SignAndEncrypt") {
 		t.Errorf("security None: %v", err)
 	}
 	err = secure(func(o *ScanOptions) {
@@ -407,7 +407,7 @@ func TestScanOperationLimits(t *testing.T) {
 	if len(rep.Notes) > 0 {
 		t.Errorf("notes: %q", rep.Notes)
 	}
-	if len(rep.Variables) != 26 || variable(t, rep, "Plant/Setpoint").EURange == nil || variable(t, rep, "Commissioning/Line1/Cycle").TypeName != "Duration" {
+	if len(rep.Variables) != 28 || variable(t, rep, "Plant/Setpoint").EURange == nil || variable(t, rep, "Commissioning/Line1/Cycle").TypeName != "Duration" {
 		t.Errorf("%d variables", len(rep.Variables))
 	}
 	if skel, _ := rep.Skeleton(SkeletonOptions{}); !strings.Contains(string(skel), "# The server's operation limits (MaxNodesPerBrowse 2, MaxNodesPerRead 2) bounded each request.") {
