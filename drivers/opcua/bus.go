@@ -41,6 +41,9 @@ type Bus struct {
 	// trusted is the session proven alive after gopcua marked it not
 	// Connected (usable): its state says nothing from then on.
 	trusted *opcua.Client
+	// idle is closed when the session ends: its keep-alive stops
+	// (keepSession).
+	idle chan struct{}
 }
 
 var _ drivers.Bus = (*Bus)(nil)
@@ -122,6 +125,7 @@ func (b *Bus) Close() error {
 	b.closed = true
 	c, ms := b.client, b.mon
 	b.client = nil
+	b.endIdleLocked()
 	b.mu.Unlock()
 	if ms != nil {
 		ms.close(c) // its subscriptions are deleted from the server
@@ -275,6 +279,8 @@ func (b *Bus) startDialLocked() chan struct{} {
 		default:
 			b.client, b.lastErr = c, nil
 			b.gen++
+			b.idle = make(chan struct{})
+			go b.keepSession(c, b.gen, b.idle)
 			b.log.Info("opcua: session open", "endpoint", b.spec.Endpoint, "policy", b.spec.Policy, "mode", b.spec.Mode)
 		}
 		b.mu.Unlock()
@@ -294,6 +300,7 @@ func (b *Bus) drop(gen uint64, why error) {
 	}
 	c := b.client
 	b.client, b.lastErr, b.lastTry = nil, why, time.Now()
+	b.endIdleLocked()
 	b.mu.Unlock()
 	b.log.Warn("opcua: session dropped", "endpoint", b.spec.Endpoint, "err", why)
 	go func() {
@@ -301,6 +308,54 @@ func (b *Bus) drop(gen uint64, why error) {
 		defer cancel()
 		_ = c.Close(ctx)
 	}()
+}
+
+// keepSession keeps the session of generation gen open while nothing
+// else is asked of it. A server ends a session that sends no request
+// within its revised session timeout (OPC UA Part 4 §5.6.2: physd asks
+// for a minute, a PLC may grant seconds), and the first read or write
+// after a quiet spell would then meet BadSessionIdInvalid: a read of the
+// server's state every third of the revised timeout keeps it. A session
+// that gives no usable reply to it is dropped, so Health says so before
+// anyone reads. It returns when idle is closed (the session ended).
+func (b *Bus) keepSession(c *opcua.Client, gen uint64, idle chan struct{}) {
+	every := sessionTimeout
+	if s := c.Session(); s != nil && s.RevisedTimeout() > 0 {
+		every = s.RevisedTimeout()
+	}
+	t := time.NewTicker(max(every/3, minSessionPing))
+	defer t.Stop()
+	for {
+		select {
+		case <-idle:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := b.call(context.Background())
+		_, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}},
+			TimestampsToReturn: ua.TimestampsToReturnNeither})
+		cancel()
+		if err != nil && sessionLost(err) {
+			b.drop(gen, fmt.Errorf("the session to %s did not answer its keep-alive read: %w", b.spec.Endpoint, err))
+			return
+		}
+	}
+}
+
+const (
+	// sessionTimeout is the session timeout physd asks for.
+	sessionTimeout = time.Minute
+	// minSessionPing bounds the keep-alive reads of a session whose
+	// server revised its timeout to almost nothing.
+	minSessionPing = 100 * time.Millisecond
+)
+
+// endIdleLocked stops the keep-alive of the bus's session (b.mu held).
+func (b *Bus) endIdleLocked() {
+	if b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
 }
 
 // connect opens a secure channel and a session. The endpoint list is read
@@ -337,7 +392,7 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 		opcua.RequestTimeout(s.Timeout + publishHoldMax),
 		opcua.ApplicationName("physd"),
 		opcua.SessionName("physd " + s.name),
-		opcua.SessionTimeout(time.Minute),
+		opcua.SessionTimeout(sessionTimeout),
 	}
 	if s.ApplicationURI != "" {
 		opts = append(opts, opcua.ApplicationURI(s.ApplicationURI))

@@ -19,6 +19,8 @@
 // or write opens a new one (no sooner than reconnect_backoff_ms after a
 // failed attempt, each attempt bounded by connect_timeout_ms), so nothing
 // read through a session from before a server restart is served after it.
+// An idle session is kept open by a read of the server's state every third
+// of the session timeout the server granted.
 //
 // A capability with poll_ms is a monitored item (drivers.Monitorer;
 // monitor.go, subscribe.go, publish.go): sampled every poll_ms, queue

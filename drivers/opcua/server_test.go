@@ -367,3 +367,29 @@ func TestOPCUAServerUserCertificate(t *testing.T) {
 		t.Fatalf("code %q", code)
 	}
 }
+
+// TestOPCUAServerShortSessionTimeout: a server that grants a session
+// timeout far shorter than the minute physd asks for (a PLC revising the
+// request down) ends a session that sends nothing for that long. physd
+// keeps its idle session open: a read and a write after quiet spells
+// longer than the timeout go through on the session it has.
+func TestOPCUAServerShortSessionTimeout(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{SessionTimeout: 1000})
+	b, p := plant(t, srv.Endpoint, "")
+	read(t, p["temperature"])
+	for i := range 2 {
+		time.Sleep(2500 * time.Millisecond) // idle: 2.5 session timeouts
+		if err := b.Health(); err != nil {
+			t.Fatalf("health after a quiet spell: %v", err)
+		}
+		if i == 0 {
+			if _, err := p["temperature"].Read(ctx(t)); err != nil {
+				t.Fatalf("read after a quiet spell longer than the session timeout: %v", err)
+			}
+			continue
+		}
+		if err := p["setpoint"].Write(ctx(t), 12.0); err != nil {
+			t.Fatalf("write after a quiet spell longer than the session timeout: %v", err)
+		}
+	}
+}

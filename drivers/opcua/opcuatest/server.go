@@ -36,6 +36,9 @@ type Options struct {
 	// Process is ns=1;s=Process's value at start (nil: the script's 50),
 	// so a test can tell a value read after a restart from one before.
 	Process *float64
+	// SessionTimeout caps the session timeout the server grants (ms; 0:
+	// node-opcua's), as a PLC that revises a client's request down does.
+	SessionTimeout int
 }
 
 // Server is a running test server.
@@ -121,6 +124,9 @@ func (s *Server) start() {
 	}
 	if s.opts.OperationLimits > 0 {
 		args = append(args, "--operation-limits", fmt.Sprint(s.opts.OperationLimits))
+	}
+	if s.opts.SessionTimeout > 0 {
+		args = append(args, "--session-timeout", fmt.Sprint(s.opts.SessionTimeout))
 	}
 	if s.opts.Process != nil {
 		args = append(args, "--process", fmt.Sprint(*s.opts.Process))

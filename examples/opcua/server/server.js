@@ -3,7 +3,7 @@
 // physd uses, so the tests meet a server physd's authors did not write.
 //
 //   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE] [--shift-namespace]
-//                  [--operation-limits N] [--process VALUE]
+//                  [--operation-limits N] [--process VALUE] [--session-timeout MS]
 //
 // Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
 //   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
@@ -55,6 +55,10 @@
 // --shift-namespace registers urn:physd:shifted before the test namespace, which is then ns=2:
 // a reordered namespace table. --operation-limits N publishes and enforces MaxNodesPerRead and
 // MaxNodesPerBrowse N (a larger request is answered BadTooManyOperations).
+//
+// Behaviours of other servers (hostile(), for physd's interop tests):
+// --session-timeout MS grants at most MS as a session's timeout (a PLC revises a client's request
+// down; node-opcua ends a session that sends nothing for that long).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -117,6 +121,7 @@ async function main() {
   }
   const server = new OPCUAServer(options);
   await server.initialize();
+  hostile(server);
 
   const addressSpace = server.engine.addressSpace;
   if (process.argv.includes("--shift-namespace")) addressSpace.registerNamespace("urn:physd:shifted");
@@ -206,6 +211,18 @@ main().catch((err) => {
   process.stderr.write("opcua test server: " + (err && err.stack ? err.stack : err) + "\n");
   process.exit(1);
 });
+
+// hostile applies the options that make the server behave as some plant
+// servers do (see the header): it rewrites requests before node-opcua
+// handles them.
+function hostile(server) {
+  const sessionTimeout = parseInt(arg("--session-timeout", "0"), 10);
+  server.on("request", (request) => {
+    if (sessionTimeout > 0 && request.schema.name === "CreateSessionRequest") {
+      request.requestedSessionTimeout = Math.min(request.requestedSessionTimeout || sessionTimeout, sessionTimeout);
+    }
+  });
+}
 
 // addCommissioningNodes adds the folder Commissioning (see the header).
 function addCommissioningNodes(addressSpace, ns) {
