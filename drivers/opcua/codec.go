@@ -246,6 +246,7 @@ func oneElement(v any) any {
 
 // Status codes: the top two bits are the severity (OPC UA Part 4 §7.39).
 func isBad(st ua.StatusCode) bool       { return uint32(st)&0xC0000000 == 0x80000000 }
+func isGood(st ua.StatusCode) bool      { return uint32(st)&0xC0000000 == 0 }
 func isUncertain(st ua.StatusCode) bool { return uint32(st)&0xC0000000 == 0x40000000 }
 
 // statusName is a status code's symbolic name (BadSensorFailure), or its
@@ -328,8 +329,10 @@ func (e *statusError) Fix() string {
 	return "read the node's status on the server before trying again"
 }
 
+// Unwrap marks a Bad write result as one that applied nothing; an
+// Uncertain one may have been applied (the node reads back).
 func (e *statusError) Unwrap() error {
-	if e.write {
+	if e.write && isBad(e.status) {
 		return drivers.ErrBadValue
 	}
 	return nil

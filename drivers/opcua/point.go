@@ -134,7 +134,12 @@ func (p *point) Write(ctx context.Context, v any) error {
 	if len(res.Results) != 1 {
 		return fmt.Errorf("opcua %s: write %s: %d results for one node", p.bus.spec.name, p.spec.what(), len(res.Results))
 	}
-	if st := res.Results[0]; st != ua.StatusOK {
+	// Only a Bad result means the server applied nothing. A Good one with
+	// a sub-code (GoodClamped: it applied a value of its own;
+	// GoodCompletesAsynchronously: it applies it later) is a write the
+	// server took, and an Uncertain one may have been applied: the node's
+	// read-back says what the node holds.
+	if st := res.Results[0]; st != ua.StatusOK && !isGood(st) {
 		return &statusError{what: p.spec.what(), status: st, write: true}
 	}
 	return nil

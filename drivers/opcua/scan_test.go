@@ -407,7 +407,7 @@ func TestScanOperationLimits(t *testing.T) {
 	if len(rep.Notes) > 0 {
 		t.Errorf("notes: %q", rep.Notes)
 	}
-	if len(rep.Variables) != 28 || variable(t, rep, "Plant/Setpoint").EURange == nil || variable(t, rep, "Commissioning/Line1/Cycle").TypeName != "Duration" {
+	if len(rep.Variables) != 29 || variable(t, rep, "Plant/Setpoint").EURange == nil || variable(t, rep, "Commissioning/Line1/Cycle").TypeName != "Duration" {
 		t.Errorf("%d variables", len(rep.Variables))
 	}
 	if skel, _ := rep.Skeleton(SkeletonOptions{}); !strings.Contains(string(skel), "# The server's operation limits (MaxNodesPerBrowse 2, MaxNodesPerRead 2) bounded each request.") {

@@ -393,3 +393,20 @@ func TestOPCUAServerShortSessionTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestOPCUAServerWriteGoodClamped: a write the server accepts with a Good
+// sub-code (GoodClamped: it kept a value of its own) was applied, so it
+// is no refusal (a Bad result's ErrBadValue would make the node answer
+// failed, "nothing changed"): Write returns nil and the node's read-back
+// finds the value the server kept.
+func TestOPCUAServerWriteGoodClamped(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	_, p := openAll(t, mustParse(t, "{type: opcua, endpoint: '"+srv.Endpoint+"', connect_timeout_ms: 10000}",
+		doCap("clamped", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Clamped'}")))
+	if err := p["clamped"].Write(ctx(t), 80.0); err != nil {
+		t.Fatalf("a write answered GoodClamped is an error (errors.Is ErrBadValue %v): %v", errors.Is(err, drivers.ErrBadValue), err)
+	}
+	if r := read(t, p["clamped"]); r.Value != 50.0 {
+		t.Fatalf("read back %v, the server keeps 50", r.Value)
+	}
+}

@@ -19,6 +19,8 @@
 //   ns=1;i=1001          Double, read-only numeric-id node, 7.25
 //   ns=1;s=Process       Double, writable, AnalogItem with EURange 0..200, starts at --process (default 50):
 //                        tests drive it to exercise monitored items and deadbands
+//   ns=1;s=Clamped       Double, writable, starts 10: a write above 50 is accepted with GoodClamped
+//                        and 50 is kept (a server that applies a value of its own)
 //   ns=1;s=ProcessQuality  String, writable, starts "Good": writing a status code's name
 //                        (UncertainLastUsableValue, BadSensorFailure, Good) gives Process that
 //                        status, its value kept
@@ -179,6 +181,18 @@ async function main() {
     accessLevel: "CurrentRead | CurrentWrite", userAccessLevel: "CurrentRead | CurrentWrite",
   });
   proc.setValueFromSource(new Variant({ dataType: DataType.Double, value: processStart }));
+  let clamped = 10;
+  ns.addVariable({
+    componentOf: plant, browseName: "Clamped", nodeId: "s=Clamped", dataType: "Double",
+    accessLevel: "CurrentRead | CurrentWrite", userAccessLevel: "CurrentRead | CurrentWrite",
+    value: {
+      get: () => new Variant({ dataType: DataType.Double, value: clamped }),
+      set: (variant) => {
+        clamped = Math.min(variant.value, 50);
+        return variant.value > 50 ? StatusCodes.GoodClamped : StatusCodes.Good;
+      },
+    },
+  });
   let processQuality = "Good";
   ns.addVariable({
     componentOf: plant, browseName: "ProcessQuality", nodeId: "s=ProcessQuality", dataType: "String",
