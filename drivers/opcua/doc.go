@@ -28,7 +28,9 @@
 // node's EURange), in one subscription per publishing interval on the
 // bus's session. Keep-alives come every keepalive_ms; a subscription
 // silent past keepalive_ms + a publishing interval + timeout_ms, a failed
-// Publish or a lost session tells every item at once and starts over:
+// Publish or a lost session tells every item at once and starts over (on
+// the same session when it still answers a read, so reads and writes go
+// on; else on a new one):
 // the previous session's subscriptions are taken over when the server
 // did not restart (TransferSubscriptions, initial values sent again),
 // else created afresh, so the first value after a loss is one the server

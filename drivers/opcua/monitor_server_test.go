@@ -514,3 +514,47 @@ func TestOPCUAWriteAfterRestartTrustedSession(t *testing.T) {
 		t.Fatalf("read back %v", r.Value)
 	}
 }
+
+// TestOPCUAMonitorPublishTroubleKeepsSession: a server that refuses
+// Publish requests (a ServiceFault that is no session's end) or answers
+// them past the keep-alive deadline still answers reads and writes on the
+// session. The subscriptions are lost (each item told, nothing vouched
+// for) and made again on the same session; reads and writes go on, and
+// are never answered "offline" for a session physd dropped itself.
+func TestOPCUAMonitorPublishTroubleKeepsSession(t *testing.T) {
+	t.Parallel() // its own servers on free ports
+	for name, o := range map[string]opcuatest.Options{
+		"refused": {PublishFault: "BadSubscriptionIdInvalid", PublishFaultAfter: 5},
+		"late":    {PublishDelay: 3000},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := opcuatest.Start(t, o)
+			b, p := monitorPlant(t, srv.Endpoint, ", keepalive_ms: 200, timeout_ms: 2000")
+			var mu sync.Mutex
+			var losses int
+			m, err := p["process"].(drivers.Monitorer).Monitor(drivers.MonitorRequest{Interval: 100 * time.Millisecond}, func(u drivers.Update) {
+				mu.Lock()
+				defer mu.Unlock()
+				if u.Err != nil {
+					losses++
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(m.Stop)
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				if _, err := p["gain"].Read(ctx(t)); err != nil {
+					t.Fatalf("a read while the subscriptions are in trouble: %v\nserver:\n%s", err, srv.Output())
+				}
+			}
+			write(t, p["process_set"], 60.0)
+			mu.Lock()
+			defer mu.Unlock()
+			if losses == 0 || b.MonitorCounters().Losses == 0 {
+				t.Fatalf("the item was never told its subscription was lost (%d errors, counters %+v)", losses, b.MonitorCounters())
+			}
+		})
+	}
+}

@@ -94,6 +94,9 @@ func (ms *monitorSet) handle(ctx context.Context, c *opcua.Client, pub *publishe
 		case errors.Is(r.err, ua.StatusBadTimeout), errors.Is(r.err, context.DeadlineExceeded):
 			return nil // a slow reply: the keep-alive deadline judges silence
 		}
+		if !sessionLost(r.err) {
+			return &subscriptionTrouble{err: fmt.Errorf("publish: %w", r.err)}
+		}
 		return fmt.Errorf("publish: %w", r.err)
 	}
 	res := r.res

@@ -79,6 +79,17 @@ func (ms *monitorSet) run() {
 		if ms.ctx.Err() != nil {
 			return
 		}
+		var trouble *subscriptionTrouble
+		if errors.As(err, &trouble) {
+			// The session answers: only its subscriptions failed. Reads
+			// and writes keep it; the subscriptions are made again on it
+			// (the old ones deleted), no sooner than reconnect_backoff_ms.
+			ms.log.Warn("opcua: subscriptions lost on a session that still answers; subscribing again on it", "endpoint", ms.b.spec.Endpoint, "err", err)
+			ms.lose(err)
+			ms.abandon()
+			ms.sleep(ms.b.spec.Reconnect)
+			continue
+		}
 		ms.log.Warn("opcua: subscriptions lost; resubscribing", "endpoint", ms.b.spec.Endpoint, "err", err)
 		ms.lose(err)
 		ms.b.drop(gen, err)
@@ -127,6 +138,30 @@ func (ms *monitorSet) lose(why error) {
 	}
 	ms.mu.Unlock()
 	deliverAll(ds)
+}
+
+// subscriptionTrouble is a serve that ended with the session still
+// answering: the server refused a Publish request with a status that is
+// no session's end (BadSubscriptionIdInvalid, BadInternalError…), or a
+// subscription was silent past its deadline while a Read still went
+// through. Dropping the session for it would fail every read and write
+// of the bus until it is open again.
+type subscriptionTrouble struct{ err error }
+
+func (e *subscriptionTrouble) Error() string { return e.err.Error() }
+func (e *subscriptionTrouble) Unwrap() error { return e.err }
+
+// abandon gives up every subscription (after lose): the next reconcile
+// deletes them from the server and creates the items afresh.
+func (ms *monitorSet) abandon() {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	var ids []uint32
+	for id := range ms.subs {
+		ids = append(ids, id)
+	}
+	ms.forgetLocked(ids...)
+	ms.orphans = append(ms.orphans, ids...)
 }
 
 // offline is err as an offline device's: the node serves nothing it
@@ -183,6 +218,13 @@ func (ms *monitorSet) serve(c *opcua.Client) error {
 				}
 			}
 			if err := ms.overdue(); err != nil {
+				// The items are told now; the probe that tells a
+				// silent server from a silent network may take
+				// timeout_ms.
+				ms.lose(err)
+				if ms.b.answers(ctx, c) {
+					return &subscriptionTrouble{err: err}
+				}
 				return err
 			}
 			dirty = dirty || ms.retryDue()

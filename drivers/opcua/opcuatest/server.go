@@ -39,6 +39,13 @@ type Options struct {
 	// SessionTimeout caps the session timeout the server grants (ms; 0:
 	// node-opcua's), as a PLC that revises a client's request down does.
 	SessionTimeout int
+	// PublishFault answers every Publish request after the first
+	// PublishFaultAfter with a ServiceFault of this status name
+	// (BadSubscriptionIdInvalid, BadTooManyPublishRequests).
+	PublishFault      string
+	PublishFaultAfter int
+	// PublishDelay sends every Publish response this late (ms).
+	PublishDelay int
 }
 
 // Server is a running test server.
@@ -127,6 +134,12 @@ func (s *Server) start() {
 	}
 	if s.opts.SessionTimeout > 0 {
 		args = append(args, "--session-timeout", fmt.Sprint(s.opts.SessionTimeout))
+	}
+	if s.opts.PublishFault != "" {
+		args = append(args, "--publish-fault", fmt.Sprintf("%s:%d", s.opts.PublishFault, s.opts.PublishFaultAfter))
+	}
+	if s.opts.PublishDelay > 0 {
+		args = append(args, "--publish-delay", fmt.Sprint(s.opts.PublishDelay))
 	}
 	if s.opts.Process != nil {
 		args = append(args, "--process", fmt.Sprint(*s.opts.Process))

@@ -61,6 +61,11 @@
 // Behaviours of other servers (hostile(), for physd's interop tests):
 // --session-timeout MS grants at most MS as a session's timeout (a PLC revises a client's request
 // down; node-opcua ends a session that sends nothing for that long).
+// --keepalive-count N and --publishing-interval MS: every subscription is granted these, whatever
+// the client asked. --publish-delay MS sends each Publish response MS late. --foreign-handles
+// gives every data change a client handle the client never made. --publish-fault NAME[:N]
+// answers every Publish request after the first N with a ServiceFault NAME
+// (BadTooManyPublishRequests, BadSubscriptionIdInvalid, ...).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -231,11 +236,45 @@ main().catch((err) => {
 // handles them.
 function hostile(server) {
   const sessionTimeout = parseInt(arg("--session-timeout", "0"), 10);
-  server.on("request", (request) => {
-    if (sessionTimeout > 0 && request.schema.name === "CreateSessionRequest") {
+  const keepAliveCount = parseInt(arg("--keepalive-count", "0"), 10);
+  const publishingInterval = parseInt(arg("--publishing-interval", "0"), 10);
+  const publishDelay = parseInt(arg("--publish-delay", "0"), 10);
+  const foreignHandles = process.argv.includes("--foreign-handles");
+  const [faultName, faultAfter] = arg("--publish-fault", "").split(":");
+  server.on("request", (request, channel) => {
+    const name = request.schema.name;
+    if (sessionTimeout > 0 && name === "CreateSessionRequest") {
       request.requestedSessionTimeout = Math.min(request.requestedSessionTimeout || sessionTimeout, sessionTimeout);
     }
+    if (name === "CreateSubscriptionRequest") {
+      if (keepAliveCount > 0) request.requestedMaxKeepAliveCount = keepAliveCount;
+      if (publishingInterval > 0) request.requestedPublishingInterval = publishingInterval;
+    }
+    if ((publishDelay > 0 || foreignHandles) && !channel.$hostile) {
+      channel.$hostile = true;
+      const send = channel.send_response.bind(channel);
+      channel.send_response = (type, response, message, callback) => {
+        if (response.schema.name !== "PublishResponse") return send(type, response, message, callback);
+        if (foreignHandles) {
+          for (const data of response.notificationMessage.notificationData || []) {
+            for (const item of data.monitoredItems || []) item.clientHandle += 1000;
+          }
+        }
+        setTimeout(() => send(type, response, message, callback), publishDelay);
+      };
+    }
   });
+  if (faultName) {
+    const status = StatusCodes[faultName];
+    if (!status) throw new Error("--publish-fault: no status code " + faultName);
+    const after = parseInt(faultAfter || "0", 10);
+    const publish = server._on_PublishRequest.bind(server);
+    let n = 0;
+    server._on_PublishRequest = (message, channel) => {
+      if (++n <= after) return publish(message, channel);
+      channel.send_response("MSG", OPCUAServer.makeServiceFault(status, ["physd test server: --publish-fault"]), message, () => {});
+    };
+  }
 }
 
 // addCommissioningNodes adds the folder Commissioning (see the header).
