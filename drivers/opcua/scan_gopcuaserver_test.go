@@ -1,16 +1,9 @@
 package opcua
 
 import (
-	"context"
-	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gopcua/opcua/id"
-	"github.com/gopcua/opcua/server"
-	"github.com/gopcua/opcua/ua"
 
 	"github.com/physd/physd/drivers"
 )
@@ -21,28 +14,14 @@ import (
 // BaseDataType for a DateTime. The skeleton still validates and every
 // capability in it reads.
 func TestScanGopcuaServer(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	s := server.New(server.EnableSecurity("None", ua.MessageSecurityModeNone), server.EnableAuthMode(ua.UserTokenTypeAnonymous),
-		server.EndPoint("127.0.0.1", port))
-	plant := server.NewMapNamespace(s, "urn:gopcua:plant")
-	plant.Data["Flow"] = 12.5
-	plant.Data["Count"] = 42 // DataType Int32, sent as Int64
-	plant.Data["Mode"] = "auto"
-	plant.Data["Running"] = true
-	plant.Data["Since"] = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // DataType BaseDataType
-	root, _ := s.Namespace(0)
-	root.Objects().AddRef(plant.Objects(), id.HasComponent, true)
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-
-	rep := scan(t, scanOpts(fmt.Sprintf("opc.tcp://127.0.0.1:%d", port)))
+	_, ep := gopcuaServer(t, map[string]any{
+		"Flow":    12.5,
+		"Count":   42, // DataType Int32, sent as Int64
+		"Mode":    "auto",
+		"Running": true,
+		"Since":   time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), // DataType BaseDataType
+	})
+	rep := scan(t, scanOpts(ep))
 	m, skel := skeletonManifest(t, rep, t.TempDir())
 	for _, part := range []string{
 		`binding: {type: opcua, bus: plc, node: "nsu=urn:gopcua:plant;s=Count", ua_type: Int64}`,
