@@ -28,7 +28,7 @@ func (p *point) decode(v *ua.Variant) (any, error) {
 		}
 		els := elements(val)
 		if len(els) != 1 {
-			return nil, fmt.Errorf("opcua %s: %s: the server returned %d elements for one index", p.bus.spec.name, s.what(), len(els))
+			return nil, &indexRangeError{what: s.what(), n: len(els)}
 		}
 		val = els[0]
 	}
@@ -362,6 +362,23 @@ func (e *typeError) Error() string {
 }
 func (e *typeError) Code() string { return "type_mismatch" }
 func (e *typeError) Fix() string  { return "set ua_type: " + e.got + " (and a data_type that fits it)" }
+
+// indexRangeError is a server that answered a Read of one element with
+// another number of them: it ignores IndexRange (gopcua's server,
+// python-asyncua), and would take a write of one element for the whole
+// array, so nothing is written through the binding.
+type indexRangeError struct {
+	what string
+	n    int
+}
+
+func (e *indexRangeError) Error() string {
+	return fmt.Sprintf("%s: the server returned %d elements for one index: it ignores IndexRange, so an element can be neither read nor written safely", e.what, e.n)
+}
+func (e *indexRangeError) Code() string { return "index_range_ignored" }
+func (e *indexRangeError) Fix() string {
+	return "bind a scalar node that holds the element (the server's integrator can add one), or update the server: it must honour IndexRange"
+}
 
 // arrayError is an array node bound without an index.
 type arrayError struct {

@@ -9,6 +9,8 @@ import (
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/server"
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/physd/physd/drivers"
 )
 
 // gopcuaServer runs gopcua's own server in process, a second server
@@ -59,5 +61,21 @@ func TestGopcuaServerWrite(t *testing.T) {
 	}
 	if err := b.Health(); err != nil {
 		t.Fatalf("health: %v", err)
+	}
+}
+
+// TestGopcuaServerIndexRangeIgnored: a server that ignores IndexRange
+// (gopcua's answers a Read of element 2 with the whole array, and would
+// take a write of it for the whole array) makes an indexed binding's read
+// an error that names it, with a code, so the node writes nothing through
+// it (it reads before every write).
+func TestGopcuaServerIndexRangeIgnored(t *testing.T) {
+	_, ep := gopcuaServer(t, map[string]any{"Curve": []float64{1, 2, 3, 4}})
+	_, p := openAll(t, mustParse(t, "{type: opcua, endpoint: '"+ep+"', connect_timeout_ms: 5000}",
+		doCap("curve2", "float", "{type: opcua, bus: plc, node: 'nsu=urn:gopcua:plant;s=Curve', index: 2}")))
+	_, err := p["curve2"].Read(ctx(t))
+	wantErr(t, err, "returned 4 elements for one index", "ignores IndexRange")
+	if code, _, _ := drivers.CodeOf(err); code != "index_range_ignored" {
+		t.Fatalf("code %q", code)
 	}
 }

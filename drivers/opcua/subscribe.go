@@ -539,6 +539,12 @@ func (ms *monitorSet) subscriptionFor(ctx context.Context, c *opcua.Client, inte
 	ms.subs[s.id] = s
 	ms.mu.Unlock()
 	ms.log.Info("opcua: subscription created", "endpoint", ms.b.spec.Endpoint, "id", s.id, "publishing_interval", s.pi, "keepalive", s.pi*time.Duration(s.ka))
+	if asked := interval * time.Duration(ka); s.pi*time.Duration(s.ka) > asked {
+		// The server may revise both (Part 4 §5.13.2); physd keeps to
+		// what it granted, so a silent network is noticed that much later.
+		ms.log.Warn("opcua: the server granted a longer keep-alive than keepalive_ms asks: a lost subscription is noticed only after its deadline",
+			"endpoint", ms.b.spec.Endpoint, "id", s.id, "asked", asked, "granted", s.pi*time.Duration(s.ka), "deadline", s.deadline(ms.b.spec.Timeout))
+	}
 	return s, nil
 }
 
