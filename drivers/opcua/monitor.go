@@ -61,6 +61,7 @@ type monitorSet struct {
 	startTime  time.Time // the server's StartTime at the last session: another one means it restarted
 	batch      int       // monitored items per CreateMonitoredItems call (the server's limit)
 	nextRetry  time.Time // when the first refused item is due to be asked for again
+	recheck    time.Time // when an audit's suspicion is due to be read again (audit.go)
 
 	notifications, keepAlives, losses atomic.Int64
 }
@@ -83,6 +84,11 @@ type item struct {
 	stopped  bool          // Stop: delete it from the server, deliver nothing more
 	gaveUp   bool          // the server refused it: ErrNotMonitored was delivered
 	failedAt time.Time     // when the server last refused to create it (BadNodeIdUnknown…): retried after retryFailed
+	// What the server last reported for it, and an audit's finding that
+	// the server holds something else, pending confirmation (audit.go).
+	reported   *ua.DataValue
+	suspect    time.Time // when an audit read first found it unreported; zero: nothing pending
+	suspectSeq uint64    // the item's seq then: a delivery since clears the suspicion
 }
 
 // retryFailed is how long an item the server refused to create waits

@@ -558,3 +558,31 @@ func TestOPCUAMonitorPublishTroubleKeepsSession(t *testing.T) {
 		})
 	}
 }
+
+// TestOPCUAMonitorUnreportedChange: a server whose subscription does not
+// report a change beyond the deadband (python-asyncua's filter compares
+// samples with each other, and drops status changes) must not have physd
+// vouch for the old value for as long as the subscription lives: the
+// audit read finds the server holding another value, and once the change
+// stays unreported past the time it must have been published, the item
+// is given up and the node polls it (ErrNotMonitored, saying why).
+func TestOPCUAMonitorUnreportedChange(t *testing.T) {
+	t.Parallel() // its own server on a free port
+	srv := opcuatest.Start(t, opcuatest.Options{DropChanges: true})
+	_, p := monitorPlant(t, srv.Endpoint, ", keepalive_ms: 200, timeout_ms: 1000")
+	m, w := monitor(t, p["process"], 100*time.Millisecond, &manifest.Deadband{Value: 5, Source: "5"})
+	wantValue(t, w.next(t, 10*time.Second, "the initial value"), 50.0)
+	write(t, p["process_set"], 53.0) // inside the deadband: nothing to report
+	w.none(t, 3*time.Second, "a change inside the deadband")
+	if seq, _ := m.Confirmed(); seq == 0 {
+		t.Fatal("a change inside the deadband ended the vouching")
+	}
+	write(t, p["process_set"], 80.0)
+	u := w.next(t, 6*time.Second, "the unreported change")
+	if !errors.Is(u.Err, drivers.ErrNotMonitored) || !strings.Contains(u.Err.Error(), "holds 80") {
+		t.Fatalf("update %+v, want the item given up, naming the value the server holds", u)
+	}
+	if seq, _ := m.Confirmed(); seq != 0 {
+		t.Fatalf("Confirmed %d after the item was given up", seq)
+	}
+}

@@ -182,6 +182,7 @@ func (ms *monitorSet) notify(s *subscription, msg *ua.NotificationMessage, at ti
 				ms.notifications.Add(1)
 				// The subscription reports the item's every change of
 				// value or status: it stands behind a Bad status too.
+				it.reported = mn.Value
 				ds = append(ds, it.next(it.update(mn.Value, at), true))
 			}
 		case *ua.StatusChangeNotification:

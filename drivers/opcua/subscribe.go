@@ -187,6 +187,8 @@ func (ms *monitorSet) serve(c *opcua.Client) error {
 	}
 	tick := time.NewTicker(watchdogTick)
 	defer tick.Stop()
+	audit := time.NewTicker(auditKeepAlives * ms.b.spec.KeepAlive)
+	defer audit.Stop()
 	dirty := true
 	for {
 		if dirty || ms.takeResync() {
@@ -203,6 +205,10 @@ func (ms *monitorSet) serve(c *opcua.Client) error {
 			dirty = true
 		case r := <-pub.results:
 			if err := ms.handle(ctx, c, pub, r); err != nil {
+				return err
+			}
+		case <-audit.C:
+			if err := ms.audit(ctx, c); err != nil {
 				return err
 			}
 		case <-tick.C:
@@ -228,6 +234,11 @@ func (ms *monitorSet) serve(c *opcua.Client) error {
 				return err
 			}
 			dirty = dirty || ms.retryDue()
+			if ms.recheckDue() {
+				if err := ms.audit(ctx, c); err != nil {
+					return err
+				}
+			}
 		}
 	}
 }

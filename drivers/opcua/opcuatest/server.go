@@ -46,6 +46,9 @@ type Options struct {
 	PublishFaultAfter int
 	// PublishDelay sends every Publish response this late (ms).
 	PublishDelay int
+	// DropChanges reports each monitored item's first value only: a
+	// server whose DataChangeFilter misses every later change.
+	DropChanges bool
 }
 
 // Server is a running test server.
@@ -137,6 +140,9 @@ func (s *Server) start() {
 	}
 	if s.opts.PublishFault != "" {
 		args = append(args, "--publish-fault", fmt.Sprintf("%s:%d", s.opts.PublishFault, s.opts.PublishFaultAfter))
+	}
+	if s.opts.DropChanges {
+		args = append(args, "--drop-changes")
 	}
 	if s.opts.PublishDelay > 0 {
 		args = append(args, "--publish-delay", fmt.Sprint(s.opts.PublishDelay))

@@ -63,7 +63,8 @@
 // down; node-opcua ends a session that sends nothing for that long).
 // --keepalive-count N and --publishing-interval MS: every subscription is granted these, whatever
 // the client asked. --publish-delay MS sends each Publish response MS late. --foreign-handles
-// gives every data change a client handle the client never made. --publish-fault NAME[:N]
+// gives every data change a client handle the client never made. --drop-changes reports each
+// monitored item's first value only (a server whose filter misses every change). --publish-fault NAME[:N]
 // answers every Publish request after the first N with a ServiceFault NAME
 // (BadTooManyPublishRequests, BadSubscriptionIdInvalid, ...).
 "use strict";
@@ -240,6 +241,7 @@ function hostile(server) {
   const publishingInterval = parseInt(arg("--publishing-interval", "0"), 10);
   const publishDelay = parseInt(arg("--publish-delay", "0"), 10);
   const foreignHandles = process.argv.includes("--foreign-handles");
+  const dropChanges = process.argv.includes("--drop-changes");
   const [faultName, faultAfter] = arg("--publish-fault", "").split(":");
   server.on("request", (request, channel) => {
     const name = request.schema.name;
@@ -250,14 +252,18 @@ function hostile(server) {
       if (keepAliveCount > 0) request.requestedMaxKeepAliveCount = keepAliveCount;
       if (publishingInterval > 0) request.requestedPublishingInterval = publishingInterval;
     }
-    if ((publishDelay > 0 || foreignHandles) && !channel.$hostile) {
+    if ((publishDelay > 0 || foreignHandles || dropChanges) && !channel.$hostile) {
       channel.$hostile = true;
       const send = channel.send_response.bind(channel);
+      const reported = new Set();
       channel.send_response = (type, response, message, callback) => {
         if (response.schema.name !== "PublishResponse") return send(type, response, message, callback);
-        if (foreignHandles) {
-          for (const data of response.notificationMessage.notificationData || []) {
-            for (const item of data.monitoredItems || []) item.clientHandle += 1000;
+        for (const data of response.notificationMessage.notificationData || []) {
+          if (!data.monitoredItems) continue;
+          if (foreignHandles) for (const item of data.monitoredItems) item.clientHandle += 1000;
+          if (dropChanges) {
+            data.monitoredItems = data.monitoredItems.filter((item) => !reported.has(item.clientHandle));
+            for (const item of data.monitoredItems) reported.add(item.clientHandle);
           }
         }
         setTimeout(() => send(type, response, message, callback), publishDelay);
