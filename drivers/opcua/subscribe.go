@@ -404,20 +404,19 @@ func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
 	return nil
 }
 
-// quiet ends gopcua's own Publish loop on the session before physd
-// subscribes. gopcua's Client.Connect starts that loop, and it sends a
-// Publish request at once: most servers answer it BadNoSubscription and
-// the loop pauses for good, but one that queues Publish requests before
-// any subscription exists (python-asyncua) hands it physd's messages, and
-// the loop, which does not know physd's subscription, asks again and
-// again: a third of the keep-alives and messages would go to it. gopcua
-// v0.8.0 ends the loop (with its connection monitor) on the first
-// ServiceFault of the session, so physd asks for something every server
-// refuses: TransferSubscriptions of no subscription (Bad_NothingToDo,
-// or BadServiceUnsupported where it is not implemented). The loop's
-// request still waiting at such a server takes one message (a gap,
-// republished) and is gone. The session is answered, so the bus trusts
-// it although gopcua no longer calls it Connected (Bus.usable).
+// quiet sends TransferSubscriptions of no subscription before physd
+// subscribes. It was meant to end gopcua's own Publish loop, but in gopcua
+// v0.8.0 that loop starts paused (NewClient pauses it; only Subscribe
+// resumes it), so it sends nothing on physd's sessions: seen against
+// python-asyncua, which logs every request. What the call still does:
+// servers that refuse it (node-opcua, open62541: Bad_NothingToDo;
+// BadServiceUnsupported where the service is missing) answer with a
+// ServiceFault, on which gopcua marks the client Closed and stops
+// watching it, as it would on any later ServiceFault (a refused Publish
+// or Republish); python-asyncua accepts it (Good, no results) and gopcua
+// keeps watching. Either way the session answered, so the bus trusts it
+// from now on (Bus.usable): its gopcua state says nothing, and a dead
+// channel is found by the next call or the session keep-alive.
 func (ms *monitorSet) quiet(ctx context.Context, c *opcua.Client) error {
 	_, err := call[*ua.TransferSubscriptionsResponse](ctx, ms, c, &ua.TransferSubscriptionsRequest{SubscriptionIDs: []uint32{}})
 	if err != nil && sessionLost(err) {
