@@ -1,6 +1,7 @@
 package opcua
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -408,5 +409,41 @@ func TestOPCUAServerWriteGoodClamped(t *testing.T) {
 	}
 	if r := read(t, p["clamped"]); r.Value != 50.0 {
 		t.Fatalf("read back %v, the server keeps 50", r.Value)
+	}
+}
+
+// TestOPCUAServerPinOnReconnect: the pinned certificate is checked at
+// every connect, not only the first: the server restarts with another
+// certificate (a replaced box, an impostor on its address), and no read
+// after that is served; each says the certificate is not the pinned one.
+func TestOPCUAServerPinOnReconnect(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{Secure: true, User: "operator:s3cret"})
+	t.Setenv("PHYSD_TEST_OPCUA_PW", "s3cret")
+	b, p := plant(t, srv.Endpoint, ", security_policy: Basic256Sha256, server_certificate: "+srv.ServerCertificate()+
+		", username: operator, password_env: PHYSD_TEST_OPCUA_PW")
+	read(t, p["temperature"])
+	pinned, err := os.ReadFile(srv.ServerCertificate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RestartWith(func(o *opcuatest.Options) { o.PKI = filepath.Join(t.TempDir(), "another-pki") })
+	if now, _ := os.ReadFile(srv.ServerCertificate()); bytes.Equal(now, pinned) {
+		t.Fatal("the restarted server kept its certificate")
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := p["temperature"].Read(ctx(t))
+		if err == nil {
+			t.Fatal("a read after the server came back with another certificate was served")
+		}
+		if code, _, _ := drivers.CodeOf(err); code == "server_certificate_mismatch" {
+			wantErr(t, err, "is not the pinned server_certificate")
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no certificate mismatch within 10 s: %v", err)
+		}
+	}
+	if err := b.Health(); err == nil {
+		t.Fatal("healthy with a server whose certificate is not the pinned one")
 	}
 }
