@@ -96,15 +96,7 @@ func (ms *monitorSet) audit(ctx context.Context, c *opcua.Client) error {
 }
 
 // recheckDue reports whether an audit's suspicion is due to be checked.
-func (ms *monitorSet) recheckDue() bool {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	if ms.recheck.IsZero() || time.Now().Before(ms.recheck) {
-		return false
-	}
-	ms.recheck = time.Time{} // set again by the suspicions still open
-	return true
-}
+func (ms *monitorSet) recheckDue() bool { return ms.takeDue(&ms.recheck) }
 
 // unreported reports whether dv, read from the server, is a change the
 // server should have reported after it.reported (mu held): another status,

@@ -245,13 +245,17 @@ func (ms *monitorSet) serve(c *opcua.Client) error {
 
 // retryDue reports whether an item the server refused is due to be
 // asked for again.
-func (ms *monitorSet) retryDue() bool {
+func (ms *monitorSet) retryDue() bool { return ms.takeDue(&ms.nextRetry) }
+
+// takeDue reports whether the moment *at (under mu) has come, and clears
+// it if so: whoever set it sets it again while there is cause.
+func (ms *monitorSet) takeDue(at *time.Time) bool {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
-	if ms.nextRetry.IsZero() || time.Now().Before(ms.nextRetry) {
+	if at.IsZero() || time.Now().Before(*at) {
 		return false
 	}
-	ms.nextRetry = time.Time{} // set again by the refusals to come
+	*at = time.Time{}
 	return true
 }
 
