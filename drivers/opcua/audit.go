@@ -20,7 +20,8 @@ import (
 // reported, and drops status-only changes under a deadband filter) would
 // have physd serve a stale value, or a Bad one, as good for as long as
 // the subscription lives. So every auditKeepAlives keep-alive periods the
-// items a live subscription vouches for are read in one Read. An item
+// items a live subscription vouches for are read in one Read (at most the
+// server's MaxNodesPerRead; others at a later audit). An item
 // whose server value differs from what the server last reported (another
 // status, or a value beyond the deadband), and still does, unreported,
 // once any change sampled before the first read must have been published,
@@ -36,7 +37,7 @@ func (ms *monitorSet) audit(ctx context.Context, c *opcua.Client) error {
 	var its []*item
 	var reads []*ua.ReadValueID
 	for _, it := range ms.items {
-		if it.stopped || it.gaveUp || !it.vouched || it.sub == nil || !it.sub.live || it.reported == nil || len(its) == ms.batch {
+		if it.stopped || it.gaveUp || !it.vouched || it.sub == nil || !it.sub.live || it.reported == nil || len(its) == ms.readBatch {
 			continue
 		}
 		nid, err := it.p.nodeID(c)

@@ -60,6 +60,7 @@ type monitorSet struct {
 	orphans    []uint32  // dropped subscriptions to delete from the server
 	startTime  time.Time // the server's StartTime at the last session: another one means it restarted
 	batch      int       // monitored items per CreateMonitoredItems call (the server's limit)
+	readBatch  int       // nodes per audit Read (the server's MaxNodesPerRead)
 	nextRetry  time.Time // when the first refused item is due to be asked for again
 	recheck    time.Time // when an audit's suspicion is due to be read again (audit.go)
 
@@ -140,7 +141,7 @@ func (b *Bus) monitors() (*monitorSet, error) {
 	if b.mon == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		b.mon = &monitorSet{b: b, log: b.log, ctx: ctx, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1),
-			items: map[uint32]*item{}, subs: map[uint32]*subscription{}, batch: defaultItemsPerCall}
+			items: map[uint32]*item{}, subs: map[uint32]*subscription{}, batch: defaultItemsPerCall, readBatch: defaultItemsPerCall}
 		go b.mon.run()
 	}
 	return b.mon, nil

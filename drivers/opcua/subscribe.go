@@ -351,24 +351,29 @@ func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
 	rr, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{
 		{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_StartTime), AttributeID: ua.AttributeIDValue},
 		{NodeID: ua.NewNumericNodeID(0, id.Server_ServerCapabilities_OperationLimits_MaxMonitoredItemsPerCall), AttributeID: ua.AttributeIDValue},
+		{NodeID: ua.NewNumericNodeID(0, id.Server_ServerCapabilities_OperationLimits_MaxNodesPerRead), AttributeID: ua.AttributeIDValue},
 	}, TimestampsToReturn: ua.TimestampsToReturnNeither})
 	if err != nil && sessionLost(err) {
 		return err
 	}
 	var start time.Time
-	batch := defaultItemsPerCall
-	if err == nil && len(rr.Results) == 2 {
+	batch, readBatch := defaultItemsPerCall, defaultItemsPerCall
+	if err == nil && len(rr.Results) == 3 {
 		if v := rr.Results[0].Value; rr.Results[0].Status == ua.StatusOK && v != nil {
 			start, _ = v.Value().(time.Time)
 		}
-		if v := rr.Results[1].Value; rr.Results[1].Status == ua.StatusOK && v != nil {
-			if n, ok := v.Value().(uint32); ok && n > 0 {
-				batch = int(n)
+		limit := func(dv *ua.DataValue, n *int) {
+			if dv.Status == ua.StatusOK && dv.Value != nil {
+				if v, ok := dv.Value.Value().(uint32); ok && v > 0 {
+					*n = int(v)
+				}
 			}
 		}
+		limit(rr.Results[1], &batch)
+		limit(rr.Results[2], &readBatch)
 	}
 	ms.mu.Lock()
-	ms.batch = batch
+	ms.batch, ms.readBatch = batch, readBatch
 	sameRun := !start.IsZero() && start.Equal(ms.startTime)
 	ms.startTime = start
 	var ids []uint32
