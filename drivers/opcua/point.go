@@ -127,6 +127,14 @@ func (p *point) Write(ctx context.Context, v any) error {
 		Value:       &ua.DataValue{EncodingMask: ua.DataValueValue, Value: variant},
 	}}})
 	if err != nil {
+		var st ua.StatusCode
+		if errors.As(err, &st) && refusedWhole(st) {
+			// A ServiceFault: the server executed nothing.
+			if sessionLost(err) {
+				p.bus.drop(gen, err)
+			}
+			return &statusError{what: p.spec.what(), status: st, write: true}
+		}
 		// The request may have reached the server: the node reads back.
 		p.bus.drop(gen, err)
 		return fmt.Errorf("opcua %s: write %s: no reply (%v); the write may have been applied", p.bus.spec.name, p.spec.what(), err)
@@ -266,6 +274,23 @@ func (p *point) serviceErr(gen uint64, op string, err error) error {
 		return &statusError{what: p.spec.what(), status: st, op: op}
 	}
 	return fmt.Errorf("opcua %s: %s %s: %w", p.bus.spec.name, op, p.spec.what(), err)
+}
+
+// refusedWhole reports whether st, the error of a service call, is a
+// ServiceFault the server answered (it executed nothing), rather than a
+// reply that never came or could not be read (gopcua's own timeout is
+// BadTimeout; an undecodable reply BadDecodingError), after which the
+// request may have been executed.
+func refusedWhole(st ua.StatusCode) bool {
+	if !isBad(st) {
+		return false
+	}
+	switch st {
+	case ua.StatusBadTimeout, ua.StatusBadRequestTimeout, ua.StatusBadDecodingError, ua.StatusBadResponseTooLarge,
+		ua.StatusBadCommunicationError, ua.StatusBadConnectionClosed, ua.StatusBadSecureChannelClosed, ua.StatusBadUnexpectedError:
+		return false
+	}
+	return true
 }
 
 // Quantize returns the value a Float node holds after v is written; an

@@ -447,3 +447,24 @@ func TestOPCUAServerPinOnReconnect(t *testing.T) {
 		t.Fatal("healthy with a server whose certificate is not the pinned one")
 	}
 }
+
+// TestOPCUAServerWriteServiceFault: a server that refuses a Write as a
+// whole (a ServiceFault, here BadUserAccessDenied for a user without
+// write rights) executed nothing: the write is a refusal with the status
+// name as code (the node answers failed), not a lost reply ("may have been
+// applied"), and the session stays.
+func TestOPCUAServerWriteServiceFault(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{WriteFault: "BadUserAccessDenied"})
+	b, p := plant(t, srv.Endpoint, "")
+	err := p["setpoint"].Write(ctx(t), 30.0)
+	wantErr(t, err, "BadUserAccessDenied")
+	if code, _, _ := drivers.CodeOf(err); code != "BadUserAccessDenied" || !errors.Is(err, drivers.ErrBadValue) {
+		t.Fatalf("code %q, ErrBadValue %v: %v", code, errors.Is(err, drivers.ErrBadValue), err)
+	}
+	if r := read(t, p["setpoint"]); r.Value != 20.0 {
+		t.Fatalf("the server holds %v", r.Value)
+	}
+	if err := b.Health(); err != nil {
+		t.Fatalf("health: %v", err)
+	}
+}

@@ -49,6 +49,9 @@ type Options struct {
 	// DropChanges reports each monitored item's first value only: a
 	// server whose DataChangeFilter misses every later change.
 	DropChanges bool
+	// WriteFault answers every Write request with a ServiceFault of this
+	// status name (BadUserAccessDenied): the server writes nothing.
+	WriteFault string
 }
 
 // Server is a running test server.
@@ -140,6 +143,9 @@ func (s *Server) start() {
 	}
 	if s.opts.PublishFault != "" {
 		args = append(args, "--publish-fault", fmt.Sprintf("%s:%d", s.opts.PublishFault, s.opts.PublishFaultAfter))
+	}
+	if s.opts.WriteFault != "" {
+		args = append(args, "--write-fault", s.opts.WriteFault)
 	}
 	if s.opts.DropChanges {
 		args = append(args, "--drop-changes")

@@ -67,6 +67,7 @@
 // monitored item's first value only (a server whose filter misses every change). --publish-fault NAME[:N]
 // answers every Publish request after the first N with a ServiceFault NAME
 // (BadTooManyPublishRequests, BadSubscriptionIdInvalid, ...).
+// --write-fault NAME answers every Write request with a ServiceFault NAME (nothing written).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -270,6 +271,14 @@ function hostile(server) {
       };
     }
   });
+  const writeFault = arg("--write-fault", "");
+  if (writeFault) {
+    const status = StatusCodes[writeFault];
+    if (!status) throw new Error("--write-fault: no status code " + writeFault);
+    server._on_WriteRequest = (message, channel) => {
+      channel.send_response("MSG", OPCUAServer.makeServiceFault(status, ["physd test server: --write-fault"]), message, () => {});
+    };
+  }
   if (faultName) {
     const status = StatusCodes[faultName];
     if (!status) throw new Error("--publish-fault: no status code " + faultName);
