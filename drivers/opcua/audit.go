@@ -2,6 +2,7 @@ package opcua
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -55,10 +56,12 @@ func (ms *monitorSet) audit(ctx context.Context, c *opcua.Client) error {
 	res, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: reads, TimestampsToReturn: ua.TimestampsToReturnNeither})
 	cancel()
 	if err != nil || len(res.Results) != len(its) {
-		if err != nil && sessionLost(err) {
+		if err != nil && sessionLost(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ua.StatusBadTimeout) {
 			return err
 		}
-		return nil // refused as a whole: no audit this time
+		// Refused as a whole, or slow: no audit this time (silence is
+		// the keep-alive deadline's to judge, as for Publish).
+		return nil
 	}
 	now := time.Now()
 	ms.mu.Lock()
