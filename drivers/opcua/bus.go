@@ -232,6 +232,18 @@ func (b *Bus) writeSession(ctx context.Context) (*opcua.Client, uint64, error) {
 	return b.session(ctx)
 }
 
+// answered settles the session after a call that failed with err: one
+// without a usable reply (or whose status ends the session) is dropped;
+// one the server refused with a ServiceFault is alive, and trusted,
+// since gopcua gives a client up on any ServiceFault.
+func (b *Bus) answered(c *opcua.Client, gen uint64, err error) {
+	if sessionLost(err) {
+		b.drop(gen, err)
+		return
+	}
+	b.trust(c)
+}
+
 // trust makes c, when it is still the bus's session, one whose gopcua
 // state says nothing (it answered after gopcua gave it up).
 func (b *Bus) trust(c *opcua.Client) {

@@ -69,7 +69,7 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 		TimestampsToReturn: ua.TimestampsToReturnNeither,
 	})
 	if err != nil {
-		return drivers.Reading{}, p.serviceErr(gen, "read", err)
+		return drivers.Reading{}, p.serviceErr(c, gen, "read", err)
 	}
 	if len(res.Results) != 1 {
 		return drivers.Reading{}, fmt.Errorf("opcua %s: read %s: %d results for one node", p.bus.spec.name, p.spec.what(), len(res.Results))
@@ -130,9 +130,7 @@ func (p *point) Write(ctx context.Context, v any) error {
 		var st ua.StatusCode
 		if errors.As(err, &st) && refusedWhole(st) {
 			// A ServiceFault: the server executed nothing.
-			if sessionLost(err) {
-				p.bus.drop(gen, err)
-			}
+			p.bus.answered(c, gen, err)
 			return &statusError{what: p.spec.what(), status: st, write: true}
 		}
 		// The request may have reached the server: the node reads back.
@@ -165,14 +163,14 @@ func (p *point) checkEURange(ctx context.Context, c *opcua.Client, gen uint64, i
 		if !errors.As(err, &st) {
 			return notSent(err)
 		}
-		return notSent(p.serviceErr(gen, "look up the EURange of", err))
+		return notSent(p.serviceErr(c, gen, "look up the EURange of", err))
 	}
 	if rid == nil {
 		return nil // no EURange: nothing to check
 	}
 	rr, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: rid, AttributeID: ua.AttributeIDValue}}})
 	if err != nil {
-		return notSent(p.serviceErr(gen, "read the EURange of", err))
+		return notSent(p.serviceErr(c, gen, "read the EURange of", err))
 	}
 	if len(rr.Results) != 1 || rr.Results[0].Status != ua.StatusOK || rr.Results[0].Value == nil {
 		st := ua.StatusBadUnexpectedError
@@ -265,10 +263,8 @@ func (p *point) browseEURange(ctx context.Context, c *opcua.Client, id *ua.NodeI
 // old session is gone, and nothing it fetched is served); a request the
 // server refused as a whole (BadServiceUnsupported, BadTooManyOperations)
 // leaves it.
-func (p *point) serviceErr(gen uint64, op string, err error) error {
-	if sessionLost(err) {
-		p.bus.drop(gen, err)
-	}
+func (p *point) serviceErr(c *opcua.Client, gen uint64, op string, err error) error {
+	p.bus.answered(c, gen, err)
 	var st ua.StatusCode
 	if errors.As(err, &st) {
 		return &statusError{what: p.spec.what(), status: st, op: op}
