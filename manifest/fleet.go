@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -20,8 +21,22 @@ const (
 // fleetKeys are the keys of network.fleet.
 var fleetKeys = []string{
 	"enabled", "urls", "site", "credentials_file", "nkey_seed_file", "user", "password_file",
-	"tls", "stream", "subject_prefix", "connect_timeout_ms", "publish_timeout_ms",
+	"tls", "stream", "subject_prefix", "connect_timeout_ms", "publish_timeout_ms", "serve",
 }
+
+// What a gateway may serve to the fleet endpoint over NATS (network.fleet.serve).
+const (
+	FleetServeRead  = "read"
+	FleetServeCanDo = "can_do"
+	FleetServeDo    = "do"
+)
+
+// FleetServes are the values of network.fleet.serve.
+var FleetServes = []string{FleetServeRead, FleetServeCanDo, FleetServeDo}
+
+// DefaultFleetServe is network.fleet.serve without the key: reads and
+// can_do, never an actuation unless the site operator adds do.
+var DefaultFleetServe = []string{FleetServeRead, FleetServeCanDo}
 
 var fleetTLSKeys = []string{"ca", "cert", "key"}
 
@@ -57,7 +72,15 @@ type Fleet struct {
 	SubjectPrefix    string `json:"subject_prefix"`
 	ConnectTimeoutMS int    `json:"connect_timeout_ms"`
 	PublishTimeoutMS int    `json:"publish_timeout_ms"`
+	// Serve is what the gateway answers the fleet endpoint over NATS:
+	// read, can_do, do (DefaultFleetServe without the key; [] serves
+	// nothing: the uplink only publishes).
+	Serve []string `json:"serve"`
 }
+
+// Serves reports whether the gateway serves what (FleetServe*) to the
+// fleet endpoint.
+func (f *Fleet) Serves(what string) bool { return f != nil && f.Enabled && slices.Contains(f.Serve, what) }
 
 // UsesTLS reports whether the uplink must use TLS (a tls:// URL or a tls
 // block).
@@ -140,6 +163,22 @@ func (p *parser) fleet(fo *obj) *Fleet {
 	}
 	if v, ok := fo.intIn("publish_timeout_ms", 100, math.MaxInt32); ok {
 		f.PublishTimeoutMS = v
+	}
+	f.Serve = slices.Clone(DefaultFleetServe)
+	seen := map[string]bool{}
+	if v, ok := fo.strList("serve", false, func(n *yaml.Node, field, s string) bool {
+		switch {
+		case !slices.Contains(FleetServes, s):
+			p.add(n, field, oneOf(s, FleetServes), "unknown %s", quoteShort(s))
+			return false
+		case seen[s]:
+			p.add(n, field, "name each once", "%s is listed twice", quoteShort(s))
+			return false
+		}
+		seen[s] = true
+		return true
+	}); ok {
+		f.Serve = v
 	}
 	return f
 }

@@ -106,6 +106,7 @@ func fleetSchema() *jsonschema.Schema {
 		"subject_prefix":     pattern(reSubjectPrefix.String(), "First token(s) of every subject. Default "+DefaultFleetSubjectPrefix+".", DefaultFleetSubjectPrefix),
 		"connect_timeout_ms": integer(fmt.Sprintf("Deadline of one connection attempt. Default %d.", DefaultFleetConnectTimeoutMS), 100, 300_000),
 		"publish_timeout_ms": integer(fmt.Sprintf("Deadline of one JetStream publish acknowledgement. Default %d.", DefaultFleetPublishTimeoutMS), 100, math.MaxInt32),
+		"serve":              uniqueList(enum(FleetServes, "read, can_do or do"), "What this gateway answers the fleet endpoint (physd fleet) over NATS. Default [read, can_do]: do only when listed; [] serves nothing."),
 	})
 }
 
