@@ -5,6 +5,7 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/fleet"
+	"github.com/physd/physd/meshnode"
 )
 
 // startFleet builds the site uplink from network.fleet (nothing without
@@ -41,6 +42,14 @@ func (d *Daemon) startFleetUplink(context.Context) error {
 	if u == nil {
 		return nil
 	}
+	if f := d.cfg.Manifest.Network.Fleet; len(f.Serve) > 0 {
+		// The fleet endpoint's calls, on the uplink's connection once it
+		// is up. A routed do_'s caller is authenticated by this gateway's
+		// boundary (refused as "still starting" until it is built).
+		d.fsrv = fleet.NewServer(fleet.ServeConfig{Prefix: f.SubjectPrefix, Site: f.Site, Serve: f.Serve,
+			Owner: meshnode.Owner{Node: d.n, Authn: d.creds.authenticateFleet}, Logger: d.log})
+		d.fsrv.Start(u)
+	}
 	u.Start(d.al)
 	u.Follow(d.n)
 	if d.alarms != nil {
@@ -62,21 +71,31 @@ func (d *Daemon) startFleetUplink(context.Context) error {
 }
 
 func (d *Daemon) stopFleet(context.Context) {
+	if d.fsrv != nil {
+		d.fsrv.Close() // before the connection closes: the catalog says stopped
+	}
 	if d.up != nil {
 		d.up.Close()
 	}
 }
 
-// fleetStatus is /status's fleet entry.
-func fleetStatus(u *fleet.Uplink) func() any {
+// fleetStatus is /status's fleet entry: the uplink, and what it serves
+// the fleet endpoint.
+func fleetStatus(u *fleet.Uplink, srv *fleet.Server) func() any {
 	if u == nil {
 		return nil
 	}
 	return func() any {
+		var serving *fleet.ServeStats
+		if srv != nil {
+			st := srv.Stats()
+			serving = &st
+		}
 		return struct {
 			Enabled bool   `json:"enabled"`
 			Subject string `json:"subject"`
 			fleet.Stats
-		}{true, u.AuditSubject(), u.Stats()}
+			Serving *fleet.ServeStats `json:"serving,omitempty"`
+		}{true, u.AuditSubject(), u.Stats(), serving}
 	}
 }

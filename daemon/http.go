@@ -52,6 +52,18 @@ func (c *credentials) authenticate(cred string) (node.Caller, error) {
 	return w.AuthenticateCredential(cred)
 }
 
+// authenticateFleet is authenticate for a call the fleet endpoint
+// forwarded over NATS (the policy's fleet_resource counts too).
+func (c *credentials) authenticateFleet(cred string) (node.Caller, error) {
+	c.mu.Lock()
+	w := c.web
+	c.mu.Unlock()
+	if w == nil {
+		return node.Caller{}, errors.New("the gateway is still starting")
+	}
+	return w.AuthenticateFleetCredential(cred)
+}
+
 // startHTTP builds the HTTP surface over the MCP server: the boundary
 // authenticates routed mesh calls from here on, with or without an HTTP
 // listener (startListeners serves it).
@@ -59,7 +71,7 @@ func (d *Daemon) startHTTP(context.Context) error {
 	f := d.cfg
 	d.web = web.New(d.srv, web.Options{AuthToken: d.token, Logger: d.log, SimControls: d.simControls,
 		TLS: d.sec.TLS, AllowedHosts: d.sec.AllowedHosts, RequireCredentials: d.sec.RequireCredentials,
-		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), Fleet: fleetStatus(d.up), MeshReady: meshReady(d.site),
+		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), Fleet: fleetStatus(d.up, d.fsrv), MeshReady: meshReady(d.site),
 		History: d.hist, Alarms: d.alarms})
 	d.creds.set(d.web)
 	return nil

@@ -193,7 +193,13 @@ type Uplink struct {
 	refused    string
 	streamSeq  uint64 // the stream sequence of the device's last record (loop only)
 	createOnce bool
+	onConnect  []func(*nats.Conn) // OnConnect's (set before Start)
 }
+
+// OnConnect registers f, called with the connection after every connect
+// and reconnect (the serving side, serve.go, starts on the first). Call it
+// before Start; f must not block.
+func (u *Uplink) OnConnect(f func(*nats.Conn)) { u.onConnect = append(u.onConnect, f) }
 
 // New checks the configuration; Start connects.
 func New(cfg Config) (*Uplink, error) {
@@ -256,8 +262,8 @@ func (u *Uplink) Start(al *audit.Log) {
 		// (the audit records are re-read from the files; an observation
 		// is stale by the time the link heals).
 		nats.ReconnectBufSize(-1),
-		nats.ConnectHandler(u.onConnect),
-		nats.ReconnectHandler(u.onConnect),
+		nats.ConnectHandler(u.onConnected),
+		nats.ReconnectHandler(u.onConnected),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			u.connected.Store(false)
 			u.synced.Store(false)
@@ -307,7 +313,7 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 				u.js = js
 				u.nc.Store(nc)
 				if nc.IsConnected() {
-					u.onConnect(nc)
+					u.onConnected(nc)
 				}
 				return true
 			}
@@ -323,11 +329,14 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 	}
 }
 
-func (u *Uplink) onConnect(nc *nats.Conn) {
+func (u *Uplink) onConnected(nc *nats.Conn) {
 	u.connected.Store(true)
 	u.synced.Store(false)
 	u.log.Info("fleet hub connected", "server", nc.ConnectedUrlRedacted())
 	u.wake()
+	for _, f := range u.onConnect {
+		f(nc)
+	}
 }
 
 func (u *Uplink) fail(what string, err error) {

@@ -80,7 +80,9 @@ type Fleet struct {
 
 // Serves reports whether the gateway serves what (FleetServe*) to the
 // fleet endpoint.
-func (f *Fleet) Serves(what string) bool { return f != nil && f.Enabled && slices.Contains(f.Serve, what) }
+func (f *Fleet) Serves(what string) bool {
+	return f != nil && f.Enabled && slices.Contains(f.Serve, what)
+}
 
 // UsesTLS reports whether the uplink must use TLS (a tls:// URL or a tls
 // block).

@@ -89,12 +89,12 @@ type Owner struct {
 	StrictDo bool
 }
 
-// caller is who a routed call runs as on this gateway: the caller its
+// Caller is who a routed call runs as on this gateway: the caller its
 // credential authenticates here (anonymous without one, or when it is not
 // accepted: the policy then refuses what needs a role), through the
 // gateway it came from. The role the sender wrote is never used. ok is
 // false when the credential did not authenticate (or there was none).
-func (o Owner) caller(from, credential string) (c node.Caller, ok bool) {
+func (o Owner) Caller(from, credential string) (c node.Caller, ok bool) {
 	c = node.Caller{ID: "anonymous", Role: "none"}
 	if credential != "" {
 		if o.Authn == nil {
@@ -125,7 +125,7 @@ func (o Owner) Serve(ctx context.Context, from, kind string, payload []byte) ([]
 		if err := json.Unmarshal(payload, &r); err != nil {
 			return nil, err
 		}
-		c, _ := o.caller(from, r.Credential)
+		c, _ := o.Caller(from, r.Credential)
 		rep, err := n.CanDoLocal(ctx, r.Request, c)
 		if err != nil {
 			return nil, err
@@ -146,7 +146,7 @@ func (o Owner) Serve(ctx context.Context, from, kind string, payload []byte) ([]
 		if err := json.Unmarshal(payload, &r); err != nil {
 			return nil, err
 		}
-		c, ok := o.caller(from, r.Credential)
+		c, ok := o.Caller(from, r.Credential)
 		req := node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: c, Grant: r.Grant, HoldS: r.HoldS}
 		if o.StrictDo && !ok {
 			why := "no credential was forwarded"

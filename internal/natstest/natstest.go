@@ -24,8 +24,10 @@ type Hub struct {
 const Admin = "admin"
 
 // SiteUser is a gateway's user: it may publish under prefix.site. only,
-// ask the stream for its info and messages (the uplink's cursor) and
-// receive replies; nothing else.
+// ask the stream for its info and messages (the uplink's cursor), receive
+// replies, take the fleet endpoint's requests to its own site's gateways
+// (prefix.site.*.req.>) and answer only those (allow_responses: one reply
+// per request received, within two minutes); nothing else.
 func SiteUser(name, password, prefix, site, stream string) *server.User {
 	return &server.User{Username: name, Password: password, Permissions: &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
@@ -36,7 +38,8 @@ func SiteUser(name, password, prefix, site, stream string) *server.User {
 			"$JS.API.DIRECT.GET." + stream,
 			"$JS.API.DIRECT.GET." + stream + ".>",
 		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", prefix + "." + site + ".*.req.>"}},
+		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute},
 	}}
 }
 
