@@ -53,6 +53,7 @@ func meshInView(doc any, v *manifest.View) (any, error) {
 		}
 		delete(cat, "hash")
 		owner, _ := mm["name"].(string)
+		site, _ := mm["site"].(string) // the fleet endpoint's gateways
 		area, _ := cat["area"].(string)
 		entries, _ := cat["capabilities"].([]any)
 		kept := []any{}
@@ -69,7 +70,7 @@ func meshInView(doc any, v *manifest.View) (any, error) {
 					}
 				}
 			}
-			if v.Match(manifest.ViewSubject{Device: owner, Area: area, Name: manifest.CapabilityName(tool), Kind: kind, Zone: zone, Tags: tags}) {
+			if v.Match(manifest.ViewSubject{Device: owner, Site: site, Area: area, Name: manifest.CapabilityName(tool), Kind: kind, Zone: zone, Tags: tags}) {
 				kept = append(kept, e)
 			}
 		}
