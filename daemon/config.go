@@ -40,6 +40,12 @@ type Config struct {
 
 	Version string // the build's, for the gate and the ready line
 	Logger  *slog.Logger
+
+	// Fleet, when set, makes this the fleet endpoint (physd fleet): the
+	// manifest (ManifestPath "") is the endpoint's own, without
+	// capabilities, and Fleet lists, routes and answers can_do for the
+	// sites' gateways over NATS.
+	Fleet FleetEndpoint
 }
 
 // TLS is how the HTTP listener is exposed.

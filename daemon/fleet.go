@@ -5,8 +5,38 @@ import (
 
 	"github.com/physd/physd/audit"
 	"github.com/physd/physd/fleet"
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/meshnode"
+	"github.com/physd/physd/node"
 )
+
+// FleetEndpoint is what makes a daemon the fleet endpoint (physd fleet,
+// package fleetd): the MCP server's Router and the node's Remote over
+// NATS, started before the MCP server and stopped after it.
+type FleetEndpoint interface {
+	mcpserver.Router
+	node.Remote
+	Start(ctx context.Context) error
+	Close()
+	// Status is /status's fleet entry and the physmcp://mesh resource;
+	// Ready is /readyz's fleet check.
+	Status() any
+	Ready() error
+}
+
+// startFleetEndpoint connects the fleet endpoint (nothing on a gateway).
+func (d *Daemon) startFleetEndpoint(ctx context.Context) error {
+	if d.cfg.Fleet == nil {
+		return nil
+	}
+	return d.cfg.Fleet.Start(ctx)
+}
+
+func (d *Daemon) stopFleetEndpoint(context.Context) {
+	if d.cfg.Fleet != nil {
+		d.cfg.Fleet.Close()
+	}
+}
 
 // startFleet builds the site uplink from network.fleet (nothing without
 // one) before the audit trail opens, so that the trail's sink can wake it;
@@ -80,8 +110,11 @@ func (d *Daemon) stopFleet(context.Context) {
 }
 
 // fleetStatus is /status's fleet entry: the uplink, and what it serves
-// the fleet endpoint.
-func fleetStatus(u *fleet.Uplink, srv *fleet.Server) func() any {
+// the fleet endpoint (or, at the fleet endpoint, its gateways).
+func fleetStatus(u *fleet.Uplink, srv *fleet.Server, ep FleetEndpoint) func() any {
+	if ep != nil {
+		return ep.Status
+	}
 	if u == nil {
 		return nil
 	}

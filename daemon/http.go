@@ -71,10 +71,19 @@ func (d *Daemon) startHTTP(context.Context) error {
 	f := d.cfg
 	d.web = web.New(d.srv, web.Options{AuthToken: d.token, Logger: d.log, SimControls: d.simControls,
 		TLS: d.sec.TLS, AllowedHosts: d.sec.AllowedHosts, RequireCredentials: d.sec.RequireCredentials,
-		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), Fleet: fleetStatus(d.up, d.fsrv), MeshReady: meshReady(d.site),
+		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), Fleet: fleetStatus(d.up, d.fsrv, d.cfg.Fleet), MeshReady: d.ready(),
 		History: d.hist, Alarms: d.alarms})
 	d.creds.set(d.web)
 	return nil
+}
+
+// ready is /readyz's check beyond the node's: the mesh's, or the fleet
+// endpoint's connection to NATS.
+func (d *Daemon) ready() func() error {
+	if d.cfg.Fleet != nil {
+		return d.cfg.Fleet.Ready
+	}
+	return meshReady(d.site)
 }
 
 // startListeners serves the HTTP surface on the HTTP listener and MCP on

@@ -70,6 +70,12 @@ func (r *reloader) run(ctx context.Context, watch time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			if r.d.cfg.ManifestPath == "" {
+				// The fleet endpoint: its manifest is built, not read;
+				// SIGHUP re-reads the policy.
+				r.reload(ctx, "SIGHUP", nil, nil)
+				continue
+			}
 			data, err := os.ReadFile(r.d.cfg.ManifestPath)
 			r.reload(ctx, "SIGHUP", data, err)
 		case <-tick:
@@ -153,7 +159,7 @@ func (r *reloader) prepare(sum [32]byte, data []byte) (*change, error) {
 	c.m = c.old
 	// A bus whose reopening ran out of time is reopened by the next
 	// reload, of the same file too (what the error advised).
-	if sum != r.sum || len(r.d.n.Reopening()) > 0 {
+	if f.ManifestPath != "" && (sum != r.sum || len(r.d.n.Reopening()) > 0) {
 		// The bytes read once: what is validated is what is applied.
 		m, err := ParseManifest(f.ManifestPath, data)
 		if err != nil {

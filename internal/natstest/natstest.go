@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/physd/physd/hub"
 )
 
 // Hub is one nats-server.
@@ -23,24 +25,11 @@ type Hub struct {
 // Admin is the user name (and password) of the hub's operator.
 const Admin = "admin"
 
-// SiteUser is a gateway's user: it may publish under prefix.site. only,
-// ask the stream for its info and messages (the uplink's cursor), receive
-// replies, take the fleet endpoint's requests to its own site's gateways
-// (prefix.site.*.req.>) and answer only those (allow_responses: one reply
-// per request received, within two minutes); nothing else.
+// SiteUser is a gateway's user with the permissions a hub gives a site
+// (hub.SitePermissions): its own subjects, the audit stream's cursor, its
+// own requests and the replies to them; nothing else.
 func SiteUser(name, password, prefix, site, stream string) *server.User {
-	return &server.User{Username: name, Password: password, Permissions: &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			prefix + "." + site + ".>",
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + stream,
-			"$JS.API.STREAM.MSG.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream + ".>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", prefix + "." + site + ".*.req.>"}},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute},
-	}}
+	return &server.User{Username: name, Password: password, Permissions: hub.SitePermissions(prefix, site, stream)}
 }
 
 // Start runs a hub with JetStream in dir on a free loopback port.
