@@ -51,7 +51,8 @@ type Server struct {
 	closed  bool
 
 	sem      chan struct{}
-	wake     chan struct{}
+	wake     chan struct{} // a heartbeat now
+	store    chan struct{} // the catalog to the stream now
 	stop     chan struct{}
 	done     sync.WaitGroup
 	once     sync.Once
@@ -114,7 +115,7 @@ func NewServer(cfg ServeConfig) *Server {
 	id := make([]byte, 8)
 	_, _ = rand.Read(id)
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "fleet-serve"), instance: fmt.Sprintf("%x", id),
-		serving: map[callKey]*held{}, sem: make(chan struct{}, cfg.MaxConcurrent), wake: make(chan struct{}, 1), stop: make(chan struct{}), now: time.Now}
+		serving: map[callKey]*held{}, sem: make(chan struct{}, cfg.MaxConcurrent), wake: make(chan struct{}, 1), store: make(chan struct{}, 1), stop: make(chan struct{}), now: time.Now}
 	s.base = Base(cfg.Prefix, cfg.Site, s.node().DeviceID())
 	s.cat = s.catalog(StateServing)
 	return s
@@ -158,8 +159,9 @@ func (s *Server) Start(u *Uplink) {
 		}
 		s.nudge()
 	})
-	s.done.Add(2)
+	s.done.Add(3)
 	go s.beat()
+	go s.catalogs()
 	go s.refresh()
 }
 
@@ -401,8 +403,9 @@ func (s *Server) sweep(keep time.Duration) {
 	}
 }
 
-// beat publishes the heartbeat and, until the stream has acknowledged
-// it, the catalog; it sweeps the served calls.
+// beat publishes the heartbeat every Heartbeat (and at once after a
+// connect or a reload), and sweeps the served calls. Nothing else runs on
+// it: a slow hub never delays a heartbeat.
 func (s *Server) beat() {
 	defer s.done.Done()
 	t := time.NewTicker(s.cfg.Heartbeat)
@@ -416,7 +419,7 @@ func (s *Server) beat() {
 			s.sweep(2 * time.Minute)
 		}
 		s.mu.Lock()
-		nc, cat, stored := s.nc, s.cat, s.stored
+		nc, cat := s.nc, s.cat
 		s.mu.Unlock()
 		if nc == nil || !nc.IsConnected() {
 			continue
@@ -425,19 +428,48 @@ func (s *Server) beat() {
 		if err := nc.Publish(s.base+"."+SuffixHeartbeat, hb); err != nil {
 			s.log.Debug("fleet: heartbeat not sent", "err", err.Error())
 		}
-		if stored != cat.Hash {
-			_ = s.storeCatalog(nc, cat, s.cfg.Heartbeat)
+		select {
+		case s.store <- struct{}{}:
+		default:
 		}
 	}
 }
 
-// storeCatalog puts cat in the catalog stream (the fleet endpoint creates
-// it; until then, and while the hub refuses, it is tried every beat).
-func (s *Server) storeCatalog(nc *nats.Conn, cat Catalog, within time.Duration) error {
+// catalogs puts the catalog in force in the stream until the stream has
+// acknowledged it (the fleet endpoint creates the stream; until then, and
+// while the hub refuses, it is tried again after every heartbeat).
+func (s *Server) catalogs() {
+	defer s.done.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // a store under way ends when the server stops
+		select {
+		case <-s.stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.store:
+		}
+		s.mu.Lock()
+		nc, cat, stored := s.nc, s.cat, s.stored
+		s.mu.Unlock()
+		if nc != nil && nc.IsConnected() && stored != cat.Hash {
+			_ = s.storeCatalog(ctx, nc, cat, s.cfg.Heartbeat)
+		}
+	}
+}
+
+// storeCatalog puts cat in the catalog stream within the time given.
+func (s *Server) storeCatalog(ctx context.Context, nc *nats.Conn, cat Catalog, within time.Duration) error {
 	js, err := jetstream.New(nc)
 	if err == nil {
 		b, _ := json.Marshal(cat)
-		ctx, cancel := context.WithTimeout(context.Background(), within)
+		ctx, cancel := context.WithTimeout(ctx, within)
 		_, err = js.Publish(ctx, s.base+"."+SuffixCatalog, b, jetstream.WithExpectStream(s.cfg.CatalogStream))
 		cancel()
 	}
@@ -550,7 +582,7 @@ func (s *Server) Close() {
 		if nc != nil && nc.IsConnected() {
 			hb, _ := json.Marshal(Heartbeat{Instance: s.instance, IntervalMS: s.cfg.Heartbeat.Milliseconds(), Catalog: cat.Hash, State: cat.State})
 			_ = nc.Publish(s.base+"."+SuffixHeartbeat, hb)
-			if err := s.storeCatalog(nc, cat, time.Second); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			if err := s.storeCatalog(context.Background(), nc, cat, time.Second); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				s.log.Debug("fleet: stopped state not stored", "err", err.Error())
 			}
 		}
