@@ -45,6 +45,8 @@ type Endpoint struct {
 
 	mu        sync.Mutex
 	streamErr string // why the streams could not be made sure of (empty: fine)
+	loaded    chan struct{} // closed once the catalogs were read from the stream
+	loadOnce  sync.Once
 
 	// Announce, when set, is told how the sites connect to the embedded
 	// hub once it runs (HowSitesConnect).
@@ -59,7 +61,8 @@ func New(cfg *Config, log *slog.Logger) *Endpoint {
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return &Endpoint{cfg: cfg, log: log.With("component", "fleet"), instance: fmt.Sprintf("%x", b), dir: newDirectory(cfg.Prefix, log.With("component", "fleet"))}
+	return &Endpoint{cfg: cfg, log: log.With("component", "fleet"), instance: fmt.Sprintf("%x", b), dir: newDirectory(cfg.Prefix, log.With("component", "fleet")),
+		loaded: make(chan struct{})}
 }
 
 // ID is the endpoint's name (its MCP server's device id).
@@ -130,7 +133,15 @@ func (e *Endpoint) Start(ctx context.Context) error {
 	e.cancel = cancel
 	e.done.Add(1)
 	go func() { defer e.done.Done(); e.dir.run(rctx) }()
-	return nil // nats.go calls onConnect once connected
+	// nats.go calls onConnect once connected. The MCP server starts with
+	// the gateways listed when the hub answers within the connect
+	// timeout; else it starts without, and lists them as they come.
+	select {
+	case <-e.loaded:
+	case <-time.After(e.cfg.ConnectTimeout):
+		e.log.Warn("fleet: NATS has not answered yet; serving, the gateways are listed once it does", "timeout", e.cfg.ConnectTimeout)
+	}
+	return nil
 }
 
 func (e *Endpoint) fail(err error) error {
@@ -164,7 +175,9 @@ func (e *Endpoint) onConnect(nc *nats.Conn) {
 		e.mu.Unlock()
 		if err != nil {
 			e.log.Error("fleet: the catalog stream could not be read; gateways are learnt from their heartbeats", "err", err.Error())
+			return
 		}
+		e.loadOnce.Do(func() { close(e.loaded) })
 	}()
 }
 
