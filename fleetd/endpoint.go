@@ -44,7 +44,7 @@ type Endpoint struct {
 	done     sync.WaitGroup
 
 	mu        sync.Mutex
-	streamErr string // why the streams could not be made sure of (empty: fine)
+	streamErr string        // why the streams could not be made sure of (empty: fine)
 	loaded    chan struct{} // closed once the catalogs were read from the stream
 	loadOnce  sync.Once
 
