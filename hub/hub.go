@@ -3,46 +3,12 @@
 // (github.com/nats-io/nats-server/v2) that `physd fleet` embeds, with
 // JetStream on local disk, for a fleet on one machine. A larger fleet runs
 // its own NATS cluster (three servers, JetStream replicas 3) with the same
-// permissions; physd then only connects to it.
+// permissions; physd then only connects to it. A build with -tags nohub
+// leaves the embedded server out (8.7 MB of a stripped arm64 binary):
+// Start then says so.
 package hub
 
-import (
-	"crypto/rand"
-	"crypto/tls"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"net"
-	"strconv"
-	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-)
-
-// SitePermissions are what the gateways of one site may do on the hub:
-// publish under prefix.site only (observations, alarm events, audit
-// records, catalogs, heartbeats), ask the audit stream for its info and
-// messages (the uplink's cursor), receive replies, take the fleet
-// endpoint's requests to their own site's gateways (prefix.site.*.req.>)
-// and answer only those (allow_responses: one reply per request received,
-// within two minutes). So a site's credentials can neither publish nor
-// answer as another site, nor read another site's requests (which carry
-// the callers' credentials).
-func SitePermissions(prefix, site, auditStream string) *server.Permissions {
-	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			prefix + "." + site + ".>",
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + auditStream,
-			"$JS.API.STREAM.MSG.GET." + auditStream,
-			"$JS.API.DIRECT.GET." + auditStream,
-			"$JS.API.DIRECT.GET." + auditStream + ".>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", prefix + "." + site + ".*.req.>"}},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute},
-	}
-}
+import "crypto/tls"
 
 // FleetInboxPrefix is the inbox prefix of the fleet endpoint's
 // connection: the sites' _INBOX.> subscribe permission does not reach the
@@ -73,77 +39,4 @@ type Config struct {
 	// MaxStore bounds JetStream's disk use in bytes (0: nats-server's
 	// default, a share of the disk).
 	MaxStore int64
-}
-
-// Hub is an embedded nats-server.
-type Hub struct {
-	s        *server.Server
-	password string
-	tls      bool
-}
-
-// FleetUser is the embedded hub's user of the fleet endpoint (in process;
-// its password is random per start).
-const FleetUser = "physd-fleet"
-
-// Start runs the embedded hub; it is ready for connections when Start
-// returns.
-func Start(cfg Config) (*Hub, error) {
-	host, ps, err := net.SplitHostPort(cfg.Listen)
-	port, perr := strconv.Atoi(ps)
-	if err != nil || perr != nil || port < 0 || port > 65535 {
-		return nil, fmt.Errorf("embedded hub: listen %q: use host:port, e.g. 127.0.0.1:4222", cfg.Listen)
-	}
-	if cfg.StoreDir == "" {
-		return nil, errors.New("embedded hub: a store directory is required (JetStream keeps the audit and catalog streams there)")
-	}
-	pw := make([]byte, 24)
-	_, _ = rand.Read(pw)
-	h := &Hub{password: hex.EncodeToString(pw), tls: cfg.TLS != nil}
-	users := []*server.User{{Username: FleetUser, Password: h.password}}
-	var nkeys []*server.NkeyUser
-	for _, s := range cfg.Sites {
-		perm := SitePermissions(cfg.Prefix, s.Name, cfg.AuditStream)
-		if s.NKey != "" {
-			nkeys = append(nkeys, &server.NkeyUser{Nkey: s.NKey, Permissions: perm})
-			continue
-		}
-		users = append(users, &server.User{Username: s.Name, Password: s.Password, Permissions: perm})
-	}
-	opts := &server.Options{ServerName: "physd-fleet-hub", Host: host, Port: port, JetStream: true, StoreDir: cfg.StoreDir,
-		JetStreamMaxStore: cfg.MaxStore, Users: users, Nkeys: nkeys, NoSigs: true, NoLog: true, MaxControlLine: 4096,
-		TLSConfig: cfg.TLS, TLS: cfg.TLS != nil, TLSVerify: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("embedded hub: %w", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded hub: not ready on %s within 10 s (is the port taken, or the store directory %s unwritable?)", cfg.Listen, cfg.StoreDir)
-	}
-	h.s = s
-	return h, nil
-}
-
-// Addr is the address the hub listens on (the port chosen for :0).
-func (h *Hub) Addr() string { return h.s.Addr().String() }
-
-// URL is how the sites' gateways reach the hub.
-func (h *Hub) URL() string {
-	if h.tls {
-		return "tls://" + h.Addr()
-	}
-	return "nats://" + h.Addr()
-}
-
-// ClientOptions connect the fleet endpoint in process (no socket).
-func (h *Hub) ClientOptions() []nats.Option {
-	return []nats.Option{nats.InProcessServer(h.s), nats.UserInfo(FleetUser, h.password)}
-}
-
-// Shutdown stops the hub and waits for it.
-func (h *Hub) Shutdown() {
-	h.s.Shutdown()
-	h.s.WaitForShutdown()
 }
