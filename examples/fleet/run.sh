@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A fleet on one machine: the fleet endpoint (physd fleet, with its NATS hub
-# embedded) and three simulated greenhouse sites (physd run ×3, one gateway
-# each, all named gw_greenhouse_001: the fleet tells them apart by site).
+# embedded) and three simulated greenhouse sites (sites.sh: physd run ×3,
+# one gateway each, all named gw_greenhouse_001: the fleet tells them apart
+# by site).
 # Then it shows what one agent sees across the sites: the tools, a value
 # with its age, a can_do across the sites, and a do_ forwarded to a site.
 #   examples/fleet/run.sh                        # builds physd first
@@ -22,15 +23,9 @@ cd "$root/examples/fleet"   # the manifests' password_file paths are relative to
 "$PHYSD" fleet --config fleet.yml --policy fleet.policy.yml --http 127.0.0.1:8090 --state "$state/fleet" 2>"$state/fleet.log" &
 pids+=($!)
 until grep -q '"msg":"ready"' "$state/fleet.log" 2>/dev/null; do sleep 0.1; done
-port=8091
-for site in north south east; do
-  "$PHYSD" run --manifest "$site.manifest.yml" --policy ../greenhouse/physmcp.policy.yml --http "127.0.0.1:$port" --state "$state/$site" 2>"$state/$site.log" &
-  pids+=($!)
-  port=$((port + 1))
-done
-for site in north south east; do
-  until grep -q '"msg":"ready"' "$state/$site.log" 2>/dev/null; do sleep 0.1; done
-done
+STATE=$state/sites PHYSD=$PHYSD "$root/examples/fleet/sites.sh" >"$state/sites.out" &
+pids+=($!)
+until grep -q 'Ctrl-C stops them' "$state/sites.out" 2>/dev/null; do sleep 0.1; done
 sleep 1  # the catalogs reach the fleet endpoint
 mcp() {  # mcp TOKEN METHOD NAME PARAMS
   curl -s "http://127.0.0.1:8090/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
