@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,10 +84,15 @@ type ServeConfig struct {
 
 type callKey struct{ from, id string }
 
+// maxServing bounds the do_ requests remembered at once (each is kept two
+// minutes to recognise its retries); beyond it a new one is answered busy.
+const maxServing = 10_000
+
 // held is one do_ the endpoint sent: acknowledged, then run once on its
 // go-ahead, or never.
 type held struct {
-	call     []byte
+	call     []byte    // until it runs
+	sum      [32]byte  // the request's sha256: a retry is the same request
 	received time.Time // this process's monotonic clock
 	running  bool
 	done     bool
@@ -301,10 +307,19 @@ func (s *Server) request(ctx context.Context, m *nats.Msg, from, id string) {
 	key := callKey{from, id}
 	s.mu.Lock()
 	h := s.serving[key]
+	if h == nil && len(s.serving) >= maxServing {
+		s.mu.Unlock()
+		s.reply(m, ReplyError, []byte("busy: too many do_ requests held or answered in the last two minutes; nothing was done"), "")
+		return
+	}
 	if h != nil {
-		done, answer, errText := h.done, h.answer, h.errText
+		done, answer, errText, same := h.done, h.answer, h.errText, h.sum == sha256.Sum256(m.Data)
 		s.mu.Unlock()
 		switch {
+		case !same:
+			// Not a retry of the request held under this requester and
+			// id: refused, and the held one is left as it is.
+			s.reply(m, ReplyError, []byte("conflict: another request is held under this requester and id; nothing was done"), "")
 		case !done:
 			s.reply(m, ReplyAck, nil, s.instance)
 		case errText != "":
@@ -314,7 +329,7 @@ func (s *Server) request(ctx context.Context, m *nats.Msg, from, id string) {
 		}
 		return
 	}
-	h = &held{call: m.Data, received: s.now()}
+	h = &held{call: m.Data, sum: sha256.Sum256(m.Data), received: s.now()}
 	s.serving[key] = h
 	s.mu.Unlock()
 

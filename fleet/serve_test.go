@@ -304,6 +304,14 @@ func TestServeTwoPhase(t *testing.T) {
 	if st := s.srv.Stats(); st.Held != 1 {
 		t.Errorf("held %d, want 1", st.Held)
 	}
+	// Another request under the same requester and id is not a retry.
+	m := nats.NewMsg("physd.north." + s.device() + ".req.do")
+	m.Header.Set(HeaderFrom, "raw")
+	m.Header.Set(HeaderCallID, "1")
+	m.Data = doCall(t, "do_vent_zone_c", 90, "k-other-value", operatorToken)
+	if r, err := s.admin.RequestMsg(m, 5*time.Second); err != nil || !strings.HasPrefix(string(r.Data), "conflict:") {
+		t.Errorf("another request under a held id: %v %s", err, r.Data)
+	}
 	r := s.rawGo(t, "1", inst)
 	if r.Header.Get(HeaderReply) != ReplyAnswer || result(t, r.Data).Status != promcp.StatusSuccess {
 		t.Fatalf("go: %v %s", r.Header, r.Data)
