@@ -412,3 +412,42 @@ func TestServeSitePermissions(t *testing.T) {
 		}
 	}
 }
+
+// TestServeConcurrentSameKey: sixteen callers send the same do_ (one key)
+// at once through the fleet's client: the gateway runs it once, and every
+// caller gets the same answer, byte for byte.
+func TestServeConcurrentSameKey(t *testing.T) {
+	s := startSite(t, []string{"do"})
+	const n = 16
+	answers := make(chan []byte, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			b, err := s.do(t, "do_vent_zone_c", 45, "k-same", operatorToken, 20*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			answers <- b
+		}()
+	}
+	var first []byte
+	for range n {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case b := <-answers:
+			if first == nil {
+				first = b
+			} else if string(b) != string(first) {
+				t.Errorf("answers differ:\n %s\n %s", b, first)
+			}
+		}
+	}
+	if r := result(t, first); r.Status != promcp.StatusSuccess {
+		t.Errorf("answer %s", first)
+	}
+	if w := s.writes("zone_c.vent"); w != 1 {
+		t.Errorf("vent written %d times, want 1", w)
+	}
+}
