@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,8 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,15 +58,7 @@ views:
 	state := filepath.Join(dir, "state")
 	d := &daemon{cmd: exec.Command(physdBin, "fleet", "--config", path, "--policy", filepath.Join(ex, "fleet.policy.yml"), "--http", "127.0.0.1:0",
 		"--state", state, "--embed", hubAddr), state: state, stderr: &syncBuffer{}, done: make(chan error, 1), token: operatorToken}
-	d.cmd.Stderr = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() { d.stop(t) })
-	d.addr = d.stderr.logValue(t, "listening", "addr")
-	d.stderr.logValue(t, "ready", "ready")
-	return d
+	return d.serve(t)
 }
 
 // fleetSiteManifest is examples/fleet/<site>.manifest.yml with the hub at url.
@@ -132,92 +121,6 @@ func waitFleetMembers(t *testing.T, d *daemon, want map[string]string) {
 	}
 }
 
-// goProxy forwards TCP to the hub. Armed, it watches the hub's bytes to
-// the site for a do_'s go-ahead and from then on drops everything the site
-// sends: the answer to that go-ahead is lost on the way (a WAN cut at the
-// worst moment) while the site runs the actuation.
-type goProxy struct {
-	l     net.Listener
-	armed atomic.Bool
-	drop  atomic.Bool
-	seen  chan struct{}
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startGoProxy(t *testing.T, target string) *goProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &goProxy{l: l, seen: make(chan struct{}, 1)}
-	t.Cleanup(func() { l.Close(); p.heal() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go p.pipe(c, up, false)
-			go p.pipe(up, c, true)
-		}
-	}()
-	return p
-}
-
-func (p *goProxy) pipe(from, to net.Conn, toSite bool) {
-	defer to.Close()
-	buf := make([]byte, 32<<10)
-	var tail []byte
-	for {
-		n, err := from.Read(buf)
-		if n > 0 {
-			if toSite && p.armed.Load() {
-				window := append(tail, buf[:n]...)
-				if bytes.Contains(window, []byte(".req.go ")) {
-					p.armed.Store(false)
-					p.drop.Store(true)
-					select {
-					case p.seen <- struct{}{}:
-					default:
-					}
-				}
-				tail = append(tail[:0], window[max(0, len(window)-16):]...)
-			}
-			if toSite || !p.drop.Load() {
-				if _, werr := to.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *goProxy) url() string { return "nats://" + p.l.Addr().String() }
-
-// heal forwards again and cuts the connections (the site reconnects).
-func (p *goProxy) heal() {
-	p.drop.Store(false)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 // auditLines are the state's audit records of event with key.
 func auditLines(t *testing.T, state, event, key string) []map[string]any {
 	t.Helper()
@@ -268,7 +171,7 @@ func TestFleetEndpoint(t *testing.T) {
 	t.Parallel() // its own hub on a free port, its own processes
 	hubAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	f := startFleet(t, hubAddr)
-	proxy := startGoProxy(t, hubAddr)
+	proxy := startSlowProxy(t, hubAddr)
 	sites := map[string]*daemon{}
 	for _, site := range []string{"north", "south", "east"} {
 		url := "nats://" + hubAddr

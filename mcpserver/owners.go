@@ -89,21 +89,19 @@ func (a ownerArgs) pick(owners []string, fleet bool, tool string) (string, error
 }
 
 func sitesOf(owners []string) []string {
-	var out []string
-	for _, o := range owners {
-		if s, _ := SplitOwner(o); !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return partOf(owners, func(o string) string { s, _ := SplitOwner(o); return s })
 }
 
 func devicesOf(owners []string) []string {
+	return partOf(owners, func(o string) string { _, d := SplitOwner(o); return d })
+}
+
+// partOf lists part(owner) of each owner once, sorted.
+func partOf(owners []string, part func(string) string) []string {
 	var out []string
 	for _, o := range owners {
-		if _, d := SplitOwner(o); !slices.Contains(out, d) {
-			out = append(out, d)
+		if p := part(o); !slices.Contains(out, p) {
+			out = append(out, p)
 		}
 	}
 	slices.Sort(out)
