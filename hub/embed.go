@@ -16,28 +16,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// SitePermissions are what the gateways of one site may do on the hub:
-// publish under prefix.site only (observations, alarm events, audit
-// records, catalogs, heartbeats), ask the audit stream for its info and
-// messages (the uplink's cursor), receive replies, take the fleet
-// endpoint's requests to their own site's gateways (prefix.site.*.req.>)
-// and answer only those (allow_responses: one reply per request received,
-// within two minutes). So a site's credentials can neither publish nor
-// answer as another site, nor read another site's requests (which carry
-// the callers' credentials).
-func SitePermissions(prefix, site, auditStream string) *server.Permissions {
-	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			prefix + "." + site + ".>",
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + auditStream,
-			"$JS.API.STREAM.MSG.GET." + auditStream,
-			"$JS.API.DIRECT.GET." + auditStream,
-			"$JS.API.DIRECT.GET." + auditStream + ".>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", prefix + "." + site + ".*.req.>"}},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute},
-	}
+// serverPermissions are p in nats-server's terms.
+func serverPermissions(p Permissions) *server.Permissions {
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
+		Response: &server.ResponsePermission{MaxMsgs: p.Replies, Expires: p.RepliesFor}}
 }
 
 // Hub is an embedded nats-server.
@@ -68,7 +50,7 @@ func Start(cfg Config) (*Hub, error) {
 	users := []*server.User{{Username: FleetUser, Password: h.password}}
 	var nkeys []*server.NkeyUser
 	for _, s := range cfg.Sites {
-		perm := SitePermissions(cfg.Prefix, s.Name, cfg.AuditStream)
+		perm := serverPermissions(SitePermissions(cfg.Prefix, s.Name, cfg.AuditStream))
 		if s.NKey != "" {
 			nkeys = append(nkeys, &server.NkeyUser{Nkey: s.NKey, Permissions: perm})
 			continue

@@ -8,7 +8,44 @@
 // Start then says so.
 package hub
 
-import "crypto/tls"
+import (
+	"crypto/tls"
+	"time"
+)
+
+// Permissions are a hub user's: the subjects it may publish to and
+// subscribe to, and how many replies (allow_responses) it may send to a
+// request it received, within how long.
+type Permissions struct {
+	Publish, Subscribe []string
+	Replies            int
+	RepliesFor         time.Duration
+}
+
+// SitePermissions are what the gateways of one site may do on the hub:
+// publish under prefix.site only (observations, alarm events, audit
+// records, catalogs, heartbeats), ask the audit stream for its info and
+// messages (the uplink's cursor), receive replies, take the fleet
+// endpoint's requests to their own site's gateways (prefix.site.*.req.>)
+// and answer only those (allow_responses: one reply per request received,
+// within two minutes). So a site's credentials can neither publish nor
+// answer as another site, nor read another site's requests (which carry
+// the callers' credentials).
+func SitePermissions(prefix, site, auditStream string) Permissions {
+	return Permissions{
+		Publish: []string{
+			prefix + "." + site + ".>",
+			"$JS.API.INFO",
+			"$JS.API.STREAM.INFO." + auditStream,
+			"$JS.API.STREAM.MSG.GET." + auditStream,
+			"$JS.API.DIRECT.GET." + auditStream,
+			"$JS.API.DIRECT.GET." + auditStream + ".>",
+		},
+		Subscribe:  []string{"_INBOX.>", prefix + "." + site + ".*.req.>"},
+		Replies:    1,
+		RepliesFor: 2 * time.Minute,
+	}
+}
 
 // FleetInboxPrefix is the inbox prefix of the fleet endpoint's
 // connection: the sites' _INBOX.> subscribe permission does not reach the

@@ -29,7 +29,7 @@ const Admin = "admin"
 // (hub.SitePermissions): its own subjects, the audit stream's cursor, its
 // own requests and the replies to them; nothing else.
 func SiteUser(name, password, prefix, site, stream string) *server.User {
-	return &server.User{Username: name, Password: password, Permissions: hub.SitePermissions(prefix, site, stream)}
+	return &server.User{Username: name, Password: password, Permissions: SitePermissions(prefix, site, stream)}
 }
 
 // Start runs a hub with JetStream in dir on a free loopback port.
@@ -67,9 +67,12 @@ func (h *Hub) URL() string {
 	return fmt.Sprintf("nats://127.0.0.1:%d", h.opts.Port)
 }
 
-// SitePermissions are SiteUser's permissions (for an NKey user).
+// SitePermissions are hub.SitePermissions in nats-server's terms (for a
+// user or an NKey user).
 func SitePermissions(prefix, site, stream string) *server.Permissions {
-	return SiteUser("", "", prefix, site, stream).Permissions
+	p := hub.SitePermissions(prefix, site, stream)
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
+		Response: &server.ResponsePermission{MaxMsgs: p.Replies, Expires: p.RepliesFor}}
 }
 
 // Start (re)starts a stopped hub on its port and store.
