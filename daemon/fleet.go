@@ -7,6 +7,7 @@ import (
 	"github.com/physd/physd/fleet"
 	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/meshnode"
+	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
 )
 
@@ -22,6 +23,8 @@ type FleetEndpoint interface {
 	// Ready is /readyz's fleet check.
 	Status() any
 	Ready() error
+	// RegisterMetrics exports the gateways' states.
+	RegisterMetrics(*metrics.Metrics)
 }
 
 // startFleetEndpoint connects the fleet endpoint (nothing on a gateway).
@@ -29,6 +32,7 @@ func (d *Daemon) startFleetEndpoint(ctx context.Context) error {
 	if d.cfg.Fleet == nil {
 		return nil
 	}
+	d.cfg.Fleet.RegisterMetrics(d.mx)
 	return d.cfg.Fleet.Start(ctx)
 }
 
@@ -97,6 +101,11 @@ func (d *Daemon) startFleetUplink(context.Context) error {
 	mx.Gauge("physd_fleet_core_published", "Observations and alarm events sent to the fleet hub.", nil, func() float64 { return float64(u.Stats().Core) })
 	mx.Gauge("physd_fleet_core_dropped", "Observations and alarm events not sent: the fleet hub was not connected.", nil, func() float64 { return float64(u.Stats().Dropped) })
 	mx.Gauge("physd_fleet_errors", "Failed fleet syncs and publishes (retried).", nil, func() float64 { return float64(u.Stats().Errors) })
+	if srv := d.fsrv; srv != nil {
+		mx.Gauge("physd_fleet_served", "Calls of the fleet endpoint this gateway answered.", nil, func() float64 { return float64(srv.Stats().Answered) })
+		mx.Gauge("physd_fleet_refused_unauthenticated", "do_ calls of the fleet endpoint refused: this gateway could not authenticate the caller.", nil,
+			func() float64 { return float64(srv.Stats().Refused) })
+	}
 	return nil
 }
 

@@ -182,6 +182,10 @@ func TestFleetEndpoint(t *testing.T) {
 	}
 	all := map[string]string{"north/gw_greenhouse_001": "up", "south/gw_greenhouse_001": "up", "east/gw_greenhouse_001": "up"}
 	waitFleetMembers(t, f, all)
+	if _, m := f.request(t, http.MethodGet, "/metrics", ""); !strings.Contains(string(m), `physd_fleet_gateway_up{device="gw_greenhouse_001",site="east",state="up"} 1`) ||
+		!strings.Contains(string(m), "physd_fleet_endpoint_connected 1") {
+		t.Errorf("the fleet's /metrics lack the gateways' states:\n%s", m)
+	}
 	cs := connectAsPath(t, f, "/mcp", operatorToken)
 
 	// The tools: one per family, with site (and zone) arguments; do_ only
@@ -333,6 +337,9 @@ func TestFleetEndpoint(t *testing.T) {
 	}
 	if w := north.sim(t).writes("zone_c.heater"); w != writes+1 {
 		t.Errorf("zone_c.heater written %d times since, want 1", w-writes)
+	}
+	if _, m := north.request(t, http.MethodGet, "/metrics", ""); !strings.Contains(string(m), "physd_fleet_refused_unauthenticated 1") {
+		t.Errorf("north's /metrics do not count the refused fleet-only token")
 	}
 
 	// The hub's per-site permissions: north's credentials can neither take

@@ -29,6 +29,7 @@ import (
 	"github.com/physd/physd/fleet"
 	"github.com/physd/physd/hub"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/metrics"
 )
 
 // Endpoint is the fleet endpoint's NATS side.
@@ -293,6 +294,32 @@ func (e *Endpoint) closeHub() {
 		e.hub.Shutdown()
 		e.hub = nil
 	}
+}
+
+// RegisterMetrics exports the gateways' link states and the endpoint's
+// connection.
+func (e *Endpoint) RegisterMetrics(mx *metrics.Metrics) {
+	mx.Gauge("physd_fleet_endpoint_connected", "physd fleet: 1 while the fleet endpoint is connected to NATS.", nil, func() float64 {
+		if e.Ready() == nil {
+			return 1
+		}
+		return 0
+	})
+	mx.GaugeSet("physd_fleet_gateway_up", "physd fleet: 1 while a gateway's heartbeats arrive, 0 while its link is down, it stopped or is not heard yet.",
+		[]string{"site", "device", "state"}, func(emit func(float64, ...string)) {
+			for _, g := range e.dir.gateways() {
+				up := 0.0
+				if g.link == LinkUp {
+					up = 1
+				}
+				emit(up, g.site, g.device, g.link)
+			}
+		})
+	mx.Gauge("physd_fleet_catalogs_rejected", "physd fleet: catalogs not taken (not intact, or naming another gateway than their subject).", nil, func() float64 {
+		e.dir.mu.Lock()
+		defer e.dir.mu.Unlock()
+		return float64(e.dir.rejected)
+	})
 }
 
 // Status is /status's fleet entry and the physmcp://mesh resource: the
