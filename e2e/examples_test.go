@@ -52,10 +52,12 @@ func TestModbusExampleRunScript(t *testing.T) {
 // TestFleetExampleRunScript: examples/fleet/run.sh, given PHYSD, brings up
 // the fleet endpoint with its hub embedded and the three sites of
 // sites.sh, and shows the fleet's tools, a value, a can_do across the
-// sites, a do_ run by north and a fleet-only token refused by north. Not
-// parallel: the example uses its documented fixed ports (127.0.0.1:4222,
-// :8090 to :8093).
+// sites, a do_ run by north and a fleet-only token refused by north. The
+// example uses its documented fixed ports (127.0.0.1:4222, :8090 to
+// :8093), which no other test uses and which are not ephemeral ports:
+// parallel (it skips when another process holds them).
 func TestFleetExampleRunScript(t *testing.T) {
+	t.Parallel()
 	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8090", "127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093"} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
