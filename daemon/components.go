@@ -133,11 +133,7 @@ func (d *Daemon) startGuard(context.Context) error {
 	}
 	if d.cfg.PolicyPath != "" {
 		pol, g := d.cfg.Policy, d.cfg.Gate
-		for _, w := range PolicyWarnings(pol, g) {
-			if d.cfg.Fleet == nil { // the fleet endpoint's policy decides no do_: the gateways' do
-				d.log.Warn("policy", "warning", w)
-			}
-		}
+		d.warnPolicy(pol, g)
 		var err error
 		if d.guard, d.approvals, err = newGuard(pol, g, d.st, m.Device.ID, d.peers.Quorum); err != nil {
 			return err

@@ -178,9 +178,7 @@ func (r *reloader) prepare(sum [32]byte, data []byte) (*change, error) {
 		if c.pol, c.g, err = LoadPolicy(f.PolicyPath, c.m, f.Version); err != nil {
 			return nil, err
 		}
-		for _, w := range PolicyWarnings(c.pol, c.g) {
-			r.d.log.Warn("policy", "warning", w)
-		}
+		r.d.warnPolicy(c.pol, c.g)
 	} else if c.pol, err = policy.ManifestOnly(c.m); err != nil {
 		return nil, fmt.Errorf("the manifest's limits: %w", err)
 	}
