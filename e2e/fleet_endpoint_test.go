@@ -381,4 +381,12 @@ func TestFleetEndpoint(t *testing.T) {
 	if m := fleetMembers(t, f); len(m) != 3 {
 		t.Errorf("fleet members after the forgeries: %v", m)
 	}
+
+	// SIGHUP re-reads the fleet's policy (its manifest is built, not read).
+	if err := f.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.stderr.logValue(t, "policy reloaded", "policy"); !strings.HasSuffix(p, "fleet.policy.yml") {
+		t.Errorf("policy reloaded: %s", p)
+	}
 }
