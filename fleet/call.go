@@ -115,13 +115,17 @@ func noResponders(m *nats.Msg) bool {
 	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
 }
 
-// exchange sends m until a reply arrives (every Retry while none has),
-// within until; the reply is returned as is.
-func (c *Client) exchange(ctx context.Context, m *nats.Msg, ch chan *nats.Msg, until time.Time) (*nats.Msg, error) {
+// exchange sends m until a reply arrives (again every retry while none
+// has; 0: once), within until; the reply is returned as is.
+func (c *Client) exchange(ctx context.Context, m *nats.Msg, ch chan *nats.Msg, until time.Time, retry time.Duration) (*nats.Msg, error) {
 	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	t := time.NewTicker(c.Retry)
-	defer t.Stop()
+	var again <-chan time.Time
+	if retry > 0 {
+		t := time.NewTicker(retry)
+		defer t.Stop()
+		again = t.C
+	}
 	for {
 		if err := c.nc.PublishMsg(m); err != nil {
 			return nil, fmt.Errorf("the fleet endpoint cannot send (%w)", err)
@@ -132,7 +136,7 @@ func (c *Client) exchange(ctx context.Context, m *nats.Msg, ch chan *nats.Msg, u
 				return nil, ErrNoResponders
 			}
 			return r, nil
-		case <-t.C:
+		case <-again:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -140,8 +144,10 @@ func (c *Client) exchange(ctx context.Context, m *nats.Msg, ch chan *nats.Msg, u
 }
 
 // Request asks a gateway for a read, a can_do or its catalog (kinds a
-// gateway may serve twice: it is sent again every Retry until answered)
-// within ctx's deadline.
+// gateway may serve twice) within ctx's deadline. A read or a catalog is
+// sent again every Retry until answered (NATS loses a message only across
+// a reconnect); a can_do is sent once: its budget is short, and a slow
+// gateway asked again would only be slower (it is reported blocked).
 func (c *Client) Request(ctx context.Context, site, device, kind string, payload []byte) ([]byte, error) {
 	reply, ch, done := c.wait()
 	defer done()
@@ -149,7 +155,11 @@ func (c *Client) Request(ctx context.Context, site, device, kind string, payload
 	if !ok {
 		dl = time.Now().Add(5 * time.Second)
 	}
-	r, err := c.exchange(ctx, c.msg(ctx, site, device, kind, "", reply, payload), ch, dl)
+	retry := c.Retry
+	if kind == KindCanDo {
+		retry = 0
+	}
+	r, err := c.exchange(ctx, c.msg(ctx, site, device, kind, "", reply, payload), ch, dl, retry)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("%w: %s/%s did not answer %s within the deadline", ErrNoAck, site, device, kind)
@@ -189,7 +199,7 @@ func (c *Client) Do(ctx context.Context, site, device string, payload []byte, ac
 	reply, ch, done := c.wait()
 	defer done()
 	start := time.Now()
-	r, err := c.exchange(ctx, c.msg(ctx, site, device, KindDo, id, reply, payload), ch, earliest(dl, start.Add(ackWithin)))
+	r, err := c.exchange(ctx, c.msg(ctx, site, device, KindDo, id, reply, payload), ch, earliest(dl, start.Add(ackWithin)), c.Retry)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("%w: %s/%s did not acknowledge the do_ within %v (link cut, process stopped or overloaded); nothing was done",
