@@ -43,23 +43,29 @@ func (c *credentials) set(w *web.Server) {
 }
 
 func (c *credentials) authenticate(cred string) (node.Caller, error) {
-	c.mu.Lock()
-	w := c.web
-	c.mu.Unlock()
-	if w == nil {
-		return node.Caller{}, errors.New("the gateway is still starting")
+	w, err := c.boundary()
+	if err != nil {
+		return node.Caller{}, err
 	}
 	return w.AuthenticateCredential(cred)
+}
+
+// boundary is the HTTP surface once it is built.
+func (c *credentials) boundary() (*web.Server, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.web == nil {
+		return nil, errors.New("the gateway is still starting")
+	}
+	return c.web, nil
 }
 
 // authenticateFleet is authenticate for a call the fleet endpoint
 // forwarded over NATS (the policy's fleet_resource counts too).
 func (c *credentials) authenticateFleet(cred string) (node.Caller, error) {
-	c.mu.Lock()
-	w := c.web
-	c.mu.Unlock()
-	if w == nil {
-		return node.Caller{}, errors.New("the gateway is still starting")
+	w, err := c.boundary()
+	if err != nil {
+		return node.Caller{}, err
 	}
 	return w.AuthenticateFleetCredential(cred)
 }
