@@ -16,13 +16,17 @@ import (
 func (d *Daemon) startMCP(context.Context) error {
 	f, m := d.cfg, d.cfg.Manifest
 	var router mcpserver.Router
-	if d.site != nil {
+	status := meshStatus(d.site, d.md)
+	switch {
+	case d.site != nil:
 		router = &meshnode.Router{Mesh: d.site}
+	case f.Fleet != nil:
+		router, status = f.Fleet, f.Fleet.Status
 	}
 	d.srv = mcpserver.New(d.n, mcpserver.Options{StdioRole: f.StdioRole, View: f.View,
-		Families: f.Families == "on" || f.Families == "auto" && m.Network.Mesh.Enabled, Logger: d.log,
-		Guard: d.guard, Audit: d.al, Metrics: d.mx, Mesh: meshStatus(d.site, d.md),
-		Router: router, History: d.hist, Alarms: d.alarms})
+		Families: f.Families == "on" || f.Families == "auto" && (m.Network.Mesh.Enabled || f.Fleet != nil), Logger: d.log,
+		Guard: d.guard, Audit: d.al, Metrics: d.mx, Mesh: status,
+		Router: router, Fleet: f.Fleet != nil, History: d.hist, Alarms: d.alarms})
 	return nil
 }
 

@@ -384,8 +384,8 @@ func TestFleetLeafSitePermissions(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	st, err := sjs.Stream(ctx, fleetStream)
-	if err != nil {
+	var st jetstream.Stream
+	if err := try(func(ctx context.Context) (err error) { st, err = sjs.Stream(ctx, fleetStream); return err }); err != nil {
 		t.Fatal(err)
 	}
 	end = time.Now().Add(20 * time.Second)

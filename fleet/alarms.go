@@ -102,10 +102,8 @@ func (u *Uplink) alarmLoop(e *alarms.Engine, nudge chan struct{}) {
 		err := func() error {
 			if now := u.conns.Load(); !synced || conn != now {
 				conn = now
-				msg, err := c.sync(u.cfg.AlarmStream, &jetstream.StreamConfig{
-					Name: u.cfg.AlarmStream, Subjects: AlarmSubjects(u.cfg.Prefix), Storage: jetstream.FileStorage,
-					MaxMsgsPerSubject: 1, AllowDirect: true,
-				})
+				create := AlarmStreamConfig(u.cfg.AlarmStream, u.cfg.Prefix, 1)
+				msg, err := c.sync(u.cfg.AlarmStream, &create)
 				if err != nil {
 					return err
 				}

@@ -46,6 +46,10 @@ type Options struct {
 	// Router, when set, lists and routes the tools of the site's other
 	// nodes (a source argument picks the owner).
 	Router Router
+	// Fleet makes this the fleet endpoint's server (physd fleet): the
+	// Router's owners are gateways of many sites, named by a site and a
+	// device id, and the tools take a site argument (owners.go).
+	Fleet bool
 	// History, when set, is served as the physmcp://history/ resource
 	// template (history.go).
 	History *history.History
@@ -121,7 +125,7 @@ func New(n *node.Node, opts Options) *Server {
 			// allow-list (the SDK's check knows only loopback) and Origin
 			// for every route.
 			DisableLocalhostProtection: true})
-	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
+	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil, fleet: opts.Fleet}
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
 		if opts.Alarms != nil {
