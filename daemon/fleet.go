@@ -26,6 +26,8 @@ type FleetEndpoint interface {
 	Ready() error
 	// RegisterMetrics exports the gateways' states.
 	RegisterMetrics(*metrics.Metrics)
+	// Sites are the sites' history and active alarms at the hub.
+	Sites() mcpserver.SiteRecords
 }
 
 // startFleetEndpoint connects the fleet endpoint (nothing on a gateway).

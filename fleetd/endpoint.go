@@ -29,6 +29,7 @@ import (
 	"github.com/physd/physd/fleet"
 	"github.com/physd/physd/hub"
 	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/mcpserver"
 	"github.com/physd/physd/metrics"
 )
 
@@ -41,7 +42,9 @@ type Endpoint struct {
 	nc       *nats.Conn
 	client   *fleet.Client
 	dir      *directory
+	records  *records // the sites' history and alarms (mcpserver.SiteRecords)
 	cancel   context.CancelFunc
+	runCtx   context.Context // ends at Close
 	done     sync.WaitGroup
 
 	mu        sync.Mutex
@@ -63,9 +66,15 @@ func New(cfg *Config, log *slog.Logger) *Endpoint {
 	cfg.fillStreams()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return &Endpoint{cfg: cfg, log: log.With("component", "fleet"), instance: fmt.Sprintf("%x", b), dir: newDirectory(cfg.Prefix, log.With("component", "fleet")),
+	e := &Endpoint{cfg: cfg, log: log.With("component", "fleet"), instance: fmt.Sprintf("%x", b), dir: newDirectory(cfg.Prefix, log.With("component", "fleet")),
 		loaded: make(chan struct{})}
+	e.records = newRecords(cfg, e.dir, e.log)
+	return e
 }
+
+// Sites are the sites' history and active alarms at the hub (the MCP
+// server's physmcp://history/… and physmcp://alarms).
+func (e *Endpoint) Sites() mcpserver.SiteRecords { return e.records }
 
 // ID is the endpoint's name (its MCP server's device id).
 func (e *Endpoint) ID() string { return e.cfg.ID }
@@ -85,6 +94,9 @@ func (e *Endpoint) Manifest() *manifest.Manifest {
 // in process, then follows the gateways. A cluster that cannot be reached
 // does not stop the endpoint: it keeps trying (readiness says so).
 func (e *Endpoint) Start(ctx context.Context) error {
+	// What runs until Close (set before the connection's callbacks can
+	// run).
+	e.runCtx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	opts := []nats.Option{nats.Name("physd fleet " + e.cfg.ID), nats.CustomInboxPrefix(hub.FleetInboxPrefix),
 		nats.Timeout(e.cfg.ConnectTimeout), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second),
 		nats.ReconnectBufSize(-1),
@@ -131,10 +143,8 @@ func (e *Endpoint) Start(ctx context.Context) error {
 	if err := e.dir.subscribe(nc); err != nil {
 		return e.fail(err)
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancel = cancel
 	e.done.Add(1)
-	go func() { defer e.done.Done(); e.dir.run(rctx) }()
+	go func() { defer e.done.Done(); e.dir.run(e.runCtx) }()
 	// nats.go calls onConnect once connected. The MCP server starts with
 	// the gateways listed when the hub answers within the connect
 	// timeout; else it starts without, and lists them as they come.
@@ -147,6 +157,7 @@ func (e *Endpoint) Start(ctx context.Context) error {
 }
 
 func (e *Endpoint) fail(err error) error {
+	e.cancel()
 	e.nc.Close()
 	e.closeHub()
 	return fmt.Errorf("fleet: %w", err)
@@ -164,10 +175,14 @@ func (e *Endpoint) onConnect(nc *nats.Conn) {
 		defer cancel()
 		js, err := e.jetStream(nc)
 		if err == nil {
+			e.records.use(js)
 			err = e.ensureStreams(ctx, js)
 		}
 		if err == nil {
 			err = e.dir.load(ctx, js, e.cfg.CatalogStream)
+		}
+		if err == nil {
+			e.records.follow(e.runCtx)
 		}
 		e.mu.Lock()
 		e.streamErr = ""

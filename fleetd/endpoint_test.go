@@ -141,13 +141,19 @@ func link(e *Endpoint, key string) string {
 // memory, as the stdio caller of view.
 func mcpOn(t *testing.T, e *Endpoint, view string) *mcp.ClientSession {
 	t.Helper()
+	return mcpClient(t, e, view, nil)
+}
+
+// mcpClient is mcpOn with the client's options.
+func mcpClient(t *testing.T, e *Endpoint, view string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
 	r := testrig.OpenManifest(t, e.Manifest(), "", func(c *node.Config) { c.Remote = e })
-	srv := mcpserver.New(r.Node, mcpserver.Options{StdioRole: "operator", Families: true, Router: e, Fleet: true, View: view, Mesh: e.Status})
+	srv := mcpserver.New(r.Node, mcpserver.Options{StdioRole: "operator", Families: true, Router: e, Fleet: true, View: view, Mesh: e.Status, Sites: e.Sites()})
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := srv.MCP().Connect(context.Background(), st, nil); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(), ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, opts).Connect(context.Background(), ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

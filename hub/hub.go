@@ -71,12 +71,13 @@ type FleetStreams struct {
 // FleetPermissions are what the fleet endpoint's user may do on the hub:
 // send the gateways' requests (prefix.*.*.req.>) and receive the replies
 // on its own inbox (FleetInboxPrefix); follow the catalogs, heartbeats
-// and observations, and the alarm states (to tell its subscribers); and, on each of its streams, in domain's JetStream
+// and observations; and, on each of its streams, in domain's JetStream
 // API: create the stream when it is missing, read its info and its last
 // messages (direct gets), and read it through ordered consumers (the
-// catalog directory, the history and alarm readers). It can neither
-// publish as a site (no site subject but the requests) nor delete, purge
-// or reconfigure a stream.
+// catalog directory, the history and alarm readers, the alarm states it
+// follows to tell its subscribers). It can neither publish as a site (no
+// site subject but the requests) nor delete, purge or reconfigure a
+// stream.
 func FleetPermissions(prefix, domain string, s FleetStreams) Permissions {
 	api := APIPrefix(domain)
 	pub := []string{prefix + ".*.*.req.>", api + ".INFO"}
@@ -89,7 +90,7 @@ func FleetPermissions(prefix, domain string, s FleetStreams) Permissions {
 	}
 	return Permissions{
 		Publish:   pub,
-		Subscribe: []string{FleetInboxPrefix + ".>", prefix + ".*.*.catalog", prefix + ".*.*.hb", prefix + ".*.*.obs.>", prefix + ".*.*.alarms"},
+		Subscribe: []string{FleetInboxPrefix + ".>", prefix + ".*.*.catalog", prefix + ".*.*.hb", prefix + ".*.*.obs.>"},
 	}
 }
 

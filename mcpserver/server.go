@@ -56,6 +56,10 @@ type Options struct {
 	// Alarms, when set, is served as physmcp://alarms and adds the active
 	// alarms of matched capabilities to can_do's context.
 	Alarms *alarms.Engine
+	// Sites, when set (physd fleet), serves the sites' history and active
+	// alarms from the fleet's hub (sites.go): physmcp://history/{site}/…,
+	// physmcp://history and physmcp://alarms.
+	Sites SiteRecords
 	// ObsMinInterval is the least time between two updates of one
 	// physmcp://obs/ resource (DefaultObsMinInterval when zero).
 	ObsMinInterval time.Duration
@@ -157,6 +161,9 @@ func New(n *node.Node, opts Options) *Server {
 	}
 	if opts.Alarms != nil {
 		srv.addAlarmsResource(opts.Alarms)
+	}
+	if opts.Sites != nil {
+		srv.addSiteResources(opts.Sites)
 	}
 	return srv
 }
