@@ -39,12 +39,18 @@ func (e *RemoteError) Error() string {
 }
 
 // Client calls serving gateways over one connection: one wildcard
-// subscription on its own inbox prefix receives every reply.
+// subscription on its own inbox prefix receives every reply. A reply
+// subject names the site the request went to,
+// <inbox prefix>.<site>.<client>.<n>, so that the hub can let each site
+// answer under its own site only (hub.SitePermissions: a site may publish
+// to <inbox prefix>.<site>.>), also through a leaf node, where a reply
+// travels only where the site's permissions let it.
 type Client struct {
 	nc     *nats.Conn
 	prefix string
 	from   string
-	inbox  string
+	inbox  string // the connection's inbox prefix
+	id     string // this client's token in its reply subjects
 	sub    *nats.Subscription
 	seq    atomic.Uint64
 	mu     sync.Mutex
@@ -57,8 +63,11 @@ type Client struct {
 // NewClient calls the gateways under prefix as from (the endpoint's id and
 // a per-process instance: a serving gateway keys its calls by it).
 func NewClient(nc *nats.Conn, prefix, from string) (*Client, error) {
-	c := &Client{nc: nc, prefix: prefix, from: from, inbox: nc.NewInbox(), waits: map[string]chan *nats.Msg{}, Retry: 250 * time.Millisecond}
-	sub, err := nc.Subscribe(c.inbox+".*", func(m *nats.Msg) {
+	// NewInbox is the connection's inbox prefix and a unique token.
+	inbox := nc.NewInbox()
+	i := strings.LastIndexByte(inbox, '.')
+	c := &Client{nc: nc, prefix: prefix, from: from, inbox: inbox[:i], id: inbox[i+1:], waits: map[string]chan *nats.Msg{}, Retry: 250 * time.Millisecond}
+	sub, err := nc.Subscribe(c.inbox+".*."+c.id+".*", func(m *nats.Msg) {
 		c.mu.Lock()
 		ch := c.waits[m.Subject]
 		c.mu.Unlock()
@@ -82,9 +91,9 @@ func (c *Client) From() string { return c.from }
 // Close ends the reply subscription.
 func (c *Client) Close() { _ = c.sub.Unsubscribe() }
 
-// wait registers a reply subject.
-func (c *Client) wait() (string, chan *nats.Msg, func()) {
-	subj := c.inbox + "." + strconv.FormatUint(c.seq.Add(1), 36)
+// wait registers a reply subject for a request to site.
+func (c *Client) wait(site string) (string, chan *nats.Msg, func()) {
+	subj := c.inbox + "." + site + "." + c.id + "." + strconv.FormatUint(c.seq.Add(1), 36)
 	ch := make(chan *nats.Msg, 4)
 	c.mu.Lock()
 	c.waits[subj] = ch
@@ -149,7 +158,7 @@ func (c *Client) exchange(ctx context.Context, m *nats.Msg, ch chan *nats.Msg, u
 // a reconnect); a can_do is sent once: its budget is short, and a slow
 // gateway asked again would only be slower (it is reported blocked).
 func (c *Client) Request(ctx context.Context, site, device, kind string, payload []byte) ([]byte, error) {
-	reply, ch, done := c.wait()
+	reply, ch, done := c.wait(site)
 	defer done()
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -196,7 +205,7 @@ func (c *Client) Do(ctx context.Context, site, device string, payload []byte, ac
 		return nil, errors.New("fleet: a do_ needs a deadline")
 	}
 	id := strconv.FormatUint(c.seq.Add(1), 36)
-	reply, ch, done := c.wait()
+	reply, ch, done := c.wait(site)
 	defer done()
 	start := time.Now()
 	r, err := c.exchange(ctx, c.msg(ctx, site, device, KindDo, id, reply, payload), ch, earliest(dl, start.Add(ackWithin)), c.Retry)
@@ -213,7 +222,7 @@ func (c *Client) Do(ctx context.Context, site, device string, payload []byte, ac
 		return c.result(site, device, KindDo, r) // refused before the hold
 	}
 	instance := r.Header.Get(HeaderInstance)
-	reply2, ch2, done2 := c.wait()
+	reply2, ch2, done2 := c.wait(site)
 	defer done2()
 	g := c.msg(ctx, site, device, KindGo, id, reply2, nil)
 	g.Header.Set(HeaderInstance, instance)

@@ -271,9 +271,9 @@ func (s *site) rawDo(t *testing.T, id string, call []byte) string {
 	m.Header.Set(HeaderFrom, "raw")
 	m.Header.Set(HeaderCallID, id)
 	m.Data = call
-	r, err := s.admin.RequestMsg(m, 5*time.Second)
+	r, err := s.request(m, 5*time.Second)
 	if err != nil || r.Header.Get(HeaderReply) != ReplyAck {
-		t.Fatalf("request %s: %v %v %s", id, err, r.Header, r.Data)
+		t.Fatalf("request %s: %v %v", id, err, r)
 	}
 	return r.Header.Get(HeaderInstance)
 }
@@ -284,11 +284,27 @@ func (s *site) rawGo(t *testing.T, id, instance string) *nats.Msg {
 	m.Header.Set(HeaderFrom, "raw")
 	m.Header.Set(HeaderCallID, id)
 	m.Header.Set(HeaderInstance, instance)
-	r, err := s.admin.RequestMsg(m, 10*time.Second)
+	r, err := s.request(m, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// request sends m as the fleet endpoint does, its reply subject under
+// the endpoint's inbox for site north (where north may answer).
+func (s *site) request(m *nats.Msg, within time.Duration) (*nats.Msg, error) {
+	m.Reply = s.admin.NewInbox()
+	m.Reply = "_PHYSD_FLEET.north.raw" + m.Reply[strings.LastIndexByte(m.Reply, '.'):]
+	sub, err := s.admin.SubscribeSync(m.Reply)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := s.admin.PublishMsg(m); err != nil {
+		return nil, err
+	}
+	return sub.NextMsg(within)
 }
 
 // TestServeTwoPhase: a request is acknowledged again when retried and
@@ -309,8 +325,8 @@ func TestServeTwoPhase(t *testing.T) {
 	m.Header.Set(HeaderFrom, "raw")
 	m.Header.Set(HeaderCallID, "1")
 	m.Data = doCall(t, "do_vent_zone_c", 90, "k-other-value", operatorToken)
-	if r, err := s.admin.RequestMsg(m, 5*time.Second); err != nil || !strings.HasPrefix(string(r.Data), "conflict:") {
-		t.Errorf("another request under a held id: %v %s", err, r.Data)
+	if r, err := s.request(m, 5*time.Second); err != nil || !strings.HasPrefix(string(r.Data), "conflict:") {
+		t.Errorf("another request under a held id: %v %v", err, r)
 	}
 	r := s.rawGo(t, "1", inst)
 	if r.Header.Get(HeaderReply) != ReplyAnswer || result(t, r.Data).Status != promcp.StatusSuccess {
@@ -381,7 +397,8 @@ func TestServeOutcomeUnknown(t *testing.T) {
 }
 
 // TestServeSitePermissions: north's credentials can neither take south's
-// requests nor answer the fleet endpoint's inbox, nor publish as south.
+// requests nor answer the fleet endpoint's inbox but for north's requests
+// (its replies for south, or outside any site), nor publish as south.
 func TestServeSitePermissions(t *testing.T) {
 	s := startSite(t, []string{"read"})
 	errs := make(chan error, 8)
@@ -396,8 +413,9 @@ func TestServeSitePermissions(t *testing.T) {
 	}
 	_ = rogue.Publish("physd.south.gw_1.hb", []byte(`{}`))
 	_ = rogue.Publish("_PHYSD_FLEET.x.1", []byte(`forged`))
+	_ = rogue.Publish("_PHYSD_FLEET.south.c1.1", []byte(`forged`))
 	_ = rogue.Flush()
-	want := []string{`Subscription to "physd.south.gw_1.req.>"`, `Publish to "physd.south.gw_1.hb"`, `Publish to "_PHYSD_FLEET.x.1"`}
+	want := []string{`Subscription to "physd.south.gw_1.req.>"`, `Publish to "physd.south.gw_1.hb"`, `Publish to "_PHYSD_FLEET.x.1"`, `Publish to "_PHYSD_FLEET.south.c1.1"`}
 	got := ""
 	for range want {
 		select {

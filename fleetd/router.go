@@ -119,6 +119,12 @@ func (e *Endpoint) fromCache(g snapshot, en fleet.Entry, c cached, now time.Time
 	if why != "" && why != g.why {
 		reasons = append(reasons, why)
 	}
+	if why != "" && o.Quality == promcp.QualityGood {
+		// A fresher value was asked for and could not be had: the copy
+		// does not meet the caller's max_age_ms (a gateway answers a read
+		// whose device failed with its recent value, stale, the same).
+		o.Quality = promcp.QualityStale
+	}
 	o.Reason = joinReasons(reasons)
 	return o
 }

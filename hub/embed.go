@@ -18,11 +18,7 @@ import (
 
 // serverPermissions are p in nats-server's terms.
 func serverPermissions(p Permissions) *server.Permissions {
-	sp := &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
-	if p.Replies > 0 {
-		sp.Response = &server.ResponsePermission{MaxMsgs: p.Replies, Expires: p.RepliesFor}
-	}
-	return sp
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
 }
 
 // Hub is an embedded nats-server.

@@ -10,16 +10,12 @@ package hub
 
 import (
 	"crypto/tls"
-	"time"
 )
 
 // Permissions are a hub user's: the subjects it may publish to and
-// subscribe to, and how many replies (allow_responses) it may send to a
-// request it received, within how long.
+// subscribe to.
 type Permissions struct {
 	Publish, Subscribe []string
-	Replies            int
-	RepliesFor         time.Duration
 }
 
 // APIPrefix is the JetStream API's subject prefix in a domain: $JS.API
@@ -32,33 +28,50 @@ func APIPrefix(domain string) string {
 	return "$JS." + domain + ".API"
 }
 
+// apiPrefixes are the API prefixes permissions in domain name: $JS.API,
+// and with a domain $JS.<domain>.API too. A hub server maps its domain's
+// API onto its own ($JS.<domain>.API.> to $JS.API.>) before it checks a
+// directly connected client's permissions, so such a client is checked
+// against $JS.API even when it names the domain; what a leaf node
+// forwards is checked as it came over the link, with the domain.
+func apiPrefixes(domain string) []string {
+	if domain == "" {
+		return []string{"$JS.API"}
+	}
+	return []string{"$JS.API", APIPrefix(domain)}
+}
+
 // SitePermissions are what the gateways of one site may do on the hub
 // (or what the hub lets the site's leaf node forward): publish under
 // prefix.site only (observations, alarm events, audit records, history
 // buckets, alarm states, catalogs, heartbeats); on each of streams (the
-// audit, history and alarm streams: the uplink's cursors), in domain's
-// JetStream API, the stream's info and the last message of a subject by
-// direct get, for the site's own subjects only (the subject is part of
-// the request's subject, where these permissions see it; the other forms
-// of the message get, STREAM.MSG.GET and a direct get without a subject,
-// name the message in their body and would read any site's); receive
-// replies; take the fleet endpoint's requests to their own site's
-// gateways (prefix.site.*.req.>) and answer only those (allow_responses:
-// one reply per request received, within two minutes). So a site's
-// credentials can neither publish nor answer as another site, nor read
-// another site's records or requests (which carry the callers'
-// credentials).
+// audit, history and alarm streams: the uplink's cursors), in the
+// JetStream API (and in domain's, apiPrefixes), the stream's info and the
+// last message of a subject by direct get, for the site's own subjects
+// only (the subject is part of the request's subject, where these
+// permissions see it; the other forms of the message get, STREAM.MSG.GET
+// and a direct get without a subject, name the message in their body and
+// would read any site's); receive replies; take the fleet endpoint's
+// requests to their own site's gateways (prefix.site.*.req.>) and answer
+// them on the endpoint's replies for this site (FleetInboxPrefix.site.>:
+// the endpoint's reply subjects name the site they asked, fleet.Client).
+// So a site's credentials can neither publish nor answer as another site,
+// nor read another site's records or requests (which carry the callers'
+// credentials). The answers are a publish permission, not
+// allow_responses: a leaf node forwards to the hub only what its
+// site may publish, so a reply the site may only send as a response would
+// never leave the leaf.
 func SitePermissions(prefix, site, domain string, streams ...string) Permissions {
-	api := APIPrefix(domain)
-	pub := []string{prefix + "." + site + ".>", api + ".INFO"}
-	for _, st := range streams {
-		pub = append(pub, api+".STREAM.INFO."+st, api+".DIRECT.GET."+st+"."+prefix+"."+site+".>")
+	pub := []string{prefix + "." + site + ".>", FleetInboxPrefix + "." + site + ".>"}
+	for _, api := range apiPrefixes(domain) {
+		pub = append(pub, api+".INFO")
+		for _, st := range streams {
+			pub = append(pub, api+".STREAM.INFO."+st, api+".DIRECT.GET."+st+"."+prefix+"."+site+".>")
+		}
 	}
 	return Permissions{
-		Publish:    pub,
-		Subscribe:  []string{"_INBOX.>", prefix + "." + site + ".*.req.>"},
-		Replies:    1,
-		RepliesFor: 2 * time.Minute,
+		Publish:   pub,
+		Subscribe: []string{"_INBOX.>", prefix + "." + site + ".*.req.>"},
 	}
 }
 
@@ -71,22 +84,24 @@ type FleetStreams struct {
 // FleetPermissions are what the fleet endpoint's user may do on the hub:
 // send the gateways' requests (prefix.*.*.req.>) and receive the replies
 // on its own inbox (FleetInboxPrefix); follow the catalogs, heartbeats
-// and observations; and, on each of its streams, in domain's JetStream
-// API: create the stream when it is missing, read its info and its last
+// and observations; and, on each of its streams, in the JetStream API
+// (and in domain's, apiPrefixes): create the stream when it is missing, read its info and its last
 // messages (direct gets), and read it through ordered consumers (the
 // catalog directory, the history and alarm readers, the alarm states it
 // follows to tell its subscribers). It can neither publish as a site (no
 // site subject but the requests) nor delete, purge or reconfigure a
 // stream.
 func FleetPermissions(prefix, domain string, s FleetStreams) Permissions {
-	api := APIPrefix(domain)
-	pub := []string{prefix + ".*.*.req.>", api + ".INFO"}
-	for _, st := range []string{s.Audit, s.Catalog, s.History, s.Alarms} {
-		if st == "" {
-			continue
+	pub := []string{prefix + ".*.*.req.>"}
+	for _, api := range apiPrefixes(domain) {
+		pub = append(pub, api+".INFO")
+		for _, st := range []string{s.Audit, s.Catalog, s.History, s.Alarms} {
+			if st == "" {
+				continue
+			}
+			pub = append(pub, api+".STREAM.CREATE."+st, api+".STREAM.INFO."+st, api+".DIRECT.GET."+st, api+".DIRECT.GET."+st+".>",
+				api+".CONSUMER.CREATE."+st+".>", api+".CONSUMER.INFO."+st+".>", api+".CONSUMER.MSG.NEXT."+st+".>", api+".CONSUMER.DELETE."+st+".>")
 		}
-		pub = append(pub, api+".STREAM.CREATE."+st, api+".STREAM.INFO."+st, api+".DIRECT.GET."+st, api+".DIRECT.GET."+st+".>",
-			api+".CONSUMER.CREATE."+st+".>", api+".CONSUMER.INFO."+st+".>", api+".CONSUMER.MSG.NEXT."+st+".>", api+".CONSUMER.DELETE."+st+".>")
 	}
 	return Permissions{
 		Publish:   pub,
@@ -96,7 +111,8 @@ func FleetPermissions(prefix, domain string, s FleetStreams) Permissions {
 
 // FleetInboxPrefix is the inbox prefix of the fleet endpoint's
 // connection: the sites' _INBOX.> subscribe permission does not reach the
-// replies it receives.
+// replies it receives, and each site may publish under its own
+// FleetInboxPrefix.<site>. only.
 const FleetInboxPrefix = "_PHYSD_FLEET"
 
 // Site is one site's user on the embedded hub: a password, or an NKey

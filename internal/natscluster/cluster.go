@@ -35,10 +35,6 @@ type User struct {
 	// Publish and Subscribe are the subjects it may publish and
 	// subscribe to; nil allows everything.
 	Publish, Subscribe []string
-	// Replies, when above zero, lets it answer each request it received
-	// that many times within RepliesFor (allow_responses).
-	Replies    int
-	RepliesFor time.Duration
 }
 
 // SiteUser is a site's user on the hub: its leaf connects with it, and
@@ -57,7 +53,7 @@ func FleetUser(name, password, prefix, domain string, streams hub.FleetStreams) 
 }
 
 func userOf(name, password string, p hub.Permissions) User {
-	return User{Name: name, Password: password, Publish: p.Publish, Subscribe: p.Subscribe, Replies: p.Replies, RepliesFor: p.RepliesFor}
+	return User{Name: name, Password: password, Publish: p.Publish, Subscribe: p.Subscribe}
 }
 
 // HubOptions shape a hub.
@@ -193,9 +189,6 @@ func users(us []User) []block {
 			}
 			if u.Subscribe != nil {
 				p = append(p, kv{"subscribe", block{{"allow", u.Subscribe}}})
-			}
-			if u.Replies > 0 {
-				p = append(p, kv{"allow_responses", block{{"max", u.Replies}, {"expires", u.RepliesFor.String()}}})
 			}
 			b = append(b, kv{"permissions", p})
 		}

@@ -86,11 +86,7 @@ func FleetUser(name, password, prefix string, streams hub.FleetStreams) *server.
 // conversion is left out of a -tags nohub build; this package is for
 // tests and always links nats-server).
 func ServerPermissions(p hub.Permissions) *server.Permissions {
-	sp := &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
-	if p.Replies > 0 {
-		sp.Response = &server.ResponsePermission{MaxMsgs: p.Replies, Expires: p.RepliesFor}
-	}
-	return sp
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
 }
 
 // Start (re)starts a stopped hub on its port and store.
