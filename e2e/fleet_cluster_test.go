@@ -471,18 +471,13 @@ func fleetCanDo(t *testing.T, cs *mcp.ClientSession, args map[string]any) (map[s
 // candidate:<permission> or blocked:<code>.
 func heaterBySite(rep map[string]any) map[string]string {
 	out := map[string]string{}
-	cands, _ := rep["candidates"].([]any)
-	for _, c := range cands {
-		c := c.(map[string]any)
-		if strings.HasPrefix(fmt.Sprint(c["capability"]), "do_heater") {
-			out[fmt.Sprint(c["site"])] = "candidate:" + fmt.Sprint(c["permission"])
-		}
-	}
-	blocked, _ := rep["blocked"].([]any)
-	for _, b := range blocked {
-		b := b.(map[string]any)
-		if strings.HasPrefix(fmt.Sprint(b["capability"]), "do_heater") {
-			out[fmt.Sprint(b["site"])] = "blocked:" + fmt.Sprint(b["code"])
+	for list, what := range map[string]string{"candidates": "permission", "blocked": "code"} {
+		entries, _ := rep[list].([]any)
+		for _, e := range entries {
+			e := e.(map[string]any)
+			if strings.HasPrefix(fmt.Sprint(e["capability"]), "do_heater") {
+				out[fmt.Sprint(e["site"])] = strings.TrimSuffix(list, "s") + ":" + fmt.Sprint(e[what])
+			}
 		}
 	}
 	return out

@@ -99,6 +99,21 @@ func (g *recordingGateway) heat(v float64) {
 	g.eng.Observe(node.Observed{Cap: g.temp, At: time.Now(), Obs: promcp.Observation{Quality: promcp.QualityGood, Value: v}})
 }
 
+// twoRecordingSites is an endpoint with views and the recording gateways
+// of sites north and south, up, each with a minute of history recorded.
+func twoRecordingSites(t *testing.T, views ...*manifest.View) (e *Endpoint, north, south *recordingGateway) {
+	t.Helper()
+	h := hubFor(t, "north", "south")
+	e = endpoint(t, h, views...)
+	north, south = startRecordingGateway(t, h, "north"), startRecordingGateway(t, h, "south")
+	waitFor(t, "two gateways up", func() bool {
+		return link(e, "north/gw_greenhouse_001") == LinkUp && link(e, "south/gw_greenhouse_001") == LinkUp
+	})
+	north.record(20)
+	south.record(10)
+	return e, north, south
+}
+
 // watcher is an in-memory MCP client of the endpoint through a view (the
 // stdio caller's) that records the resource updates it is told.
 type watcher struct {
@@ -165,14 +180,7 @@ func followed(e *Endpoint, site string, active int) bool {
 // and device, with each gateway's link and the age of its state; a
 // subscriber is told when an alarm is raised or cleared.
 func TestSiteHistoryAndAlarms(t *testing.T) {
-	h := hubFor(t, "north", "south")
-	e := endpoint(t, h)
-	north, south := startRecordingGateway(t, h, "north"), startRecordingGateway(t, h, "south")
-	waitFor(t, "two gateways up", func() bool {
-		return link(e, "north/gw_greenhouse_001") == LinkUp && link(e, "south/gw_greenhouse_001") == LinkUp
-	})
-	north.record(20)
-	south.record(10)
+	e, north, _ := twoRecordingSites(t)
 	w := watch(t, e, "")
 	cs := w.cs
 	if err := cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: mcpserver.AlarmsURI}); err != nil {
@@ -286,14 +294,7 @@ func TestSiteHistoryAndAlarms(t *testing.T) {
 // gateway and alarms only, and a subscriber through the view is not told
 // of south's alarm but is of north's.
 func TestSiteRecordsStayInTheView(t *testing.T) {
-	h := hubFor(t, "north", "south")
-	e := endpoint(t, h, &manifest.View{Name: "north", Sites: []string{"north"}})
-	north, south := startRecordingGateway(t, h, "north"), startRecordingGateway(t, h, "south")
-	waitFor(t, "two gateways up", func() bool {
-		return link(e, "north/gw_greenhouse_001") == LinkUp && link(e, "south/gw_greenhouse_001") == LinkUp
-	})
-	north.record(20)
-	south.record(10)
+	e, north, south := twoRecordingSites(t, &manifest.View{Name: "north", Sites: []string{"north"}})
 	all := mcpOn(t, e, "")
 	waitFor(t, "both series at the hub", func() bool {
 		text, err := readText(t, all, mcpserver.SiteHistoryIndexURI)
