@@ -44,7 +44,7 @@ of one core, the hub's summed over its servers; RSS is the peak of 1 s
 samples. can_do goes through physd fleet's /mcp over HTTP with a bearer
 token, one call at a time: four scoped to one random site (its gateways)
 for each one across the whole fleet (so the fleet-wide p99 comes from
-about 80 calls). The observation delay runs from the gateway's device
+few calls: n in the table). The observation delay runs from the gateway's device
 read (the observation's timestamp) to its arrival at a NATS subscriber
 in the bench's process, and to its arrival at physd fleet, derived from
 read_ answers of random gateways (answer time − timestamp − age_ms: an

@@ -21,6 +21,13 @@ func TestConfigExample(t *testing.T) {
 	if v := c.Views[0]; v.Name != "north" || len(v.Sites) != 1 || v.Sites[0] != "north" {
 		t.Errorf("view %+v", v)
 	}
+	if c.HistoryStream != "PHYSD_HISTORY" || c.AlarmStream != "PHYSD_ALARMS" {
+		t.Errorf("the history and alarm streams' defaults: %q %q", c.HistoryStream, c.AlarmStream)
+	}
+	c, err = ParseConfig("f.yml", []byte("history_stream: H\nalarm_stream: A\nnats: {urls: [nats://h:4222], domain: hub}\n"))
+	if err != nil || c.HistoryStream != "H" || c.AlarmStream != "A" || c.NATS.Domain != "hub" {
+		t.Errorf("history_stream, alarm_stream, nats.domain: %+v %v", c, err)
+	}
 }
 
 // TestConfigErrors: every problem is named with file:line:col, the field
@@ -42,6 +49,8 @@ func TestConfigErrors(t *testing.T) {
 		{"views: {v: {capabilities: [do_heater]}}\n", `views.v.capabilities.0: "do_heater" is a tool name`},
 		{"views: {V: {}}\n", `invalid view name "V"`},
 		{"views: {v: {site: [north]}}\n", `unknown key "site"; fix: did you mean "sites"?`},
+		{"nats: {urls: [nats://h:4222], domain: \"a.b\"}\n", `nats.domain: invalid domain "a.b"`},
+		{"history_stream: \"a b\"\n", `history_stream: invalid stream name "a b"`},
 	} {
 		_, err := ParseConfig("f.yml", []byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
