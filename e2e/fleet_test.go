@@ -2,11 +2,11 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -269,9 +269,16 @@ func doResultsOnce(t *testing.T, records map[uint64]string, keys []string) {
 
 // slowProxy forwards TCP to the hub, delaying each chunk from the hub by
 // delay (a slow WAN): a replay then takes long enough to be killed in.
+// Armed, it watches the hub's bytes to the site for a do_'s go-ahead and
+// from then on drops everything the site sends, until heal: the answer to
+// that go-ahead is lost on the way (a WAN cut at the worst moment) while
+// the site runs the actuation.
 type slowProxy struct {
 	l     net.Listener
 	delay atomic.Int64
+	armed atomic.Bool
+	drop  atomic.Bool
+	seen  chan struct{}
 	mu    sync.Mutex
 	conns []net.Conn
 }
@@ -282,8 +289,8 @@ func startSlowProxy(t *testing.T, target string) *slowProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &slowProxy{l: l}
-	t.Cleanup(func() { l.Close(); p.cut() })
+	p := &slowProxy{l: l, seen: make(chan struct{}, 1)}
+	t.Cleanup(func() { l.Close(); p.heal() })
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -298,26 +305,51 @@ func startSlowProxy(t *testing.T, target string) *slowProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() {
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						time.Sleep(time.Duration(p.delay.Load()))
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							break
-						}
-					}
-					if err != nil {
-						break
-					}
-				}
-				c.Close()
-			}()
+			go p.pipe(c, up, false)
+			go p.pipe(up, c, true)
 		}
 	}()
 	return p
+}
+
+// pipe copies one direction: toward the site delayed (and watched when
+// armed), toward the hub dropped while drop is set.
+func (p *slowProxy) pipe(from, to net.Conn, toSite bool) {
+	defer to.Close()
+	buf := make([]byte, 32<<10)
+	var tail []byte
+	for {
+		n, err := from.Read(buf)
+		if n > 0 && toSite {
+			time.Sleep(time.Duration(p.delay.Load()))
+			if p.armed.Load() {
+				window := append(tail, buf[:n]...)
+				if bytes.Contains(window, []byte(".req.go ")) {
+					p.armed.Store(false)
+					p.drop.Store(true)
+					select {
+					case p.seen <- struct{}{}:
+					default:
+					}
+				}
+				tail = append(tail[:0], window[max(0, len(window)-16):]...)
+			}
+		}
+		if n > 0 && (toSite || !p.drop.Load()) {
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// heal forwards again and cuts the connections (the site reconnects).
+func (p *slowProxy) heal() {
+	p.drop.Store(false)
+	p.cut()
 }
 
 func (p *slowProxy) url() string { return "nats://" + p.l.Addr().String() }

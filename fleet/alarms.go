@@ -102,10 +102,8 @@ func (u *Uplink) alarmLoop(e *alarms.Engine, nudge chan struct{}) {
 		err := func() error {
 			if now := u.conns.Load(); !synced || conn != now {
 				conn = now
-				msg, err := c.sync(u.cfg.AlarmStream, &jetstream.StreamConfig{
-					Name: u.cfg.AlarmStream, Subjects: AlarmSubjects(u.cfg.Prefix), Storage: jetstream.FileStorage,
-					MaxMsgsPerSubject: 1, AllowDirect: true,
-				})
+				create := AlarmStreamConfig(u.cfg.AlarmStream, u.cfg.Prefix, 1)
+				msg, err := c.sync(u.cfg.AlarmStream, &create)
 				if err != nil {
 					return err
 				}
@@ -181,47 +179,46 @@ type AlarmReader struct {
 	MaxDevices int
 }
 
+// defaults are r with its defaults filled in.
+func (r *AlarmReader) defaults() AlarmReader {
+	c := *r
+	if c.Stream == "" {
+		c.Stream = "PHYSD_ALARMS"
+	}
+	if c.Prefix == "" {
+		c.Prefix = "physd"
+	}
+	if c.MaxDevices <= 0 {
+		c.MaxDevices = 10000
+	}
+	return c
+}
+
+// filter is the subjects of site's states (every site's with site "").
+func (r *AlarmReader) filter(site string) (string, error) {
+	if site == "" {
+		return r.Prefix + ".*.*.alarms", nil
+	}
+	if !manifest.IsSubjectToken(site) {
+		return "", &history.QueryError{Msg: fmt.Sprintf("site: %q is not a site name (letters, digits, _ and -)", site)}
+	}
+	return r.Prefix + "." + site + ".*.alarms", nil
+}
+
 // Active is the last alarm state of every device of site (every site
 // with site ""), by site and device.
 func (r *AlarmReader) Active(ctx context.Context, site string) ([]DeviceAlarms, error) {
-	stream, prefix, maxDevices := r.Stream, r.Prefix, r.MaxDevices
-	if stream == "" {
-		stream = "PHYSD_ALARMS"
-	}
-	if prefix == "" {
-		prefix = "physd"
-	}
-	if maxDevices <= 0 {
-		maxDevices = 10000
-	}
-	filter := prefix + ".*.*.alarms"
-	if site != "" {
-		if !manifest.IsSubjectToken(site) {
-			return nil, &history.QueryError{Msg: fmt.Sprintf("site: %q is not a site name (letters, digits, _ and -)", site)}
-		}
-		filter = prefix + "." + site + ".*.alarms"
+	c := r.defaults()
+	filter, err := c.filter(site)
+	if err != nil {
+		return nil, err
 	}
 	var out []DeviceAlarms
-	err := scan(ctx, r.JS, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy},
-		maxDevices, func(m jetstream.Msg) (bool, error) {
-			var d DeviceAlarms
-			if err := json.Unmarshal(m.Data(), &d.AlarmState); err != nil {
-				return false, nil // not an alarm state: skipped
+	err = scan(ctx, c.JS, c.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy},
+		c.MaxDevices, func(m jetstream.Msg) (bool, error) {
+			if d, ok := deviceAlarmsOf(m); ok {
+				out = append(out, d)
 			}
-			// The subject names the site and device, not the payload:
-			// the hub's permissions hold a site to its own subjects.
-			t := splitSubject(m.Subject())
-			if len(t) < 3 {
-				return false, nil
-			}
-			d.Site, d.Device = t[len(t)-3], t[len(t)-2]
-			if meta, err := m.Metadata(); err == nil {
-				d.Stored = meta.Timestamp.UTC()
-			}
-			if d.Active == nil {
-				d.Active = []alarms.Active{}
-			}
-			out = append(out, d)
 			return false, nil
 		})
 	if err != nil {
@@ -229,6 +226,58 @@ func (r *AlarmReader) Active(ctx context.Context, site string) ([]DeviceAlarms, 
 	}
 	sortDevices(out)
 	return out, nil
+}
+
+// Follow calls fn with the last alarm state of every device of site
+// (every site's with site ""), then with each state the stream stores
+// after it, until ctx ends: an ordered consumer, which starts again after
+// the last state it delivered when the connection or the stream's leader
+// changes. fn runs on the consumer's goroutine.
+func (r *AlarmReader) Follow(ctx context.Context, site string, fn func(DeviceAlarms)) error {
+	c := r.defaults()
+	filter, err := c.filter(site)
+	if err != nil {
+		return err
+	}
+	cons, err := c.JS.OrderedConsumer(ctx, c.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+	if err != nil {
+		return fmt.Errorf("following %s: %w", c.Stream, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if d, ok := deviceAlarmsOf(m); ok {
+			fn(d)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("following %s: %w", c.Stream, err)
+	}
+	go func() {
+		<-ctx.Done()
+		cc.Stop()
+	}()
+	return nil
+}
+
+// deviceAlarmsOf reads one stored alarm state. The subject names the site
+// and device, not the payload: the hub's permissions hold a site to its
+// own subjects.
+func deviceAlarmsOf(m jetstream.Msg) (DeviceAlarms, bool) {
+	var d DeviceAlarms
+	if err := json.Unmarshal(m.Data(), &d.AlarmState); err != nil {
+		return d, false // not an alarm state: skipped
+	}
+	t := splitSubject(m.Subject())
+	if len(t) < 3 {
+		return d, false
+	}
+	d.Site, d.Device = t[len(t)-3], t[len(t)-2]
+	if meta, err := m.Metadata(); err == nil {
+		d.Stored = meta.Timestamp.UTC()
+	}
+	if d.Active == nil {
+		d.Active = []alarms.Active{}
+	}
+	return d, true
 }
 
 func sortDevices(ds []DeviceAlarms) {

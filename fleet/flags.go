@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/physd/physd/manifest"
@@ -19,6 +20,7 @@ type Flags struct {
 	User, PasswordFile     string
 	CA, Cert, Key          string
 	Domain, Stream, Prefix string
+	Serve                  []string
 	set                    map[string]bool // the flags given
 }
 
@@ -51,6 +53,16 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	str(&f.Key, "fleet-key", "fleet uplink: the private key `FILE` of --fleet-cert (PEM)")
 	str(&f.Domain, "fleet-domain", "fleet uplink: the hub's JetStream `DOMAIN` (needed at a leaf node that runs JetStream itself); replaces network.fleet.domain")
 	str(&f.Stream, "fleet-stream", "fleet uplink: the JetStream `STREAM` of the audit records (default "+manifest.DefaultFleetStream+"); replaces network.fleet.stream")
+	fs.Func("fleet-serve", "fleet uplink: what the gateway answers the fleet endpoint over NATS, a comma-separated `LIST` of read, can_do and do (none: nothing); replaces network.fleet.serve (default read,can_do)", func(v string) error {
+		f.Serve = []string{}
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" && s != "none" {
+				f.Serve = append(f.Serve, s)
+			}
+		}
+		f.set["fleet-serve"] = true
+		return nil
+	})
 	str(&f.Prefix, "fleet-prefix", "fleet uplink: the first token(s) of every subject, `PREFIX` (default "+manifest.DefaultFleetSubjectPrefix+"); replaces network.fleet.subject_prefix")
 }
 
@@ -61,7 +73,7 @@ func (f *Flags) Given() bool { return len(f.set) > 0 }
 func (f *Flags) given() []string {
 	var out []string
 	for _, n := range []string{"fleet-url", "fleet-site", "fleet-credentials", "fleet-nkey-seed", "fleet-user", "fleet-password-file",
-		"fleet-ca", "fleet-cert", "fleet-key", "fleet-domain", "fleet-stream", "fleet-prefix"} {
+		"fleet-ca", "fleet-cert", "fleet-key", "fleet-domain", "fleet-stream", "fleet-prefix", "fleet-serve"} {
 		if f.set[n] {
 			out = append(out, "--"+n)
 		}
@@ -96,6 +108,20 @@ func (f *Flags) Apply(m *manifest.Fleet) (*manifest.Fleet, error) {
 	} else {
 		out = *m
 		out.URLs = append([]string(nil), m.URLs...)
+		out.Serve = slices.Clone(m.Serve)
+	}
+	if f.set["fleet-serve"] {
+		seen := map[string]bool{}
+		for _, s := range f.Serve {
+			switch {
+			case !slices.Contains(manifest.FleetServes, s):
+				return nil, fmt.Errorf("--fleet-serve: unknown %q; fix: a comma-separated list of %s (or none)", s, strings.Join(manifest.FleetServes, ", "))
+			case seen[s]:
+				return nil, fmt.Errorf("--fleet-serve: %q is listed twice; fix: name each once", s)
+			}
+			seen[s] = true
+		}
+		out.Serve = slices.Clone(f.Serve)
 	}
 
 	if f.set["fleet-url"] {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,8 +54,16 @@ func TestFlagsApply(t *testing.T) {
 	}
 	want := manifest.DefaultFleet()
 	want.URLs, want.Site, want.CredentialsFile, want.Domain = []string{"nats://leaf:4222", "nats://leaf2:4222"}, "south", creds, "hub"
-	if !reflect.DeepEqual(got, want) {
+	if !reflect.DeepEqual(got, want) || !slices.Equal(got.Serve, []string{"read", "can_do"}) {
 		t.Errorf("without a block:\n %+v\nwant\n %+v", got, want)
+	}
+	// --fleet-serve replaces network.fleet.serve; none serves nothing.
+	got, err = parseFlags(t, "--fleet-url", "nats://leaf:4222", "--fleet-site", "south", "--fleet-serve", "read,can_do,do").Apply(nil)
+	if err != nil || !slices.Equal(got.Serve, []string{"read", "can_do", "do"}) {
+		t.Errorf("--fleet-serve read,can_do,do: %+v %v", got, err)
+	}
+	if got, err := parseFlags(t, "--fleet-serve", "none").Apply(&manifest.Fleet{Enabled: true, URLs: []string{"nats://a:4222"}, Site: "north", Serve: []string{"read"}}); err != nil || got.Serve == nil || len(got.Serve) != 0 {
+		t.Errorf("--fleet-serve none: %+v %v", got, err)
 	}
 
 	got, err = parseFlags(t, "--fleet-site", "south", "--fleet-credentials", creds, "--fleet-url", "tls://hub:4222", "--fleet-ca", ca, "--fleet-prefix", "acme.physd").Apply(m)
@@ -103,6 +112,8 @@ func TestFlagsErrors(t *testing.T) {
 		{[]string{"--fleet-ca", creds, "--fleet-url", "nats://h:4222"}, block, "--fleet-url nats://h:4222: a plain URL with TLS set (--fleet-ca, --fleet-cert or network.fleet.tls); fix: --fleet-url tls://h:4222"},
 		{[]string{"--fleet-credentials", missing}, block, "--fleet-credentials: stat " + missing + ": no such file or directory; fix: the path of a file physd can read"},
 		{[]string{"--fleet-user", ""}, block, "--fleet-user is empty"},
+		{[]string{"--fleet-serve", "read,write"}, block, `--fleet-serve: unknown "write"; fix: a comma-separated list of read, can_do, do (or none)`},
+		{[]string{"--fleet-serve", "do,do"}, block, `--fleet-serve: "do" is listed twice`},
 	} {
 		_, err := parseFlags(t, tc.args...).Apply(tc.m)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -236,7 +236,13 @@ type Uplink struct {
 
 	histPublished  atomic.Uint64
 	alarmPublished atomic.Uint64
+	onConnect      []func(*nats.Conn) // OnConnect's (set before Start)
 }
+
+// OnConnect registers f, called with the connection after every connect
+// and reconnect (the serving side, serve.go, starts on the first). Call it
+// before Start; f must not block.
+func (u *Uplink) OnConnect(f func(*nats.Conn)) { u.onConnect = append(u.onConnect, f) }
 
 // New checks the configuration; Start connects.
 func New(cfg Config) (*Uplink, error) {
@@ -311,8 +317,8 @@ func (u *Uplink) Start(al *audit.Log) {
 		// (the audit records are re-read from the files; an observation
 		// is stale by the time the link heals).
 		nats.ReconnectBufSize(-1),
-		nats.ConnectHandler(u.onConnect),
-		nats.ReconnectHandler(u.onConnect),
+		nats.ConnectHandler(u.onConnected),
+		nats.ReconnectHandler(u.onConnected),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			u.connected.Store(false)
 			u.synced.Store(false)
@@ -365,7 +371,7 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 				u.audit = chain{js: js, nc: nc, subject: u.subject, timeout: u.cfg.PublishTimeout, window: u.cfg.Window}
 				u.nc.Store(nc)
 				if nc.IsConnected() {
-					u.onConnect(nc)
+					u.onConnected(nc)
 				}
 				return true
 			}
@@ -389,12 +395,15 @@ func (u *Uplink) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 	return jetstream.New(nc)
 }
 
-func (u *Uplink) onConnect(nc *nats.Conn) {
+func (u *Uplink) onConnected(nc *nats.Conn) {
 	u.connected.Store(true)
 	u.synced.Store(false)
 	u.conns.Add(1)
 	u.log.Info("fleet hub connected", "server", nc.ConnectedUrlRedacted())
 	u.wake()
+	for _, f := range u.onConnect {
+		f(nc)
+	}
 }
 
 func (u *Uplink) fail(what string, err error) {
@@ -450,10 +459,8 @@ func (u *Uplink) note(field *string, what, msg string, err error, attrs ...any) 
 
 // sync asks the stream for the last record it holds for this device.
 func (u *Uplink) sync() error {
-	msg, err := u.audit.sync(u.cfg.Stream, &jetstream.StreamConfig{
-		Name: u.cfg.Stream, Subjects: StreamSubjects(u.cfg.Prefix), Storage: jetstream.FileStorage,
-		Duplicates: DefaultDuplicates, AllowDirect: true, AllowAtomicPublish: true,
-	})
+	create := AuditStreamConfig(u.cfg.Stream, u.cfg.Prefix, 1)
+	msg, err := u.audit.sync(u.cfg.Stream, &create)
 	if err != nil {
 		return err
 	}

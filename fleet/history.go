@@ -163,10 +163,8 @@ func (c *histCopier) copy(nc *nats.Conn) error {
 
 func (c *histCopier) sync(s *histSeries) error {
 	u := c.u
-	msg, err := s.sync(u.cfg.HistoryStream, &jetstream.StreamConfig{
-		Name: u.cfg.HistoryStream, Subjects: HistorySubjects(u.cfg.Prefix), Storage: jetstream.FileStorage,
-		Duplicates: DefaultDuplicates, AllowDirect: true, AllowAtomicPublish: true,
-	})
+	create := HistoryStreamConfig(u.cfg.HistoryStream, u.cfg.Prefix, 1)
+	msg, err := s.sync(u.cfg.HistoryStream, &create)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -23,8 +24,22 @@ const (
 var fleetKeys = []string{
 	"enabled", "urls", "site", "credentials_file", "nkey_seed_file", "user", "password_file",
 	"tls", "stream", "subject_prefix", "connect_timeout_ms", "publish_timeout_ms",
-	"domain", "history", "history_stream", "alarms", "alarm_stream",
+	"domain", "history", "history_stream", "alarms", "alarm_stream", "serve",
 }
+
+// What a gateway may serve to the fleet endpoint over NATS (network.fleet.serve).
+const (
+	FleetServeRead  = "read"
+	FleetServeCanDo = "can_do"
+	FleetServeDo    = "do"
+)
+
+// FleetServes are the values of network.fleet.serve.
+var FleetServes = []string{FleetServeRead, FleetServeCanDo, FleetServeDo}
+
+// DefaultFleetServe is network.fleet.serve without the key: reads and
+// can_do, never an actuation unless the site operator adds do.
+var DefaultFleetServe = []string{FleetServeRead, FleetServeCanDo}
 
 var fleetTLSKeys = []string{"ca", "cert", "key"}
 
@@ -69,6 +84,16 @@ type Fleet struct {
 	AlarmStream      string `json:"alarm_stream"`
 	ConnectTimeoutMS int    `json:"connect_timeout_ms"`
 	PublishTimeoutMS int    `json:"publish_timeout_ms"`
+	// Serve is what the gateway answers the fleet endpoint over NATS:
+	// read, can_do, do (DefaultFleetServe without the key; [] serves
+	// nothing: the uplink only publishes).
+	Serve []string `json:"serve"`
+}
+
+// Serves reports whether the gateway serves what (FleetServe*) to the
+// fleet endpoint.
+func (f *Fleet) Serves(what string) bool {
+	return f != nil && f.Enabled && slices.Contains(f.Serve, what)
 }
 
 // DefaultFleet is a network.fleet block with every default and no URL,
@@ -77,7 +102,7 @@ type Fleet struct {
 func DefaultFleet() *Fleet {
 	return &Fleet{Enabled: true, Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
 		History: true, HistoryStream: DefaultFleetHistoryStream, Alarms: true, AlarmStream: DefaultFleetAlarmStream,
-		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
+		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS, Serve: slices.Clone(DefaultFleetServe)}
 }
 
 // IsFleetURL reports whether s is a hub URL physd takes: nats:// or
@@ -192,6 +217,21 @@ func (p *parser) fleet(fo *obj) *Fleet {
 	}
 	if v, ok := fo.intIn("publish_timeout_ms", 100, math.MaxInt32); ok {
 		f.PublishTimeoutMS = v
+	}
+	seen := map[string]bool{}
+	if v, ok := fo.strList("serve", false, func(n *yaml.Node, field, s string) bool {
+		switch {
+		case !slices.Contains(FleetServes, s):
+			p.add(n, field, oneOf(s, FleetServes), "unknown %s", quoteShort(s))
+			return false
+		case seen[s]:
+			p.add(n, field, "name each once", "%s is listed twice", quoteShort(s))
+			return false
+		}
+		seen[s] = true
+		return true
+	}); ok {
+		f.Serve = v
 	}
 	return f
 }

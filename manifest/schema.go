@@ -111,6 +111,7 @@ func fleetSchema() *jsonschema.Schema {
 		"history_stream":     pattern(reStreamName.String(), "JetStream stream the history buckets go to. Default "+DefaultFleetHistoryStream+".", DefaultFleetHistoryStream),
 		"alarms":             boolean("Publish the active alarms (a snapshot per device) to alarm_stream. Default true."),
 		"alarm_stream":       pattern(reStreamName.String(), "JetStream stream the active alarms go to. Default "+DefaultFleetAlarmStream+".", DefaultFleetAlarmStream),
+		"serve":              uniqueList(enum(FleetServes, "read, can_do or do"), "What this gateway answers the fleet endpoint (physd fleet) over NATS. Default [read, can_do]: do only when listed; [] serves nothing."),
 	})
 }
 

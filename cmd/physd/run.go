@@ -129,7 +129,7 @@ func (f runFlags) config(c *checked, log *slog.Logger) daemon.Config {
 		StdioRole: f.stdioRole, View: f.view, Families: f.families, SimControl: f.simControl,
 		TLS: daemon.TLS{Cert: f.tls.cert, Key: f.tls.key, ClientCA: f.tls.clientCA,
 			InsecurePlainHTTP: f.tls.insecurePlainHTTP, AllowedHosts: f.tls.allowedHosts},
-		MDNSInterface: f.mdns.iface, MQTT: f.mqttCfg, Fleet: f.fleetCfg,
+		MDNSInterface: f.mdns.iface, MQTT: f.mqttCfg, FleetUplink: f.fleetCfg,
 		Grace: f.grace, WatchManifest: f.watchManifest, HistoryMaxAge: f.historyMaxAge, HistoryMaxMB: f.historyMaxMB,
 		Version: buildVersion(), Logger: log,
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/physd/physd/hub"
 	"github.com/physd/physd/internal/natstest"
 )
 
@@ -37,11 +38,22 @@ type User struct {
 }
 
 // SiteUser is a site's user on the hub: its leaf connects with it, and
-// the hub applies these permissions to everything the leaf sends:
-// publish under prefix.site. only, plus the JetStream API requests of the
-// uplink's cursors on each stream, in domain's API (natstest.SitePublish).
+// the hub applies these permissions to everything the leaf forwards
+// (hub.SitePermissions in domain's API): publish under prefix.site. only,
+// the JetStream API requests of the uplink's cursors on each stream, the
+// fleet endpoint's requests to the site's gateways and one answer each.
 func SiteUser(name, password, prefix, site, domain string, streams ...string) User {
-	return User{Name: name, Password: password, Publish: natstest.SitePublish(prefix, site, domain, streams...), Subscribe: natstest.SiteSubscribe()}
+	return userOf(name, password, hub.SitePermissions(prefix, site, domain, streams...))
+}
+
+// FleetUser is the fleet endpoint's user on the hub (hub.FleetPermissions
+// in domain's API).
+func FleetUser(name, password, prefix, domain string, streams hub.FleetStreams) User {
+	return userOf(name, password, hub.FleetPermissions(prefix, domain, streams))
+}
+
+func userOf(name, password string, p hub.Permissions) User {
+	return User{Name: name, Password: password, Publish: p.Publish, Subscribe: p.Subscribe}
 }
 
 // HubOptions shape a hub.

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/physd/physd/hub"
 )
 
 // Hub is one nats-server.
@@ -25,44 +27,13 @@ type Hub struct {
 // Admin is the user name (and password) of the hub's operator.
 const Admin = "admin"
 
-// SiteUser is a gateway's user: it may publish under prefix.site. only,
-// ask each of the streams for its info and messages (the uplink's
-// cursors) and receive replies; nothing else.
+// SiteUser is a gateway's user with the permissions a hub gives a site
+// (hub.SitePermissions, no JetStream domain): its own subjects, the
+// cursors on each of streams, its own requests and the replies to them;
+// nothing else.
 func SiteUser(name, password, prefix, site string, streams ...string) *server.User {
-	return &server.User{Username: name, Password: password, Permissions: &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: SitePublish(prefix, site, "", streams...)},
-		Subscribe: &server.SubjectPermission{Allow: SiteSubscribe()},
-	}}
+	return &server.User{Username: name, Password: password, Permissions: SitePermissions(prefix, site, streams...)}
 }
-
-// APIPrefix is the JetStream API's subject prefix in a domain: $JS.API
-// without one, $JS.<domain>.API with one (how a client at a leaf node
-// addresses the hub's JetStream).
-func APIPrefix(domain string) string {
-	if domain == "" {
-		return "$JS.API"
-	}
-	return "$JS." + domain + ".API"
-}
-
-// SitePublish is what a site's gateways may publish: their own subjects
-// under prefix.site, and, on each stream, the JetStream API requests the
-// uplink's cursors need, in domain's API: the stream's info, and the
-// last message of a subject by direct get, for the site's own subjects
-// only (the subject is part of the request's; the other forms of the
-// message get, $JS.API.STREAM.MSG.GET and a direct get without a
-// subject, name the message in their body and would read any site's).
-func SitePublish(prefix, site, domain string, streams ...string) []string {
-	api := APIPrefix(domain)
-	allow := []string{prefix + "." + site + ".>", api + ".INFO"}
-	for _, st := range streams {
-		allow = append(allow, api+".STREAM.INFO."+st, api+".DIRECT.GET."+st+"."+prefix+"."+site+".>")
-	}
-	return allow
-}
-
-// SiteSubscribe is what a site's gateways may subscribe to: the replies.
-func SiteSubscribe() []string { return []string{"_INBOX.>"} }
 
 // Start runs a hub with JetStream in dir on a free loopback port.
 func Start(t testing.TB, dir string, users ...*server.User) *Hub {
@@ -99,9 +70,23 @@ func (h *Hub) URL() string {
 	return fmt.Sprintf("nats://127.0.0.1:%d", h.opts.Port)
 }
 
-// SitePermissions are SiteUser's permissions (for an NKey user).
+// SitePermissions are hub.SitePermissions in nats-server's terms (for a
+// user or an NKey user).
 func SitePermissions(prefix, site string, streams ...string) *server.Permissions {
-	return SiteUser("", "", prefix, site, streams...).Permissions
+	return ServerPermissions(hub.SitePermissions(prefix, site, "", streams...))
+}
+
+// FleetUser is the fleet endpoint's user with hub.FleetPermissions (no
+// JetStream domain).
+func FleetUser(name, password, prefix string, streams hub.FleetStreams) *server.User {
+	return &server.User{Username: name, Password: password, Permissions: ServerPermissions(hub.FleetPermissions(prefix, "", streams))}
+}
+
+// ServerPermissions are p in nats-server's terms (the embedded hub's own
+// conversion is left out of a -tags nohub build; this package is for
+// tests and always links nats-server).
+func ServerPermissions(p hub.Permissions) *server.Permissions {
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
 }
 
 // Start (re)starts a stopped hub on its port and store.
