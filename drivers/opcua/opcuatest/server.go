@@ -8,10 +8,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,17 +104,52 @@ func Start(t testing.TB, o Options) *Server {
 	if o.PKI == "" {
 		o.PKI = filepath.Join(t.TempDir(), "pki")
 	}
+	s := &Server{t: t, dir: dir, node: node, opts: o}
+	t.Cleanup(s.Stop)
+	// Another test's server may take the port between the check and
+	// the listen: then another port.
+	for try := 0; ; try++ {
+		s.port = freePort(t)
+		s.Endpoint = fmt.Sprintf("opc.tcp://127.0.0.1:%d/physd", s.port)
+		if !s.start() {
+			return s
+		}
+		if try == 4 {
+			t.Fatalf("OPC UA test server: five free ports were taken before it listened:\n%s", s.Output())
+		}
+	}
+}
+
+// freePort is a port nothing listens on, below the kernel's ephemeral
+// range: a port the kernel hands out (listen on :0) is also the local
+// port of some process's next outgoing connection, and one of those
+// took it while a test had the server down for a restart (EADDRINUSE,
+// the restart failed). Below the range only another test's server, which
+// also checks first, can take it.
+func freePort(t testing.TB) int {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	if lo > 12000 {
+		for range 100 {
+			port := 10000 + rand.IntN(lo-10000)
+			if l, err := net.Listen("tcp", fmt.Sprintf(":%d", port)); err == nil {
+				_ = l.Close()
+				return port
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	s := &Server{t: t, dir: dir, node: node, port: port, opts: o,
-		Endpoint: fmt.Sprintf("opc.tcp://127.0.0.1:%d/physd", port)}
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // ServerCertificate is the server's certificate file (PEM).
@@ -120,7 +157,11 @@ func (s *Server) ServerCertificate() string {
 	return filepath.Join(s.opts.PKI, "own", "certs", "server_certificate.pem")
 }
 
-func (s *Server) start() {
+// start starts the server and waits until it is ready. It answers true,
+// with the server stopped, when the port was taken (EADDRINUSE): the
+// caller chooses whether to wait or take another port. Anything else that
+// keeps the server from starting fails the test.
+func (s *Server) start() (portTaken bool) {
 	s.t.Helper()
 	args := []string{"server.js", "--port", fmt.Sprint(s.port), "--pki", s.opts.PKI}
 	if s.opts.Secure {
@@ -168,8 +209,9 @@ func (s *Server) start() {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	ready := make(chan string, 1)
+	ready, exited := make(chan string, 1), make(chan struct{})
 	go func() {
+		defer close(exited) // stdout closed: the server ended
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
@@ -189,10 +231,18 @@ func (s *Server) start() {
 	s.mu.Unlock()
 	select {
 	case <-ready:
+		return false
+	case <-exited:
+		s.Stop()
+		if strings.Contains(s.Output(), "EADDRINUSE") {
+			return true
+		}
+		s.t.Fatalf("OPC UA test server ended before it was ready:\n%s", s.Output())
 	case <-time.After(90 * time.Second):
 		s.Stop()
 		s.t.Fatalf("OPC UA test server did not start in 90 s:\n%s", s.Output())
 	}
+	return false
 }
 
 // Output is what the server printed so far.
@@ -236,7 +286,15 @@ func (s *Server) RestartWith(change func(*Options)) {
 	if change != nil {
 		change(&s.opts)
 	}
-	s.start()
+	// The endpoint must stay: a port still held (by a connection of the
+	// old server's closing, or another test's server checking it) is
+	// waited for, up to 30 s.
+	for deadline := time.Now().Add(30 * time.Second); s.start(); {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("OPC UA test server could not listen on its port %d again for 30 s:\n%s", s.port, s.Output())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // WaitPort waits until nothing listens on the server's port any more.
