@@ -51,6 +51,7 @@ func (d *Daemon) components() []component {
 		}},
 		{name: "alarms", start: d.startAlarms, stop: func(context.Context) { d.alarms.Close() }},
 		{name: "fleet uplink", start: d.startFleetUplink, stop: d.stopFleet},
+		{name: "fleet endpoint", start: d.startFleetEndpoint, stop: d.stopFleetEndpoint},
 		{name: "mesh", start: d.startMesh, stop: d.stopMesh},
 		{name: "http security", start: d.startHTTPSecurity},
 		{name: "mcp", start: d.startMCP},
@@ -132,9 +133,7 @@ func (d *Daemon) startGuard(context.Context) error {
 	}
 	if d.cfg.PolicyPath != "" {
 		pol, g := d.cfg.Policy, d.cfg.Gate
-		for _, w := range PolicyWarnings(pol, g) {
-			d.log.Warn("policy", "warning", w)
-		}
+		d.warnPolicy(pol, g)
 		var err error
 		if d.guard, d.approvals, err = newGuard(pol, g, d.st, m.Device.ID, d.peers.Quorum); err != nil {
 			return err
@@ -165,8 +164,11 @@ func (d *Daemon) startSignals(ctx context.Context) error {
 func (d *Daemon) startNode(ctx context.Context) (err error) {
 	ncfg := node.Config{Manifest: d.cfg.Manifest, Store: d.st, Audit: d.al, Logger: d.log, Guard: d.nodeGuard, Approvals: d.approvals,
 		OnDeviceError: func(bus string, _ error) { d.mx.DriverErrors.WithLabelValues(bus).Inc() }}
-	if d.remote != nil {
+	switch {
+	case d.remote != nil:
 		ncfg.Remote = d.remote
+	case d.cfg.Fleet != nil:
+		ncfg.Remote = d.cfg.Fleet // can_do is the gateways'
 	}
 	if d.n, err = node.Open(ctx, ncfg); err != nil {
 		return err

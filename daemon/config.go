@@ -32,6 +32,9 @@ type Config struct {
 	TLS           TLS
 	MDNSInterface string
 	MQTT          *mqtt.Config // nil without --mqtt-url
+	// FleetUplink is network.fleet with physd run's --fleet-* flags
+	// applied (fleet.Flags.Apply); nil: the manifest's block as it is.
+	FleetUplink *manifest.Fleet
 
 	Grace         time.Duration // each component's stop, and the listeners' drain
 	WatchManifest time.Duration
@@ -40,6 +43,12 @@ type Config struct {
 
 	Version string // the build's, for the gate and the ready line
 	Logger  *slog.Logger
+
+	// Fleet, when set, makes this the fleet endpoint (physd fleet): the
+	// manifest (ManifestPath "") is the endpoint's own, without
+	// capabilities, and Fleet lists, routes and answers can_do for the
+	// sites' gateways over NATS.
+	Fleet FleetEndpoint
 }
 
 // TLS is how the HTTP listener is exposed.

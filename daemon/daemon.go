@@ -57,6 +57,7 @@ type Daemon struct {
 	sink          audit.Sink
 	pub           *mqtt.Publisher // nil without --mqtt-url
 	up            *fleet.Uplink   // nil without network.fleet
+	fsrv          *fleet.Server   // nil unless network.fleet serves something
 	al            *audit.Log
 	guard         *guard.Guard // the policy (nil without --policy)
 	inForce       *guard.Guard // the policy, or the manifest-only guard: reloads replace its rules

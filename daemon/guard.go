@@ -46,6 +46,17 @@ func LoadPolicy(path string, m *manifest.Manifest, version string) (*policy.Poli
 	return pol, g, nil
 }
 
+// warnPolicy logs PolicyWarnings; the fleet endpoint's policy decides no
+// do_ (the gateways' policies do), so its gate is not worth a warning.
+func (d *Daemon) warnPolicy(pol *policy.Policy, g *gate.Gate) {
+	if d.cfg.Fleet != nil {
+		return
+	}
+	for _, w := range PolicyWarnings(pol, g) {
+		d.log.Warn("policy", "warning", w)
+	}
+}
+
 // PolicyWarnings are legal but probably unintended configurations.
 func PolicyWarnings(pol *policy.Policy, g *gate.Gate) []string {
 	var out []string

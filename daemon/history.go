@@ -20,7 +20,9 @@ func openHistory(f Config, n *node.Node, mx *metrics.Metrics, log *slog.Logger) 
 		return nil, fmt.Errorf("--history-max-mb %d: use a size in MiB, or 0 to turn history off", f.HistoryMaxMB)
 	}
 	if f.HistoryMaxMB == 0 {
-		log.Info("history off (--history-max-mb 0)")
+		if f.Fleet == nil { // the fleet endpoint has no capability of its own to record
+			log.Info("history off (--history-max-mb 0)")
+		}
 		return nil, nil
 	}
 	cfg := history.Default()

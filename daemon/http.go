@@ -43,13 +43,31 @@ func (c *credentials) set(w *web.Server) {
 }
 
 func (c *credentials) authenticate(cred string) (node.Caller, error) {
-	c.mu.Lock()
-	w := c.web
-	c.mu.Unlock()
-	if w == nil {
-		return node.Caller{}, errors.New("the gateway is still starting")
+	w, err := c.boundary()
+	if err != nil {
+		return node.Caller{}, err
 	}
 	return w.AuthenticateCredential(cred)
+}
+
+// boundary is the HTTP surface once it is built.
+func (c *credentials) boundary() (*web.Server, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.web == nil {
+		return nil, errors.New("the gateway is still starting")
+	}
+	return c.web, nil
+}
+
+// authenticateFleet is authenticate for a call the fleet endpoint
+// forwarded over NATS (the policy's fleet_resource counts too).
+func (c *credentials) authenticateFleet(cred string) (node.Caller, error) {
+	w, err := c.boundary()
+	if err != nil {
+		return node.Caller{}, err
+	}
+	return w.AuthenticateFleetCredential(cred)
 }
 
 // startHTTP builds the HTTP surface over the MCP server: the boundary
@@ -59,10 +77,19 @@ func (d *Daemon) startHTTP(context.Context) error {
 	f := d.cfg
 	d.web = web.New(d.srv, web.Options{AuthToken: d.token, Logger: d.log, SimControls: d.simControls,
 		TLS: d.sec.TLS, AllowedHosts: d.sec.AllowedHosts, RequireCredentials: d.sec.RequireCredentials,
-		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), Fleet: fleetStatus(d.up), MeshReady: meshReady(d.site),
+		Guard: d.guard, Audit: d.al, Metrics: d.mx, PolicyPath: f.PolicyPath, Mesh: meshStatus(d.site, d.md), Fleet: fleetStatus(d.up, d.fsrv, d.cfg.Fleet), MeshReady: d.ready(),
 		History: d.hist, Alarms: d.alarms})
 	d.creds.set(d.web)
 	return nil
+}
+
+// ready is /readyz's check beyond the node's: the mesh's, or the fleet
+// endpoint's connection to NATS.
+func (d *Daemon) ready() func() error {
+	if d.cfg.Fleet != nil {
+		return d.cfg.Fleet.Ready
+	}
+	return meshReady(d.site)
 }
 
 // startListeners serves the HTTP surface on the HTTP listener and MCP on

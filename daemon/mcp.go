@@ -16,13 +16,21 @@ import (
 func (d *Daemon) startMCP(context.Context) error {
 	f, m := d.cfg, d.cfg.Manifest
 	var router mcpserver.Router
-	if d.site != nil {
+	var sites mcpserver.SiteRecords
+	status := meshStatus(d.site, d.md)
+	hist, al := d.hist, d.alarms
+	switch {
+	case d.site != nil:
 		router = &meshnode.Router{Mesh: d.site}
+	case f.Fleet != nil:
+		// The endpoint owns no capability: its history and alarms are
+		// the sites', at the hub.
+		router, status, sites, hist, al = f.Fleet, f.Fleet.Status, f.Fleet.Sites(), nil, nil
 	}
 	d.srv = mcpserver.New(d.n, mcpserver.Options{StdioRole: f.StdioRole, View: f.View,
-		Families: f.Families == "on" || f.Families == "auto" && m.Network.Mesh.Enabled, Logger: d.log,
-		Guard: d.guard, Audit: d.al, Metrics: d.mx, Mesh: meshStatus(d.site, d.md),
-		Router: router, History: d.hist, Alarms: d.alarms})
+		Families: f.Families == "on" || f.Families == "auto" && (m.Network.Mesh.Enabled || f.Fleet != nil), Logger: d.log,
+		Guard: d.guard, Audit: d.al, Metrics: d.mx, Mesh: status,
+		Router: router, Fleet: f.Fleet != nil, History: hist, Alarms: al, Sites: sites})
 	return nil
 }
 

@@ -70,6 +70,12 @@ func (r *reloader) run(ctx context.Context, watch time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			if r.d.cfg.ManifestPath == "" {
+				// The fleet endpoint: its manifest is built, not read;
+				// SIGHUP re-reads the policy.
+				r.reload(ctx, "SIGHUP", nil, nil)
+				continue
+			}
 			data, err := os.ReadFile(r.d.cfg.ManifestPath)
 			r.reload(ctx, "SIGHUP", data, err)
 		case <-tick:
@@ -153,7 +159,7 @@ func (r *reloader) prepare(sum [32]byte, data []byte) (*change, error) {
 	c.m = c.old
 	// A bus whose reopening ran out of time is reopened by the next
 	// reload, of the same file too (what the error advised).
-	if sum != r.sum || len(r.d.n.Reopening()) > 0 {
+	if f.ManifestPath != "" && (sum != r.sum || len(r.d.n.Reopening()) > 0) {
 		// The bytes read once: what is validated is what is applied.
 		m, err := ParseManifest(f.ManifestPath, data)
 		if err != nil {
@@ -172,9 +178,7 @@ func (r *reloader) prepare(sum [32]byte, data []byte) (*change, error) {
 		if c.pol, c.g, err = LoadPolicy(f.PolicyPath, c.m, f.Version); err != nil {
 			return nil, err
 		}
-		for _, w := range PolicyWarnings(c.pol, c.g) {
-			r.d.log.Warn("policy", "warning", w)
-		}
+		r.d.warnPolicy(c.pol, c.g)
 	} else if c.pol, err = policy.ManifestOnly(c.m); err != nil {
 		return nil, fmt.Errorf("the manifest's limits: %w", err)
 	}

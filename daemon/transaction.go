@@ -50,7 +50,7 @@ func transact(ctx context.Context, steps []reloadStep, c *change) error {
 
 // reloadSteps are the components that take part in a reload, in this
 // order: the binding (the node's manifest with the guard's policy), the
-// mesh catalog, the alarm engine (alarms of removed or changed
+// mesh catalog, the fleet catalog, the alarm engine (alarms of removed or changed
 // definitions are cleared, and their events audited, before MQTT forgets
 // removed tools), the history (which capabilities are recorded), the MQTT
 // publisher (discovery configs and retained topics), and last the MCP
@@ -62,6 +62,11 @@ func (d *Daemon) reloadSteps() []reloadStep {
 	return []reloadStep{
 		{"binding", d.bindingReload},
 		{"mesh", d.meshReload},
+		{"fleet", d.follow(func(*manifest.Manifest) {
+			if d.fsrv != nil {
+				d.fsrv.Reload()
+			}
+		})},
 		{"alarms", d.follow(func(m *manifest.Manifest) { d.alarms.Reload(m) })},
 		{"history", d.follow(func(m *manifest.Manifest) {
 			if d.hist != nil {

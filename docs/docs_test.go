@@ -383,7 +383,7 @@ func TestMain(m *testing.M) {
 
 // mustDocument are the commands whose flags the docs must list even if the
 // usage text stops naming them.
-var mustDocument = []string{"run", "validate", "scan modbus", "scan i2c", "lint", "client-config", "audit verify"}
+var mustDocument = []string{"run", "validate", "scan modbus", "scan i2c", "scan opcua", "lint", "client-config", "audit verify"}
 
 var (
 	commandWordRE = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)

@@ -48,3 +48,41 @@ func TestModbusExampleRunScript(t *testing.T) {
 		t.Errorf("want the viewer refused and the operator's do_pump_speed verified:\n%s", out)
 	}
 }
+
+// TestFleetExampleRunScript: examples/fleet/run.sh, given PHYSD, brings up
+// the fleet endpoint with its hub embedded and the three sites of
+// sites.sh, and shows the fleet's tools, a value, a can_do across the
+// sites, a do_ run by north and a fleet-only token refused by north. The
+// example uses its documented fixed ports (127.0.0.1:4222, :8090 to
+// :8093), which no other test uses and which are not ephemeral ports:
+// parallel (it skips when another process holds them).
+func TestFleetExampleRunScript(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8090", "127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093"} {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("the example's port %s is taken: %v", addr, err)
+		}
+		l.Close()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, repoPath("examples/fleet/run.sh"))
+	cmd.Env = append(os.Environ(), "PHYSD="+physdBin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"'do_heater', 'do_irrigation', 'do_vent', 'read_humidity'",
+		"'quality': 'good', 'site': 'south', 'source': 'gw_greenhouse_001'",
+		`"south",`, `"not_served"`,
+		"{'status': 'success', 'source': 'gw_greenhouse_001', 'applied_value': 30",
+		"{'status': 'failed', 'permission': 'permission_insufficient', 'code': 'unauthenticated'}",
+		"('north', 'gw_greenhouse_001', 'up', ['read', 'can_do', 'do'])",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("run.sh output has no %q:\n%s", want, out)
+		}
+	}
+}

@@ -195,6 +195,13 @@ func startHTTP(t *testing.T, o daemonOpts) *daemon {
 	args := append([]string{"run", "--manifest", o.manifest, "--state", o.state, "--http", "127.0.0.1:0", "--sim-control"}, o.extra...)
 	d := &daemon{cmd: exec.Command(physdBin, args...), state: o.state, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	d.withPolicyToken(o.extra)
+	return d.serve(t)
+}
+
+// serve starts d's command and waits until it listens and is ready; it is
+// stopped when the test ends.
+func (d *daemon) serve(t *testing.T) *daemon {
+	t.Helper()
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

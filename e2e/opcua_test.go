@@ -167,22 +167,13 @@ func TestOPCUAServerRestart(t *testing.T) {
 		t.Fatalf("do_setpoint with the server down: %+v, want failed (nothing sent)", a)
 	}
 	srv.Restart()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		o := readOPCUA(t, cs, "setpoint_now")
-		if o["quality"] == "good" {
-			if o["value"] != 20.0 {
-				t.Fatalf("first good read after the restart: %v, the server holds 20", o)
-			}
-			break
-		}
+	o := firstGood(t, cs, "setpoint_now", 20*time.Second, func(o map[string]any) {
 		if v, ok := o["value"]; ok && v != nil && o["quality"] != "stale" {
 			t.Fatalf("a value from before the restart served as %v: %v", o["quality"], o)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no good read 20 s after the restart: %v", o)
-		}
-		time.Sleep(100 * time.Millisecond)
+	})
+	if o["value"] != 20.0 {
+		t.Fatalf("first good read after the restart: %v, the server holds 20", o)
 	}
 	if a := doModbus(t, cs, "do_setpoint", 55.0, "sp-2"); a.Status != "success" || !a.Verified {
 		t.Fatalf("do_setpoint after the reconnect: %+v", a)
@@ -280,19 +271,8 @@ func TestOPCUALostWriteReply(t *testing.T) {
 	if px.Lost() != 1 {
 		t.Fatalf("the proxy dropped %d replies", px.Lost())
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		o := readOPCUA(t, cs, "setpoint_now")
-		if o["quality"] == "good" {
-			if o["value"] != 61.0 {
-				t.Fatalf("read after the lost reply: %v, the server holds 61", o)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no good read after the lost reply: %v", o)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if o := firstGood(t, cs, "setpoint_now", 10*time.Second, nil); o["value"] != 61.0 {
+		t.Fatalf("read after the lost reply: %v, the server holds 61", o)
 	}
 }
 

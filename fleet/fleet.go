@@ -7,17 +7,23 @@
 // durable copy. The uplink keeps no queue of its own: it reads the audit
 // files from a cursor, the last audit seq the stream holds for this
 // device, which it asks the stream for on start and after every
-// reconnect. Each record is published with Nats-Msg-Id <device>/<seq> and
-// with Nats-Expected-Last-Subject-Sequence set to the stream sequence of
-// the device's previous record, one at a time: a record whose
-// acknowledgement was lost (a WAN cut, a SIGKILL) is found in the stream
-// at the next sync and not sent again, and a record can never land after
-// a gap, however long the cut lasted (the deduplication window is the
-// second guard, not the first).
+// reconnect or failure. Each record is published with Nats-Msg-Id
+// <site>/<device>/<seq>, conditional on the stream sequence of the device's
+// previous record (Nats-Expected-Last-Subject-Sequence), in atomic
+// batches of up to Config.Window records (one round trip per batch; see
+// chain): a record whose acknowledgement was lost (a WAN cut, a SIGKILL)
+// is found in the stream at the next sync and not sent again, and a
+// record can never land after a gap, however long the cut lasted (the
+// deduplication window is the second guard, not the first).
+//
+// The gateway may talk to the hub directly or to a NATS leaf node at its
+// site (Config.Domain names the hub's JetStream domain). Through a leaf,
+// a WAN cut does not drop the gateway's own connection: the uplink
+// notices failed or unanswered requests and syncs again once a second
+// until the hub answers.
 package fleet
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -57,6 +63,24 @@ type Config struct {
 	URLs           []string
 	Site, DeviceID string
 	Stream, Prefix string
+	// Domain is the hub's JetStream domain: needed when the gateway
+	// connects to a leaf node that runs JetStream itself (its $JS.API is
+	// the leaf's); "" addresses $JS.API.
+	Domain string
+	// Window is the most records one atomic batch carries (default
+	// DefaultWindow; 1: one acknowledged publish per record).
+	Window int
+	// History copies the sealed history buckets to HistoryStream
+	// (FollowHistory); Alarms the active alarms to AlarmStream
+	// (FollowAlarms).
+	History       bool
+	HistoryStream string
+	Alarms        bool
+	AlarmStream   string
+	// Refresh is how often the history and alarm copies look for work
+	// without being told (an acknowledged alarm changes the state without
+	// an event) and retry after a failure (default 5 s).
+	Refresh time.Duration
 	// Options authenticate and secure the connection (credentials, NKey,
 	// user and password, TLS); see Options.
 	Options        []nats.Option
@@ -122,7 +146,13 @@ func Options(f *manifest.Fleet) ([]nats.Option, error) {
 // ConfigFromManifest is the uplink's configuration for this gateway (nil
 // without an enabled network.fleet).
 func ConfigFromManifest(m *manifest.Manifest, log *slog.Logger) (*Config, error) {
-	f := m.Network.Fleet
+	return ConfigFor(m.Network.Fleet, m.Device.ID, log)
+}
+
+// ConfigFor is the uplink's configuration from a network.fleet block (the
+// manifest's, or the one physd run's --fleet-* flags made): nil without
+// one, or with enabled: false.
+func ConfigFor(f *manifest.Fleet, deviceID string, log *slog.Logger) (*Config, error) {
 	if f == nil || !f.Enabled {
 		return nil, nil
 	}
@@ -130,7 +160,8 @@ func ConfigFromManifest(m *manifest.Manifest, log *slog.Logger) (*Config, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Config{URLs: f.URLs, Site: f.Site, DeviceID: m.Device.ID, Stream: f.Stream, Prefix: f.SubjectPrefix, Options: opts,
+	return &Config{URLs: f.URLs, Site: f.Site, DeviceID: deviceID, Stream: f.Stream, Prefix: f.SubjectPrefix, Domain: f.Domain, Options: opts,
+		History: f.History, HistoryStream: f.HistoryStream, Alarms: f.Alarms, AlarmStream: f.AlarmStream,
 		ConnectTimeout: time.Duration(f.ConnectTimeoutMS) * time.Millisecond, PublishTimeout: time.Duration(f.PublishTimeoutMS) * time.Millisecond,
 		Logger: log}, nil
 }
@@ -155,6 +186,13 @@ type Stats struct {
 	Dropped   uint64 `json:"core_dropped"`
 	Errors    uint64 `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
+	// HistoryPublished counts history buckets and AlarmsPublished alarm
+	// snapshots the hub's streams acknowledged (this run); HistoryError
+	// and AlarmsError are their paths' last errors, cleared on success.
+	HistoryPublished uint64 `json:"history_published"`
+	HistoryError     string `json:"history_error,omitempty"`
+	AlarmsPublished  uint64 `json:"alarms_published"`
+	AlarmsError      string `json:"alarms_error,omitempty"`
 	// AuditError is the last error of the audit path (sync or publish);
 	// cleared once a record is acknowledged.
 	AuditError string `json:"audit_error,omitempty"`
@@ -170,7 +208,8 @@ type Uplink struct {
 	cfg     Config
 	log     *slog.Logger
 	nc      atomic.Pointer[nats.Conn] // set once connected
-	js      jetstream.JetStream       // the loop's only
+	js      jetstream.JetStream
+	audit   chain // the audit records' (the loop's only)
 	al      *audit.Log
 	base    string // <prefix>.<site>.<device>
 	subject string // base + ".audit"
@@ -180,20 +219,30 @@ type Uplink struct {
 	done  sync.WaitGroup
 	once  sync.Once
 
-	connected  atomic.Bool
-	synced     atomic.Bool
-	cursor     atomic.Uint64
-	published  atomic.Uint64
-	core       atomic.Uint64
-	dropped    atomic.Uint64
-	errs       atomic.Uint64
-	mu         sync.Mutex
-	lastErr    string
-	auditErr   string
-	refused    string
-	streamSeq  uint64 // the stream sequence of the device's last record (loop only)
-	createOnce bool
+	connected atomic.Bool
+	synced    atomic.Bool
+	conns     atomic.Uint64 // (re)connections so far: the copies sync again after each
+	cursor    atomic.Uint64
+	published atomic.Uint64
+	core      atomic.Uint64
+	dropped   atomic.Uint64
+	errs      atomic.Uint64
+	mu        sync.Mutex
+	lastErr   string
+	auditErr  string
+	refused   string
+	histErr   string
+	alarmErr  string
+
+	histPublished  atomic.Uint64
+	alarmPublished atomic.Uint64
+	onConnect      []func(*nats.Conn) // OnConnect's (set before Start)
 }
+
+// OnConnect registers f, called with the connection after every connect
+// and reconnect (the serving side, serve.go, starts on the first). Call it
+// before Start; f must not block.
+func (u *Uplink) OnConnect(f func(*nats.Conn)) { u.onConnect = append(u.onConnect, f) }
 
 // New checks the configuration; Start connects.
 func New(cfg Config) (*Uplink, error) {
@@ -208,6 +257,18 @@ func New(cfg Config) (*Uplink, error) {
 	}
 	if cfg.ReconnectWait <= 0 {
 		cfg.ReconnectWait = time.Second
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 5 * time.Second
+	}
+	if cfg.HistoryStream == "" {
+		cfg.HistoryStream = manifest.DefaultFleetHistoryStream
+	}
+	if cfg.AlarmStream == "" {
+		cfg.AlarmStream = manifest.DefaultFleetAlarmStream
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -256,8 +317,8 @@ func (u *Uplink) Start(al *audit.Log) {
 		// (the audit records are re-read from the files; an observation
 		// is stale by the time the link heals).
 		nats.ReconnectBufSize(-1),
-		nats.ConnectHandler(u.onConnect),
-		nats.ReconnectHandler(u.onConnect),
+		nats.ConnectHandler(u.onConnected),
+		nats.ReconnectHandler(u.onConnected),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			u.connected.Store(false)
 			u.synced.Store(false)
@@ -279,7 +340,9 @@ func (u *Uplink) Start(al *audit.Log) {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			u.fail("nats", err)
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+u.subject+`"`) {
+			// The audit subject itself, or the direct get of its last
+			// record (the subject ends the request's).
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), u.subject+`"`) {
 				u.mu.Lock()
 				u.refused = err.Error()
 				u.mu.Unlock()
@@ -303,11 +366,12 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 		nc, err := nats.Connect(strings.Join(u.cfg.URLs, ","), opts...)
 		if err == nil {
 			var js jetstream.JetStream
-			if js, err = jetstream.New(nc); err == nil {
+			if js, err = u.jetStream(nc); err == nil {
 				u.js = js
+				u.audit = chain{js: js, nc: nc, subject: u.subject, timeout: u.cfg.PublishTimeout, window: u.cfg.Window}
 				u.nc.Store(nc)
 				if nc.IsConnected() {
-					u.onConnect(nc)
+					u.onConnected(nc)
 				}
 				return true
 			}
@@ -323,11 +387,23 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 	}
 }
 
-func (u *Uplink) onConnect(nc *nats.Conn) {
+// jetStream is the hub's JetStream: by its domain when one is set.
+func (u *Uplink) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	if u.cfg.Domain != "" {
+		return jetstream.NewWithDomain(nc, u.cfg.Domain)
+	}
+	return jetstream.New(nc)
+}
+
+func (u *Uplink) onConnected(nc *nats.Conn) {
 	u.connected.Store(true)
 	u.synced.Store(false)
+	u.conns.Add(1)
 	u.log.Info("fleet hub connected", "server", nc.ConnectedUrlRedacted())
 	u.wake()
+	for _, f := range u.onConnect {
+		f(nc)
+	}
 }
 
 func (u *Uplink) fail(what string, err error) {
@@ -355,46 +431,43 @@ func (u *Uplink) loop() {
 		}
 		if err := u.drain(); err != nil {
 			u.synced.Store(false)
-			u.fail("audit", err)
-			u.mu.Lock()
-			again := u.auditErr == err.Error()
-			u.auditErr = err.Error()
-			u.mu.Unlock()
-			if !again { // the same error retried every second is logged once
-				u.log.Warn("fleet: audit records not published yet; retrying", "err", err.Error(), "cursor", u.cursor.Load())
-			}
+			u.note(&u.auditErr, "audit", "fleet: audit records not published yet; retrying", err, "cursor", u.cursor.Load())
 			backoff = time.Now().Add(u.cfg.ReconnectWait)
 		}
 	}
 }
 
+// note records a path's error (what, and *field for /status) and logs it
+// once: the same error retried every second is logged the first time.
+// A nil err clears the field.
+func (u *Uplink) note(field *string, what, msg string, err error, attrs ...any) {
+	if err == nil {
+		u.mu.Lock()
+		*field = ""
+		u.mu.Unlock()
+		return
+	}
+	u.fail(what, err)
+	u.mu.Lock()
+	again := *field == err.Error()
+	*field = err.Error()
+	u.mu.Unlock()
+	if !again {
+		u.log.Warn(msg, append([]any{"err", err.Error()}, attrs...)...)
+	}
+}
+
 // sync asks the stream for the last record it holds for this device.
 func (u *Uplink) sync() error {
-	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.PublishTimeout)
-	defer cancel()
-	st, err := u.js.Stream(ctx, u.cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = u.js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: u.cfg.Stream, Subjects: StreamSubjects(u.cfg.Prefix), Storage: jetstream.FileStorage,
-			Duplicates: DefaultDuplicates, AllowDirect: true,
-		})
-		if err != nil {
-			return fmt.Errorf("the hub has no stream %s and physd may not create it (%w); fix: create it on the hub with the subjects %s", u.cfg.Stream, err, StreamSubjects(u.cfg.Prefix)[0])
-		}
-		u.log.Info("fleet: stream created", "stream", u.cfg.Stream)
-	}
+	create := AuditStreamConfig(u.cfg.Stream, u.cfg.Prefix, 1)
+	msg, err := u.audit.sync(u.cfg.Stream, &create)
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", u.cfg.Stream, err)
+		return err
 	}
-	msg, err := st.GetLastMsgForSubject(ctx, u.subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		u.streamSeq = 0
+	if msg == nil {
 		u.cursor.Store(0)
 		u.synced.Store(true)
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("the last record of %s: %w", u.subject, err)
 	}
 	seq, err := strconv.ParseUint(msg.Header.Get(HeaderSeq), 10, 64)
 	if err != nil {
@@ -418,7 +491,6 @@ func (u *Uplink) sync() error {
 	if !same {
 		return fmt.Errorf("the stream's audit seq %d of %s is not the local record (another trail under this device.id); fix: give this gateway a new device.id", seq, u.cfg.DeviceID)
 	}
-	u.streamSeq = msg.Sequence
 	u.cursor.Store(seq)
 	u.synced.Store(true)
 	return nil
@@ -426,20 +498,43 @@ func (u *Uplink) sync() error {
 
 var errStop = errors.New("stop")
 
-// drain publishes the local records after the cursor, one at a time, each
-// acknowledged before the next.
+// drain publishes the local records after the cursor, in batches of the
+// chain's window, each acknowledged before the next.
 func (u *Uplink) drain() error {
+	var stuck resyncs
 	for gaps := 0; ; {
 		if !u.synced.Load() {
 			if err := u.sync(); err != nil {
 				return err
 			}
+			if err := stuck.check(int64(u.cursor.Load()), u.subject, u.msgID("<seq>")); err != nil {
+				return err
+			}
 		}
-		err := u.al.ReadAfter(u.cursor.Load(), u.publish)
+		var b batch
+		err := u.al.ReadAfter(u.cursor.Load(), func(seq uint64, line []byte) error {
+			select {
+			case <-u.stop:
+				return errStop
+			default:
+			}
+			b.add(seq, u.auditMsg(seq, line))
+			if b.full(u.audit.limit()) {
+				return u.publish(&b)
+			}
+			return nil
+		})
+		var gap *audit.ErrGap
+		if err == nil || errors.As(err, &gap) {
+			// The records read before the end (or before the gap).
+			if perr := u.publish(&b); perr != nil {
+				err = perr
+			}
+		}
 		if errors.Is(err, errResync) {
+			stuck.failed(int64(u.cursor.Load()))
 			continue
 		}
-		var gap *audit.ErrGap
 		if errors.As(err, &gap) {
 			// A rotation between the listing and the read: read again. A
 			// gap that stays is a damaged line (physd audit verify).
@@ -455,50 +550,80 @@ func (u *Uplink) drain() error {
 	}
 }
 
-func (u *Uplink) publish(seq uint64, line []byte) error {
-	select {
-	case <-u.stop:
-		return errStop
-	default:
-	}
+// msgID is a Nats-Msg-Id of this gateway: <site>/<device>/<rest>. The
+// stream deduplicates by it across every subject, and device ids are
+// unique within a site only.
+func (u *Uplink) msgID(rest string) string { return u.cfg.Site + "/" + u.cfg.DeviceID + "/" + rest }
+
+// auditMsg is the stream message of one audit record.
+func (u *Uplink) auditMsg(seq uint64, line []byte) *nats.Msg {
 	var ev struct {
 		Event string `json:"event"`
 	}
 	_ = json.Unmarshal(line, &ev)
 	m := nats.NewMsg(u.subject)
-	m.Data = line
-	m.Header.Set(jetstream.MsgIDHeader, u.cfg.DeviceID+"/"+strconv.FormatUint(seq, 10))
+	m.Data = append([]byte(nil), line...) // ReadAfter reuses its buffer
+	m.Header.Set(jetstream.MsgIDHeader, u.msgID(strconv.FormatUint(seq, 10)))
 	m.Header.Set(HeaderSeq, strconv.FormatUint(seq, 10))
 	m.Header.Set(HeaderDevice, u.cfg.DeviceID)
 	if ev.Event != "" {
 		m.Header.Set(HeaderEvent, ev.Event)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.PublishTimeout)
-	defer cancel()
-	ack, err := u.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(u.streamSeq), jetstream.WithRetryAttempts(0))
+	return m
+}
+
+// batch is the records read and not yet sent.
+type batch struct {
+	msgs  []*nats.Msg
+	first uint64 // the first record's seq
+	last  uint64
+	bytes int
+}
+
+func (b *batch) add(seq uint64, m *nats.Msg) {
+	if len(b.msgs) == 0 {
+		b.first = seq
+	}
+	b.msgs = append(b.msgs, m)
+	b.last = seq
+	b.bytes += len(m.Data)
+}
+
+func (b *batch) full(limit int) bool { return len(b.msgs) >= limit || b.bytes >= maxBatchBytes }
+
+func (b *batch) reset() { *b = batch{} }
+
+// publish sends the batch; the cursor moves past it once it is stored.
+func (u *Uplink) publish(b *batch) error {
+	if len(b.msgs) == 0 {
+		return nil
+	}
+	n, err := u.audit.send(b.msgs)
+	u.log.Debug("fleet: audit records sent", "first", b.first, "last", b.last, "stored", n, "batch", u.audit.batchable() && len(b.msgs) > 1, "err", err)
+	if n > 0 {
+		u.cursor.Store(b.first + uint64(n) - 1)
+		u.published.Add(uint64(n))
+	}
+	if errors.Is(err, errResync) {
+		u.synced.Store(false)
+		return errResync
+	}
 	if err != nil {
 		// Unknown whether it landed: the next sync reads the stream.
 		u.synced.Store(false)
-		return fmt.Errorf("audit seq %d: %w", seq, err)
+		if b.first == b.last {
+			return fmt.Errorf("audit seq %d: %w", b.first, err)
+		}
+		return fmt.Errorf("audit seqs %d-%d: %w", b.first, b.last, err)
 	}
-	if ack.Duplicate {
-		// Already stored (an earlier attempt whose ack was lost); the
-		// stream sequence the ack names is the original's, resync.
-		u.synced.Store(false)
-		u.cursor.Store(seq)
-		return errResync
-	}
-	u.streamSeq = ack.Sequence
-	u.cursor.Store(seq)
-	if u.published.Add(1) == 1 || u.auditErrSet() {
+	if u.auditErrSet() {
 		u.mu.Lock()
 		u.auditErr = ""
 		u.mu.Unlock()
 	}
+	b.reset()
 	return nil
 }
-
-var errResync = errors.New("resync")
 
 func (u *Uplink) auditErrSet() bool {
 	u.mu.Lock()
@@ -570,7 +695,8 @@ func (u *Uplink) core1(subject string, b []byte) {
 func (u *Uplink) Stats() Stats {
 	nc := u.nc.Load()
 	s := Stats{Connected: u.connected.Load() && nc != nil && nc.IsConnected(), Synced: u.synced.Load(), Cursor: u.cursor.Load(),
-		Published: u.published.Load(), Core: u.core.Load(), Dropped: u.dropped.Load(), Errors: u.errs.Load()}
+		Published: u.published.Load(), Core: u.core.Load(), Dropped: u.dropped.Load(), Errors: u.errs.Load(),
+		HistoryPublished: u.histPublished.Load(), AlarmsPublished: u.alarmPublished.Load()}
 	if u.al != nil {
 		s.Local = u.al.Seq()
 	}
@@ -578,7 +704,7 @@ func (u *Uplink) Stats() Stats {
 		s.Pending = s.Local - s.Cursor
 	}
 	u.mu.Lock()
-	s.LastError, s.AuditError, s.Refused = u.lastErr, u.auditErr, u.refused
+	s.LastError, s.AuditError, s.Refused, s.HistoryError, s.AlarmsError = u.lastErr, u.auditErr, u.refused, u.histErr, u.alarmErr
 	u.mu.Unlock()
 	if s.Connected {
 		s.Server = nc.ConnectedUrlRedacted()

@@ -35,13 +35,7 @@ func newUplink(t *testing.T, h *natstest.Hub, al *audit.Log, user, pw, site, dev
 
 func admin(t *testing.T, h *natstest.Hub, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(h.URL(), append(opts, nats.UserInfo(natstest.Admin, natstest.Admin))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	return nc, js
+	return natstest.Connect(t, h.URL(), opts...)
 }
 
 func createStream(t *testing.T, js jetstream.JetStream) {
@@ -53,9 +47,8 @@ func createStream(t *testing.T, js jetstream.JetStream) {
 	}
 }
 
-// streamRecords reads every record of subject: seq -> data, failing on a
-// seq held twice.
-func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uint64]string {
+// eachMsg calls fn with every message of the audit stream, in order.
+func eachMsg(t *testing.T, js jetstream.JetStream, fn func(*jetstream.RawStreamMsg)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -63,7 +56,6 @@ func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uin
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[uint64]string{}
 	info, err := st.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +68,18 @@ func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uin
 		if err != nil {
 			t.Fatal(err)
 		}
+		fn(m)
+	}
+}
+
+// streamRecords reads every record of subject: seq -> data, failing on a
+// seq held twice.
+func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uint64]string {
+	t.Helper()
+	out := map[uint64]string{}
+	eachMsg(t, js, func(m *jetstream.RawStreamMsg) {
 		if m.Subject != subject {
-			continue
+			return
 		}
 		seq, _ := strconv.ParseUint(m.Header.Get(HeaderSeq), 10, 64)
 		if seq == 0 {
@@ -86,11 +88,11 @@ func streamRecords(t *testing.T, js jetstream.JetStream, subject string) map[uin
 		if _, dup := out[seq]; dup {
 			t.Errorf("audit seq %d is in the stream twice", seq)
 		}
-		if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasSuffix(id, "/"+strconv.FormatUint(seq, 10)) {
+		if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasSuffix(id, "/"+strconv.FormatUint(seq, 10)) || strings.Count(id, "/") != 2 {
 			t.Errorf("seq %d: Nats-Msg-Id %q", seq, id)
 		}
 		out[seq] = string(m.Data)
-	}
+	})
 	return out
 }
 
@@ -182,7 +184,7 @@ func TestUplinkCutAndRestart(t *testing.T) {
 	line := localRecords(t, al)[71]
 	m := nats.NewMsg("physd.north.gw_1.audit")
 	m.Data = []byte(line)
-	m.Header.Set(jetstream.MsgIDHeader, "gw_1/71")
+	m.Header.Set(jetstream.MsgIDHeader, "north/gw_1/71")
 	m.Header.Set(HeaderSeq, "71")
 	if _, err := js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
@@ -207,7 +209,7 @@ func TestUplinkRefusesForeignTrail(t *testing.T) {
 	m := nats.NewMsg("physd.north.gw_1.audit")
 	m.Data = []byte(`{"seq":1,"event":"other"}`)
 	m.Header.Set(HeaderSeq, "1")
-	m.Header.Set(jetstream.MsgIDHeader, "gw_1/1")
+	m.Header.Set(jetstream.MsgIDHeader, "north/gw_1/1")
 	if _, err := js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +250,27 @@ func TestSitePermissions(t *testing.T) {
 	}
 	if n := len(streamRecords(t, js, "physd.south.gw_9.audit")); n != 0 {
 		t.Errorf("the stream holds %d records under south", n)
+	}
+
+	// Nor read another site's records: the last message of a subject is
+	// a direct get whose subject names it, north's only.
+	if _, err := js.Publish(ctx2, "physd.south.gw_9.audit", []byte(`{"seq":1,"secret":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sjs.Stream(ctx2, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetLastMsgForSubject(ctx2, "physd.north.gw_1.audit"); err != nil {
+		t.Errorf("north's own last record: %v", err)
+	}
+	ctx3, cancel3 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel3()
+	if m, err := st.GetLastMsgForSubject(ctx3, "physd.south.gw_9.audit"); err == nil {
+		t.Errorf("north read south's record: %s", m.Data)
+	}
+	if m, err := st.GetMsg(ctx3, 1); err == nil {
+		t.Errorf("north read stream message 1 by sequence: %s", m.Data)
 	}
 }
 

@@ -21,6 +21,14 @@
 // reload declares it again, they are served again. Stored buckets of a
 // capability that a restart with another manifest left behind are kept and
 // dropped the same way.
+//
+// A bucket is sealed once no observation can enter it any more: a later
+// bucket of its capability has started, or its end lies SealGrace in the
+// past at a flush (an observation stamped before a sealed bucket's end
+// that arrives late is counted in the capability's next bucket). The
+// flush after that writes its final version: Sealed hands out the
+// buckets on disk that are sealed, the ones the fleet uplink copies to
+// the hub, each once.
 package history
 
 import (
@@ -97,6 +105,11 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// SealGrace is how long after its end a bucket with no later one is
+// sealed: how late an observation may arrive and still be counted in the
+// bucket it was taken in.
+const SealGrace = 5 * time.Second
+
 // recordCost is what one stored bucket costs on disk, with bbolt's
 // element header and page fill: the size bound counts in these.
 const recordCost = 128
@@ -114,11 +127,17 @@ type History struct {
 	mu      sync.Mutex
 	caps    map[string]*manifest.Capability // numeric capabilities recorded, by name
 	retired map[string]bool                 // stored, no longer recorded (removed by a reload, or by a restart with another manifest)
+	bound   int64                           // buckets before this start were sealed at Open
 	keep    int                             // buckets kept per stored capability (size bound)
 	open    map[string]*agg                 // the bucket being filled, per capability
 	dirty   map[string]map[int64]*agg       // buckets not yet written
 	seen    map[string]bool                 // first bucket since start was seeded from disk
 	count   map[string]int                  // stored buckets per capability
+	// sealed: per capability, the start of the first bucket an
+	// observation may still enter (an earlier one is counted there);
+	// final: the buckets before it are sealed and written.
+	sealed, final map[string]int64
+	onFlush       []func()
 
 	flushMu sync.Mutex // one flush at a time (count)
 
@@ -200,6 +219,7 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 	db.AllocSize = int(min(1<<20, cfg.MaxBytes/8))
 	h := &History{cfg: cfg, db: db, caps: numericCaps(m), retired: map[string]bool{},
 		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{}, count: map[string]int{},
+		sealed: map[string]int64{}, final: map[string]int64{},
 		stop: make(chan struct{}), done: make(chan struct{}), flushed: make(chan struct{})}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for name := range h.caps {
@@ -222,8 +242,19 @@ func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 		db.Close()
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
+	// What an earlier run wrote of buckets that ended SealGrace ago is
+	// their final version (a crash loses what it had not flushed).
+	h.bound = time.Now().Add(-SealGrace).Truncate(cfg.Resolution).Unix()
 	return h, nil
 }
+
+// sealedFrom is the start of the first bucket of name an observation may
+// still enter (h.mu held).
+func (h *History) sealedFrom(name string) int64 { return max(h.sealed[name], h.bound) }
+
+// finalFrom is the start of the first bucket of name that is not sealed
+// and written (h.mu held).
+func (h *History) finalFrom(name string) int64 { return max(h.final[name], h.bound) }
 
 // numericCaps are the capabilities of m the history records: float, int,
 // and bool (as 0/1).
@@ -393,6 +424,9 @@ func (h *History) Record(o node.Observed) {
 	if a != nil && start < a.start {
 		start = a.start // published a moment before the last one: same bucket
 	}
+	if s := h.sealedFrom(name); start < s {
+		start = s // its own bucket is sealed (and perhaps copied to the hub): the next one
+	}
 	if a == nil || a.start != start {
 		if a != nil {
 			h.markDirty(name, a)
@@ -465,14 +499,33 @@ func (h *History) Flush() {
 		a    agg
 	}
 	var recs []rec
+	now := time.Now()
+	res := int64(h.cfg.Resolution / time.Second)
+	// final is, per capability, the start of the first bucket this flush
+	// does not seal and write. A bucket waiting in dirty is closed (a
+	// later one started, or a reload retired its capability): sealed.
+	final := map[string]int64{}
+	seal := func(name string, end int64) {
+		final[name] = max(final[name], end)
+		h.sealed[name] = max(h.sealed[name], end)
+	}
 	for name, m := range h.dirty {
 		for _, a := range m {
 			recs = append(recs, rec{name, *a})
+			seal(name, a.start+res)
 		}
 	}
 	h.dirty = map[string]map[int64]*agg{}
 	for name, a := range h.open {
 		recs = append(recs, rec{name, *a})
+		final[name] = max(final[name], a.start)
+		if time.Unix(a.start+res, 0).Add(SealGrace).After(now) {
+			continue
+		}
+		// Ended SealGrace ago: sealed, written now for the last time (if
+		// the write fails it waits in dirty, like the older ones).
+		delete(h.open, name)
+		seal(name, a.start+res)
 	}
 	stored := make([]string, 0, len(h.caps)+len(h.retired))
 	for name := range h.caps {
@@ -545,13 +598,20 @@ func (h *History) Flush() {
 	if err == nil {
 		h.count = counts
 		h.mu.Lock()
+		for name, f := range final {
+			h.final[name] = max(h.final[name], f)
+		}
 		for _, name := range emptied {
 			if h.caps[name] == nil { // not declared again meanwhile
 				delete(h.retired, name)
 			}
 		}
 		h.setKeep()
+		listeners := h.onFlush
 		h.mu.Unlock()
+		for _, f := range listeners {
+			f()
+		}
 	}
 	if err != nil {
 		// Keep the finished buckets for the next flush (the open ones are
@@ -629,43 +689,16 @@ func (h *History) Query(name string, since, until time.Time, step time.Duration)
 		return nil, &QueryError{fmt.Sprintf("no history of %q: history is kept for the numeric capabilities (float, int, bool) of this node", name)}
 	}
 	res := h.cfg.Resolution
-	if step <= 0 {
-		step = res
-	}
-	if step%res != 0 {
-		return nil, &QueryError{fmt.Sprintf("step: %v is not a multiple of the history's resolution %v; fix: use step=%v or a multiple of it", step, res, res)}
-	}
-	if !until.After(since) {
-		return nil, &QueryError{"since: must be before until; fix: e.g. since=1h (one hour ago) and leave until out (now)"}
-	}
-	if n := until.Sub(since) / step; n > time.Duration(h.cfg.MaxPoints) {
-		return nil, &QueryError{fmt.Sprintf("step: %v gives %d buckets, more than %d in one answer; fix: use a step of at least %v", step, n, h.cfg.MaxPoints, (until.Sub(since)/time.Duration(h.cfg.MaxPoints)/res+1)*res)}
+	step, err := CheckQuery(res, h.cfg.MaxPoints, since, until, step)
+	if err != nil {
+		return nil, err
 	}
 	lo, hi := since.Truncate(res).Unix(), until.Unix()
 	if until.After(time.Unix(hi, 0)) {
 		hi++ // buckets that start before until, the one filling now included
 	}
 	base := map[int64]*agg{}
-	err := h.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte(name))
-		if b == nil {
-			return nil
-		}
-		cur := b.Cursor()
-		for k, v := cur.Seek(key(lo)); k != nil; k, v = cur.Next() {
-			s := int64(binary.BigEndian.Uint64(k))
-			if s >= hi {
-				break
-			}
-			a, err := decode(s, v)
-			if err != nil {
-				return err
-			}
-			base[s] = a
-		}
-		return nil
-	})
-	if err != nil {
+	if err := h.scan(name, lo, hi, -1, func(a *agg) { base[a.start] = a }); err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
@@ -680,26 +713,59 @@ func (h *History) Query(name string, since, until time.Time, step time.Duration)
 	}
 	overlay(h.open[name])
 	h.mu.Unlock()
+	stored := make([]Stored, 0, len(base))
+	for _, a := range base {
+		stored = append(stored, a.stored())
+	}
+	return &Series{Capability: c.ToolName(), Unit: c.Unit, Since: since.UTC().Format(time.RFC3339), Until: until.UTC().Format(time.RFC3339),
+		StepS: int64(step / time.Second), ResolutionS: int64(res / time.Second), Buckets: Steps(res, step, since, stored)}, nil
+}
 
+// CheckQuery checks a query's window and step against a history of
+// resolution res answering at most maxPoints steps, and returns the step
+// (res when 0). Its errors are *QueryError: they name the parameter and
+// the fix.
+func CheckQuery(res time.Duration, maxPoints int, since, until time.Time, step time.Duration) (time.Duration, error) {
+	if step <= 0 {
+		step = res
+	}
+	if step%res != 0 {
+		return 0, &QueryError{fmt.Sprintf("step: %v is not a multiple of the history's resolution %v; fix: use step=%v or a multiple of it", step, res, res)}
+	}
+	if !until.After(since) {
+		return 0, &QueryError{"since: must be before until; fix: e.g. since=1h (one hour ago) and leave until out (now)"}
+	}
+	if n := until.Sub(since) / step; n > time.Duration(maxPoints) {
+		return 0, &QueryError{fmt.Sprintf("step: %v gives %d buckets, more than %d in one answer; fix: use a step of at least %v", step, n, maxPoints, (until.Sub(since)/time.Duration(maxPoints)/res+1)*res)}
+	}
+	return step, nil
+}
+
+// Steps combines stored buckets of resolution res into steps of step
+// (aligned to the Unix epoch), leaving out the buckets that start before
+// since's bucket; the caller passes only buckets that start before until.
+// Steps without observations are left out; the answer is in time order.
+func Steps(res, step time.Duration, since time.Time, stored []Stored) []Bucket {
 	steps := map[int64]*agg{}
 	stepS := int64(step / time.Second)
-	for s, a := range base {
-		if time.Unix(s, 0).Before(since.Truncate(res)) {
+	from := since.Truncate(res).Unix()
+	for _, st := range stored {
+		if st.Start < from {
 			continue
 		}
-		k := s - s%stepS
+		k := st.Start - st.Start%stepS
 		if steps[k] == nil {
 			steps[k] = &agg{start: k}
 		}
-		steps[k].merge(a)
+		a := st.agg()
+		steps[k].merge(&a)
 	}
 	keys := make([]int64, 0, len(steps))
 	for k := range steps {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	out := &Series{Capability: c.ToolName(), Unit: c.Unit, Since: since.UTC().Format(time.RFC3339), Until: until.UTC().Format(time.RFC3339),
-		StepS: stepS, ResolutionS: int64(res / time.Second), Buckets: []Bucket{}}
+	out := []Bucket{}
 	for _, k := range keys {
 		a := steps[k]
 		b := Bucket{Start: time.Unix(k, 0).UTC(), Count: a.count}
@@ -710,9 +776,91 @@ func (h *History) Query(name string, since, until time.Time, step time.Duration)
 			mn, mx, mean, last := a.min, a.max, a.sum/float64(a.nvals), a.last
 			b.Min, b.Max, b.Mean, b.Last = &mn, &mx, &mean, &last
 		}
-		out.Buckets = append(out.Buckets, b)
+		out = append(out, b)
 	}
-	return out, nil
+	return out
+}
+
+// Stored is one stored bucket as history.db holds it: the aggregate, not
+// the answer (Steps turns stored buckets into answers). It is what the
+// fleet uplink copies to the hub, so a reader there can combine them as
+// Query does.
+type Stored struct {
+	Start  int64   `json:"start"`  // Unix seconds
+	Count  uint32  `json:"count"`  // observations
+	Good   uint32  `json:"good"`   // of quality good
+	Values uint32  `json:"values"` // with a value: Min, Max, Sum and Last are theirs
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	Sum    float64 `json:"sum"`
+	Last   float64 `json:"last"`
+	LastAt int64   `json:"last_at"` // Unix nanoseconds
+}
+
+func (a *agg) stored() Stored {
+	return Stored{Start: a.start, Count: a.count, Good: a.good, Values: a.nvals, Min: a.min, Max: a.max, Sum: a.sum, Last: a.last, LastAt: a.lastAt}
+}
+
+func (s Stored) agg() agg {
+	return agg{start: s.Start, count: s.Count, good: s.Good, nvals: s.Values, min: s.Min, max: s.Max, sum: s.Sum, last: s.Last, lastAt: s.LastAt}
+}
+
+// Recorded are the capabilities the history records now (the numeric
+// ones of the manifest in force), by name.
+func (h *History) Recorded() []*manifest.Capability {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*manifest.Capability, 0, len(h.caps))
+	for _, c := range h.caps {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Sealed returns up to limit stored buckets of capability name that
+// start after `after` (Unix seconds) and are sealed and written (their
+// final version), oldest first.
+func (h *History) Sealed(name string, after int64, limit int) ([]Stored, error) {
+	h.mu.Lock()
+	end := h.finalFrom(name)
+	h.mu.Unlock()
+	var out []Stored
+	err := h.scan(name, after+1, end, limit, func(a *agg) { out = append(out, a.stored()) })
+	return out, err
+}
+
+// scan calls fn with the stored buckets of name that start in [from, to),
+// oldest first, at most limit of them (all with a negative limit).
+func (h *History) scan(name string, from, to int64, limit int, fn func(*agg)) error {
+	return h.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(name))
+		if b == nil {
+			return nil
+		}
+		cur := b.Cursor()
+		for k, v := cur.Seek(key(from)); k != nil && limit != 0; k, v = cur.Next() {
+			s := int64(binary.BigEndian.Uint64(k))
+			if s >= to {
+				break
+			}
+			a, err := decode(s, v)
+			if err != nil {
+				return err
+			}
+			fn(a)
+			limit--
+		}
+		return nil
+	})
+}
+
+// OnFlush has f called after every flush that wrote (from the flushing
+// goroutine: f must not block).
+func (h *History) OnFlush(f func()) {
+	h.mu.Lock()
+	h.onFlush = append(h.onFlush, f)
+	h.mu.Unlock()
 }
 
 // Stats is the history's state for /metrics.

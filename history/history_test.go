@@ -370,3 +370,87 @@ func TestReloadChangesRecordedCapabilities(t *testing.T) {
 		}
 	})
 }
+
+// TestSealed: a bucket is handed out by Sealed once it is final on disk:
+// when a later bucket started, or when it ended SealGrace before a flush;
+// an observation stamped inside a sealed bucket that arrives late counts
+// in the next one, never changing what was handed out; after a restart
+// the buckets an earlier run wrote that ended SealGrace ago are final.
+func TestSealed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := manifest.Parse("h.yml", []byte(plant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), history.FileName)
+		h, err := history.Open(path, m, history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := m.Capability("heater_power_zone_a")
+		t0 := time.Now() // a whole minute
+		obs := func(at time.Duration, v float64) {
+			h.Record(node.Observed{Cap: c, At: t0.Add(at), Obs: promcp.Observation{Quality: promcp.QualityGood, Value: v}})
+		}
+		starts := func(after int64) []int64 {
+			t.Helper()
+			got, err := h.Sealed(c.Name, after, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []int64
+			for _, s := range got {
+				out = append(out, (s.Start-t0.Unix())/60)
+			}
+			return out
+		}
+		flushed := 0
+		h.OnFlush(func() { flushed++ })
+		obs(10*time.Second, 1)
+		obs(70*time.Second, 2)
+		obs(130*time.Second, 3)
+		time.Sleep(150 * time.Second)
+		if got := starts(0); len(got) != 0 {
+			t.Fatalf("before any flush: %v", got)
+		}
+		h.Flush()
+		if got := fmt.Sprint(starts(t0.Unix() - 1)); got != "[0 1]" || flushed != 1 {
+			t.Fatalf("after the flush at 2:30: minutes %s (flushes %d), want [0 1]: minute 2 is still open", got, flushed)
+		}
+		time.Sleep(30*time.Second + history.SealGrace) // 3:05: minute 2 ended SealGrace ago
+		h.Flush()
+		if got := fmt.Sprint(starts(t0.Unix() + 60)); got != "[2]" {
+			t.Fatalf("after the flush at 3:05: minutes after 1: %s, want [2]", got)
+		}
+		obs(150*time.Second, 100) // late: stamped in minute 2
+		time.Sleep(time.Minute)
+		h.Flush()
+		all, _ := h.Sealed(c.Name, 0, 100)
+		if len(all) != 4 || all[2].Count != 1 || all[2].Max != 3 || all[3].Start != t0.Unix()+180 || all[3].Max != 100 {
+			t.Fatalf("sealed after the late observation: %+v; want minute 2 untouched and the late value in minute 3", all)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		// A restart: what is on disk and ended SealGrace ago is final.
+		h, err = history.Open(path, m, history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		if got := fmt.Sprint(starts(0)); got != "[0 1 2 3]" {
+			t.Fatalf("after a restart: %s", got)
+		}
+		obs(200*time.Second, 7) // stamped in sealed minute 3
+		time.Sleep(2 * time.Minute)
+		h.Flush()
+		all, _ = h.Sealed(c.Name, 0, 100)
+		if len(all) != 5 || all[3].Max != 100 || all[3].Count != 1 || all[4].Max != 7 {
+			t.Fatalf("after a restart and an observation stamped in a sealed minute: %+v", all)
+		}
+		if got, _ := h.Sealed(c.Name, 0, 2); len(got) != 2 {
+			t.Errorf("limit 2: %d buckets", len(got))
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -12,6 +13,8 @@ import (
 // network.fleet defaults (physd extension: the site uplink to NATS).
 const (
 	DefaultFleetStream           = "PHYSD_AUDIT"
+	DefaultFleetHistoryStream    = "PHYSD_HISTORY"
+	DefaultFleetAlarmStream      = "PHYSD_ALARMS"
 	DefaultFleetSubjectPrefix    = "physd"
 	DefaultFleetConnectTimeoutMS = 5_000
 	DefaultFleetPublishTimeoutMS = 5_000
@@ -21,7 +24,22 @@ const (
 var fleetKeys = []string{
 	"enabled", "urls", "site", "credentials_file", "nkey_seed_file", "user", "password_file",
 	"tls", "stream", "subject_prefix", "connect_timeout_ms", "publish_timeout_ms",
+	"domain", "history", "history_stream", "alarms", "alarm_stream", "serve",
 }
+
+// What a gateway may serve to the fleet endpoint over NATS (network.fleet.serve).
+const (
+	FleetServeRead  = "read"
+	FleetServeCanDo = "can_do"
+	FleetServeDo    = "do"
+)
+
+// FleetServes are the values of network.fleet.serve.
+var FleetServes = []string{FleetServeRead, FleetServeCanDo, FleetServeDo}
+
+// DefaultFleetServe is network.fleet.serve without the key: reads and
+// can_do, never an actuation unless the site operator adds do.
+var DefaultFleetServe = []string{FleetServeRead, FleetServeCanDo}
 
 var fleetTLSKeys = []string{"ca", "cert", "key"}
 
@@ -53,11 +71,57 @@ type Fleet struct {
 	TLSCert string `json:"tls_cert,omitempty"`
 	TLSKey  string `json:"tls_key,omitempty"`
 	// Stream is the JetStream stream the audit records go to.
-	Stream           string `json:"stream"`
-	SubjectPrefix    string `json:"subject_prefix"`
+	Stream        string `json:"stream"`
+	SubjectPrefix string `json:"subject_prefix"`
+	// Domain is the hub's JetStream domain ("" : $JS.API): needed when
+	// the gateway connects to a leaf node that runs JetStream itself.
+	Domain string `json:"domain,omitempty"`
+	// History publishes the closed history buckets to HistoryStream;
+	// Alarms the active alarms to AlarmStream.
+	History          bool   `json:"history"`
+	HistoryStream    string `json:"history_stream"`
+	Alarms           bool   `json:"alarms"`
+	AlarmStream      string `json:"alarm_stream"`
 	ConnectTimeoutMS int    `json:"connect_timeout_ms"`
 	PublishTimeoutMS int    `json:"publish_timeout_ms"`
+	// Serve is what the gateway answers the fleet endpoint over NATS:
+	// read, can_do, do (DefaultFleetServe without the key; [] serves
+	// nothing: the uplink only publishes).
+	Serve []string `json:"serve"`
 }
+
+// Serves reports whether the gateway serves what (FleetServe*) to the
+// fleet endpoint.
+func (f *Fleet) Serves(what string) bool {
+	return f != nil && f.Enabled && slices.Contains(f.Serve, what)
+}
+
+// DefaultFleet is a network.fleet block with every default and no URL,
+// site or credentials (what the parser and physd run's --fleet-* flags
+// start from).
+func DefaultFleet() *Fleet {
+	return &Fleet{Enabled: true, Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
+		History: true, HistoryStream: DefaultFleetHistoryStream, Alarms: true, AlarmStream: DefaultFleetAlarmStream,
+		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS, Serve: slices.Clone(DefaultFleetServe)}
+}
+
+// IsFleetURL reports whether s is a hub URL physd takes: nats:// or
+// tls://, a host, no credentials.
+func IsFleetURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "nats" || u.Scheme == "tls") && u.Host != "" && u.User == nil
+}
+
+// IsSubjectToken reports whether s is one NATS subject token of the names
+// physd writes (a site, a device id, a JetStream domain): letters,
+// digits, _ and -; no dot, no wildcard.
+func IsSubjectToken(s string) bool { return reSubjectToken.MatchString(s) }
+
+// IsSubjectPrefix reports whether s is a subject prefix physd takes.
+func IsSubjectPrefix(s string) bool { return reSubjectPrefix.MatchString(s) }
+
+// IsStreamName reports whether s is a JetStream stream name physd takes.
+func IsStreamName(s string) bool { return reStreamName.MatchString(s) }
 
 // UsesTLS reports whether the uplink must use TLS (a tls:// URL or a tls
 // block).
@@ -82,14 +146,12 @@ func (p *parser) fleet(fo *obj) *Fleet {
 	if fo == nil {
 		return nil
 	}
-	f := &Fleet{Enabled: true, Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
-		ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
+	f := DefaultFleet()
 	if v, ok := fo.boolean("enabled"); ok {
 		f.Enabled = v
 	}
 	f.URLs, _ = fo.strList("urls", true, func(n *yaml.Node, field, s string) bool {
-		u, err := url.Parse(s)
-		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+		if !IsFleetURL(s) {
 			p.add(n, field, "use nats://host:4222 or tls://host:4222 (credentials go in credentials_file, nkey_seed_file or user/password_file, never in the URL)", "invalid NATS URL %s", quoteShort(s))
 			return false
 		}
@@ -104,6 +166,21 @@ func (p *parser) fleet(fo *obj) *Fleet {
 	}
 	if v, ok := fo.pattern("subject_prefix", false, reSubjectPrefix.MatchString, "dot-separated tokens of letters, digits, _ and -", "physd or acme.physd"); ok {
 		f.SubjectPrefix = v
+	}
+	if v, ok := fo.pattern("domain", false, reSubjectToken.MatchString, "letters, digits, _ and - (the hub's jetstream.domain)", "hub"); ok {
+		f.Domain = v
+	}
+	if v, ok := fo.boolean("history"); ok {
+		f.History = v
+	}
+	if v, ok := fo.pattern("history_stream", false, reStreamName.MatchString, "letters, digits, _ and -", DefaultFleetHistoryStream); ok {
+		f.HistoryStream = v
+	}
+	if v, ok := fo.boolean("alarms"); ok {
+		f.Alarms = v
+	}
+	if v, ok := fo.pattern("alarm_stream", false, reStreamName.MatchString, "letters, digits, _ and -", DefaultFleetAlarmStream); ok {
+		f.AlarmStream = v
 	}
 	f.CredentialsFile, _ = fo.str("credentials_file", false)
 	f.NKeySeedFile, _ = fo.str("nkey_seed_file", false)
@@ -140,6 +217,21 @@ func (p *parser) fleet(fo *obj) *Fleet {
 	}
 	if v, ok := fo.intIn("publish_timeout_ms", 100, math.MaxInt32); ok {
 		f.PublishTimeoutMS = v
+	}
+	seen := map[string]bool{}
+	if v, ok := fo.strList("serve", false, func(n *yaml.Node, field, s string) bool {
+		switch {
+		case !slices.Contains(FleetServes, s):
+			p.add(n, field, oneOf(s, FleetServes), "unknown %s", quoteShort(s))
+			return false
+		case seen[s]:
+			p.add(n, field, "name each once", "%s is listed twice", quoteShort(s))
+			return false
+		}
+		seen[s] = true
+		return true
+	}); ok {
+		f.Serve = v
 	}
 	return f
 }

@@ -15,18 +15,23 @@ func fleetDoc(fleet string) string {
 func TestFleetKeys(t *testing.T) {
 	m, err := Parse("t.yml", []byte(fleetDoc(`{urls: ["tls://hub.example:4222", "tls://hub2.example:4222"], site: north,
     credentials_file: /etc/physd/site.creds, tls: {ca: /etc/physd/hub-ca.pem, cert: c.pem, key: k.pem},
-    stream: SITES, subject_prefix: acme.physd, connect_timeout_ms: 2000, publish_timeout_ms: 3000}`)))
+    stream: SITES, subject_prefix: acme.physd, connect_timeout_ms: 2000, publish_timeout_ms: 3000,
+    domain: hub, history: false, history_stream: H, alarms: false, alarm_stream: A, serve: [read, do]}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Fleet{Enabled: true, URLs: []string{"tls://hub.example:4222", "tls://hub2.example:4222"}, Site: "north",
 		CredentialsFile: "/etc/physd/site.creds", TLSCA: "/etc/physd/hub-ca.pem", TLSCert: "c.pem", TLSKey: "k.pem",
-		Stream: "SITES", SubjectPrefix: "acme.physd", ConnectTimeoutMS: 2000, PublishTimeoutMS: 3000}
+		Stream: "SITES", SubjectPrefix: "acme.physd", ConnectTimeoutMS: 2000, PublishTimeoutMS: 3000,
+		Domain: "hub", HistoryStream: "H", AlarmStream: "A", Serve: []string{"read", "do"}}
 	if !reflect.DeepEqual(m.Network.Fleet, want) {
 		t.Errorf("fleet =\n %+v\nwant\n %+v", m.Network.Fleet, want)
 	}
 	if !m.Network.Fleet.UsesTLS() {
 		t.Error("UsesTLS = false")
+	}
+	if f := m.Network.Fleet; !f.Serves("do") || f.Serves("can_do") {
+		t.Errorf("serve: [read, do]: Serves(do) %v, Serves(can_do) %v", f.Serves("do"), f.Serves("can_do"))
 	}
 
 	m, err = Parse("t.yml", []byte(fleetDoc(`{urls: [nats://127.0.0.1:4222], site: s1, user: gw, password_file: /run/pw}`)))
@@ -34,9 +39,18 @@ func TestFleetKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = &Fleet{Enabled: true, URLs: []string{"nats://127.0.0.1:4222"}, Site: "s1", User: "gw", PasswordFile: "/run/pw",
-		Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix, ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS}
+		Stream: DefaultFleetStream, SubjectPrefix: DefaultFleetSubjectPrefix,
+		History: true, HistoryStream: DefaultFleetHistoryStream, Alarms: true, AlarmStream: DefaultFleetAlarmStream, ConnectTimeoutMS: DefaultFleetConnectTimeoutMS, PublishTimeoutMS: DefaultFleetPublishTimeoutMS,
+		Serve: []string{"read", "can_do"}}
 	if !reflect.DeepEqual(m.Network.Fleet, want) {
 		t.Errorf("fleet =\n %+v\nwant\n %+v", m.Network.Fleet, want)
+	}
+	if f := m.Network.Fleet; f.Serves("do") || !f.Serves("read") {
+		t.Errorf("default serve: Serves(do) %v, Serves(read) %v: safe by default is read and can_do", f.Serves("do"), f.Serves("read"))
+	}
+	m, err = Parse("t.yml", []byte(fleetDoc(`{urls: [nats://127.0.0.1:4222], site: s1, serve: []}`)))
+	if err != nil || len(m.Network.Fleet.Serve) != 0 || m.Network.Fleet.Serves("read") {
+		t.Errorf("serve: []: %v, %+v", err, m.Network.Fleet)
 	}
 
 	m, err = Parse("t.yml", []byte(header+okCap))
@@ -60,7 +74,12 @@ func TestFleetErrors(t *testing.T) {
 		{`{urls: [nats://h:4222], site: s, stream: "a b"}`, `invalid stream "a b"`},
 		{`{urls: [nats://h:4222], site: s, subject_prefix: "a.*"}`, `invalid subject_prefix`},
 		{`{urls: [nats://h:4222], site: s, connect_timeout_ms: 5}`, `connect_timeout_ms 5 is out of range`},
+		{`{urls: [nats://h:4222], site: s, domain: "a.b"}`, `invalid domain "a.b"`},
+		{`{urls: [nats://h:4222], site: s, history_stream: "a b"}`, `invalid history_stream "a b"`},
+		{`{urls: [nats://h:4222], site: s, alarms: maybe}`, `network.fleet.alarms`},
 		{`{urls: [nats://h:4222], site: s, sitee: x}`, `unknown key "sitee"; fix: did you mean "site"?`},
+		{`{urls: [nats://h:4222], site: s, serve: [read, write]}`, `network.fleet.serve[1]: unknown "write"; fix: use one of read, can_do, do`},
+		{`{urls: [nats://h:4222], site: s, serve: [do, do]}`, `network.fleet.serve[1]: "do" is listed twice`},
 	} {
 		_, err := Parse("t.yml", []byte(fleetDoc(tc.fleet)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

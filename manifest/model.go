@@ -317,6 +317,20 @@ func (c *Capability) CacheTTL() time.Duration {
 	return time.Duration(c.CacheTTLMS) * time.Millisecond
 }
 
+// StaleAfter is the age past which a value of c counts as stale where it
+// is shown away from the device (the console, the fleet endpoint): the
+// stale_s its alarms declare, else three poll intervals or cache lifetimes,
+// and never less than 10 s (a value read every second is seconds old).
+func (c *Capability) StaleAfter() time.Duration {
+	if c.Alarms != nil && c.Alarms.StaleS > 0 {
+		return time.Duration(c.Alarms.StaleS) * time.Second
+	}
+	return max(3*c.PollInterval(), 3*c.CacheTTL(), MinStaleAfter)
+}
+
+// MinStaleAfter is StaleAfter's floor.
+const MinStaleAfter = 10 * time.Second
+
 // Audit is the audit: block.
 type Audit struct {
 	Enabled       bool        `json:"enabled"`

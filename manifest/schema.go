@@ -107,6 +107,12 @@ func fleetSchema() *jsonschema.Schema {
 		"subject_prefix":     pattern(reSubjectPrefix.String(), "First token(s) of every subject. Default "+DefaultFleetSubjectPrefix+".", DefaultFleetSubjectPrefix),
 		"connect_timeout_ms": integer(fmt.Sprintf("Deadline of one connection attempt. Default %d.", DefaultFleetConnectTimeoutMS), 100, 300_000),
 		"publish_timeout_ms": integer(fmt.Sprintf("Deadline of one JetStream publish acknowledgement. Default %d.", DefaultFleetPublishTimeoutMS), 100, math.MaxInt32),
+		"domain":             pattern(reSubjectToken.String(), "The hub's JetStream domain (its jetstream.domain); needed when the gateway connects to a leaf node that runs JetStream itself.", "hub"),
+		"history":            boolean("Publish each closed history bucket to history_stream. Default true."),
+		"history_stream":     pattern(reStreamName.String(), "JetStream stream the history buckets go to. Default "+DefaultFleetHistoryStream+".", DefaultFleetHistoryStream),
+		"alarms":             boolean("Publish the active alarms (a snapshot per device) to alarm_stream. Default true."),
+		"alarm_stream":       pattern(reStreamName.String(), "JetStream stream the active alarms go to. Default "+DefaultFleetAlarmStream+".", DefaultFleetAlarmStream),
+		"serve":              uniqueList(enum(FleetServes, "read, can_do or do"), "What this gateway answers the fleet endpoint (physd fleet) over NATS. Default [read, can_do]: do only when listed; [] serves nothing."),
 	})
 }
 

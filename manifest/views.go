@@ -24,6 +24,10 @@ type View struct {
 	Tags        []string `json:"tags,omitempty"`         // any of the capability's semantic_tags
 	Devices     []string `json:"devices,omitempty"`      // owner device ids
 	Capability  []string `json:"capabilities,omitempty"` // capability names (without read_/do_)
+	// Sites selects the owners' fleet sites (network.fleet.site). Only the
+	// fleet endpoint (physd fleet) sets it, from its own configuration: a
+	// gateway's manifest has no sites: selector, and its owners have no site.
+	Sites []string `json:"sites,omitempty"`
 	// Families, when set, decides whether the view's endpoint lists a
 	// family tool per capability family (families.go) or every instance;
 	// unset, the endpoint follows physd run --families.
@@ -36,12 +40,14 @@ type View struct {
 type ViewSubject struct {
 	Device, Area, Name, Kind, Zone string
 	Tags                           []string
+	// Site is the owner's fleet site (empty in a gateway's site mesh).
+	Site string
 }
 
 // Match reports whether the view selects s.
 func (v *View) Match(s ViewSubject) bool {
 	in := func(list []string, x string) bool { return len(list) == 0 || slices.Contains(list, x) }
-	if !in(v.Kinds, s.Kind) || !in(v.Zones, s.Zone) || !in(v.Areas, s.Area) || !in(v.Devices, s.Device) || !in(v.Capability, s.Name) {
+	if !in(v.Kinds, s.Kind) || !in(v.Zones, s.Zone) || !in(v.Areas, s.Area) || !in(v.Devices, s.Device) || !in(v.Capability, s.Name) || !in(v.Sites, s.Site) {
 		return false
 	}
 	if len(v.Tags) == 0 {

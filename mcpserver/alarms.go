@@ -55,6 +55,9 @@ func (s *Server) activeInView(v *manifest.View) []alarms.Active {
 // raised (not their changing values): an update of physmcp://alarms is
 // sent to a subscriber of v only when it changes.
 func (s *Server) alarmsSeen(v *manifest.View) string {
+	if s.opts.Sites != nil {
+		return s.siteAlarmsSeen(v)
+	}
 	var b strings.Builder
 	for _, a := range s.activeInView(v) {
 		fmt.Fprintf(&b, "%s\x00%s\x00%s\n", a.Capability, a.Kind, a.Since.Format(time.RFC3339Nano))

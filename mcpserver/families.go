@@ -29,7 +29,8 @@ import (
 
 // member is one capability of a family.
 type member struct {
-	owner, tool, zone string
+	owner, tool, zone string // owner: OwnerKey
+	site, device      string // the owner's site (fleet) and device id
 	local             bool
 	cap               *manifest.Capability // typing: this gateway's, or built from the catalog
 	subject           manifest.ViewSubject
@@ -76,19 +77,19 @@ func (s *Server) families() map[string]*family {
 		f.members = append(f.members, mem)
 	}
 	for _, c := range m.ExposedCapabilities() {
-		add(member{owner: m.Device.ID, tool: c.ToolName(), zone: c.Zone, local: true, cap: c, subject: m.Subject(c)})
+		add(member{owner: m.Device.ID, device: m.Device.ID, tool: c.ToolName(), zone: c.Zone, local: true, cap: c, subject: m.Subject(c)})
 	}
 	if s.opts.Router != nil {
 		remote := s.opts.Router.RemoteTools()
-		sort.Slice(remote, func(i, j int) bool { return remote[i].Owner < remote[j].Owner })
+		sort.Slice(remote, func(i, j int) bool { return remote[i].key() < remote[j].key() })
 		for _, t := range remote {
 			c := &manifest.Capability{Name: manifest.CapabilityName(t.Tool), Kind: t.Kind, DataType: t.DataType, Unit: t.Unit, Zone: t.Zone,
 				Description: t.Description, EnumValues: t.EnumValues, SideEffects: t.SideEffects, Family: t.Family}
 			if t.Min != nil && t.Max != nil {
 				c.Range = &manifest.Range{Min: *t.Min, Max: *t.Max}
 			}
-			add(member{owner: t.Owner, tool: t.Tool, zone: t.Zone, cap: c,
-				subject: manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: c.Name, Kind: t.Kind, Zone: t.Zone, Tags: t.Tags}})
+			add(member{owner: t.key(), site: t.Site, device: t.Owner, tool: t.Tool, zone: t.Zone, cap: c,
+				subject: manifest.ViewSubject{Device: t.Owner, Site: t.Site, Area: t.Area, Name: c.Name, Kind: t.Kind, Zone: t.Zone, Tags: t.Tags}})
 		}
 	}
 	for name, f := range out {
@@ -137,7 +138,7 @@ func (s *Server) syncFamilies() {
 		}
 	}
 	for name, f := range fams {
-		def := familyToolDef(f, s.opts.Router != nil)
+		def := familyToolDef(f, s.opts.Router != nil, s.opts.Fleet)
 		b, _ := json.Marshal(def)
 		if bytes.Equal(b, s.fams.defs[name]) {
 			continue
@@ -150,16 +151,20 @@ func (s *Server) syncFamilies() {
 // familyToolDef types a family tool: the value schema of its members, the
 // zone (and source) that pick one, and each member's range, in the schema
 // (if/then per zone) and in the description.
-func familyToolDef(f *family, mesh bool) *mcp.Tool {
+func familyToolDef(f *family, mesh, fleet bool) *mcp.Tool {
 	first := f.members[0].cap
 	var zones, owners, ranges []string
 	lo, hi := math.Inf(1), math.Inf(-1)
 	var perMember []any
 	multiOwnerZone := false
 	seenZone := map[string]bool{}
+	perSiteZone := map[string]int{} // fleet: members per site and zone
+	for _, m := range f.members {
+		perSiteZone[m.site+"\x00"+m.zone]++
+	}
 	for _, m := range f.members {
 		if seenZone[m.zone] {
-			multiOwnerZone = true
+			multiOwnerZone = multiOwnerZone || !fleet || perSiteZone[m.site+"\x00"+m.zone] > 1
 		} else {
 			zones = append(zones, m.zone)
 			seenZone[m.zone] = true
@@ -176,7 +181,15 @@ func familyToolDef(f *family, mesh bool) *mcp.Tool {
 			ranges = append(ranges, fmt.Sprintf("%s: %s (%s) %g–%g%s", where, m.tool, m.cap.Name, r.Min, r.Max, unitSuffix(m.cap)))
 			cond := promcp.Schema{"zone": promcp.Schema{"const": m.zone}}
 			required := []any{"zone"}
-			if mesh {
+			switch {
+			case fleet:
+				cond["site"] = promcp.Schema{"const": m.site}
+				required = append(required, "site")
+				if perSiteZone[m.site+"\x00"+m.zone] > 1 {
+					cond["source"] = promcp.Schema{"const": m.device}
+					required = append(required, "source")
+				}
+			case mesh:
 				cond["source"] = promcp.Schema{"const": m.owner}
 				required = append(required, "source")
 			}
@@ -221,7 +234,13 @@ func familyToolDef(f *family, mesh bool) *mcp.Tool {
 	props["zone"] = map[string]any{"type": "string", "enum": zoneEnum, "description": "The zone whose " + template.Name + " to use."}
 	req, _ := schema["required"].([]any)
 	req = append(req, "zone")
-	if mesh {
+	if fleet {
+		setOwnerEnums(props, owners)
+		req = append(req, "site")
+		if multiOwnerZone {
+			req = append(req, "source")
+		}
+	} else if mesh {
 		ownerEnum := make([]any, len(owners))
 		for i, o := range owners {
 			ownerEnum[i] = o
@@ -254,12 +273,22 @@ func (s *Server) handleFamily(tool string) mcp.ToolHandler {
 		if err := json.Unmarshal(req.Params.Arguments, &args); err != nil || args == nil {
 			return toolError(&node.InputError{Field: "arguments", Msg: "expected an object with zone"}), nil
 		}
-		var zone, source string
+		var zone, source, site string
 		if raw, ok := args["zone"]; !ok || json.Unmarshal(raw, &zone) != nil || zone == "" {
 			return toolError(&node.InputError{Field: "zone", Msg: "required: the zone whose " + manifest.CapabilityName(tool) + " to use"}), nil
 		}
 		if raw, ok := args["source"]; ok && json.Unmarshal(raw, &source) != nil {
 			return toolError(&node.InputError{Field: "source", Msg: "must be a device id"}), nil
+		}
+		if raw, ok := args["site"]; ok && (!s.opts.Fleet || json.Unmarshal(raw, &site) != nil) {
+			return toolError(&node.InputError{Field: "site", Msg: "must be one of the tool's sites (the fleet endpoint's tools only)"}), nil
+		}
+		if s.opts.Fleet && site == "" {
+			var owners []string
+			for _, m := range f.members {
+				owners = append(owners, m.owner)
+			}
+			return toolError(&node.InputError{Field: "site", Msg: "required: the site whose " + manifest.CapabilityName(tool) + " to use, one of " + strings.Join(sitesOf(owners), ", ")}), nil
 		}
 		sc := s.scopeOf(req.Extra)
 		var picks []member
@@ -271,27 +300,33 @@ func (s *Server) handleFamily(tool string) mcp.ToolHandler {
 			if !slices.Contains(zones, m.zone) {
 				zones = append(zones, m.zone)
 			}
-			if m.zone == zone && (source == "" || m.owner == source) {
+			if m.zone == zone && m.site == site && (source == "" || m.device == source) {
 				picks = append(picks, m)
 			}
 		}
 		switch {
 		case len(picks) == 0 && source != "":
-			return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%q has no %s in zone %q here; zones: %s", source, manifest.CapabilityName(tool), zone, strings.Join(zones, ", "))}), nil
+			return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("%q has no %s in zone %q here; zones: %s", truncateArg(source), manifest.CapabilityName(tool), zone, strings.Join(zones, ", "))}), nil
+		case len(picks) == 0 && site != "":
+			return toolError(&node.InputError{Field: "site", Msg: fmt.Sprintf("site %q has no %s in zone %q here; zones: %s", truncateArg(site), manifest.CapabilityName(tool), zone, strings.Join(zones, ", "))}), nil
 		case len(picks) == 0:
 			return toolError(&node.InputError{Field: "zone", Msg: fmt.Sprintf("no %s in zone %q here; zones: %s", manifest.CapabilityName(tool), zone, strings.Join(zones, ", "))}), nil
 		case len(picks) > 1:
 			var on []string
 			for _, m := range picks {
-				on = append(on, m.owner)
+				on = append(on, m.device)
 			}
 			return toolError(&node.InputError{Field: "source", Msg: fmt.Sprintf("zone %q has a %s on %s: name one as source", zone, manifest.CapabilityName(tool), strings.Join(on, ", "))}), nil
 		}
 		m := picks[0]
 		delete(args, "zone")
-		if m.local {
+		switch {
+		case m.local:
 			delete(args, "source")
-		} else {
+		case s.opts.Fleet:
+			args["site"], _ = json.Marshal(m.site)
+			args["source"], _ = json.Marshal(m.device)
+		default:
 			args["source"], _ = json.Marshal(m.owner)
 		}
 		b, _ := json.Marshal(args)

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -45,6 +46,7 @@ func meshInView(doc any, v *manifest.View) (any, error) {
 		return nil, err
 	}
 	members, _ := m["members"].([]any)
+	var inSites []any // the fleet endpoint's: only the gateways of the view's sites
 	for _, mem := range members {
 		mm, _ := mem.(map[string]any)
 		cat, _ := mm["catalog"].(map[string]any)
@@ -53,6 +55,7 @@ func meshInView(doc any, v *manifest.View) (any, error) {
 		}
 		delete(cat, "hash")
 		owner, _ := mm["name"].(string)
+		site, _ := mm["site"].(string) // the fleet endpoint's gateways
 		area, _ := cat["area"].(string)
 		entries, _ := cat["capabilities"].([]any)
 		kept := []any{}
@@ -69,11 +72,25 @@ func meshInView(doc any, v *manifest.View) (any, error) {
 					}
 				}
 			}
-			if v.Match(manifest.ViewSubject{Device: owner, Area: area, Name: manifest.CapabilityName(tool), Kind: kind, Zone: zone, Tags: tags}) {
+			if v.Match(manifest.ViewSubject{Device: owner, Site: site, Area: area, Name: manifest.CapabilityName(tool), Kind: kind, Zone: zone, Tags: tags}) {
 				kept = append(kept, e)
 			}
 		}
 		cat["capabilities"] = kept
+		if site == "" || len(v.Sites) == 0 || slices.Contains(v.Sites, site) {
+			inSites = append(inSites, mem)
+		}
+	}
+	if _, fleet := m["sites"]; fleet {
+		// A view of some sites names no other site, not even by its
+		// gateways' count.
+		sites := []string{}
+		for _, mem := range inSites {
+			if s, _ := mem.(map[string]any)["site"].(string); !slices.Contains(sites, s) {
+				sites = append(sites, s)
+			}
+		}
+		m["members"], m["sites"], m["gateways"] = inSites, sites, len(inSites)
 	}
 	m["view"] = v.Name
 	return m, nil

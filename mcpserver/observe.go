@@ -86,7 +86,7 @@ func (s *Server) notInView(extra *mcp.RequestExtra, uri string) error {
 func (s *Server) subscribable(ctx context.Context, req *mcp.SubscribeRequest) error {
 	uri := req.Params.URI
 	name, isObs := strings.CutPrefix(uri, ObsURIPrefix)
-	known := isObs && s.n.Manifest().Capability(name) != nil || uri == AlarmsURI && s.opts.Alarms != nil
+	known := isObs && s.n.Manifest().Capability(name) != nil || uri == AlarmsURI && (s.opts.Alarms != nil || s.opts.Sites != nil)
 	if !known {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("uri: %q is not a subscribable resource; fix: subscribe to %s<capability>, one of the physmcp://obs/ resources resources/list shows (or physmcp://alarms)", uri, ObsURIPrefix)}
 	}
@@ -174,7 +174,7 @@ func liveResource(req mcp.Request) bool {
 		return false
 	}
 	u := r.Params.URI
-	return strings.HasPrefix(u, ObsURIPrefix) || strings.HasPrefix(u, historyPrefix) || u == AlarmsURI
+	return strings.HasPrefix(u, ObsURIPrefix) || strings.HasPrefix(u, historyPrefix) || u == SiteHistoryIndexURI || u == AlarmsURI
 }
 
 // ObsURITemplate serves the observation of a capability that is not

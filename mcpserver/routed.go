@@ -25,9 +25,13 @@ import (
 // partial, verified false and code outcome_unknown (never a failure).
 var ErrOutcomeUnknown = errors.New("outcome unknown")
 
-// RemoteTool is a capability another node of the site owns.
+// RemoteTool is a capability another node of the site owns (at the fleet
+// endpoint: a gateway of one of the sites).
 type RemoteTool struct {
-	Owner       string
+	Owner string // the owner's device id
+	// Site is the owner's fleet site (network.fleet.site); empty in a
+	// site mesh (owners.go).
+	Site        string
 	Tool        string
 	Kind        string
 	DataType    string
@@ -110,7 +114,7 @@ func (rt *routing) sync() {
 	for tool, list := range byTool {
 		owners := make([]string, 0, len(list))
 		for _, t := range list {
-			owners = append(owners, t.Owner)
+			owners = append(owners, t.key())
 		}
 		sort.Strings(owners)
 		if slices.Equal(owners, rt.owners[tool]) {
@@ -119,7 +123,7 @@ func (rt *routing) sync() {
 		rt.owners[tool] = owners
 		if !rt.local[tool] { // a local tool already lists an optional source
 			rt.listed[tool] = true
-			rt.srv.AddTool(remoteToolDef(list[0], owners), rt.handle(list[0].Kind, tool))
+			rt.srv.AddTool(remoteToolDef(list[0], owners, rt.ts.fleet), rt.handle(list[0].Kind, tool))
 		}
 	}
 }
@@ -147,7 +151,7 @@ func (rt *routing) relistLocal(relist func() map[string]bool) {
 		case !rt.listed[tool]:
 			if t, ok := byTool[tool]; ok {
 				rt.listed[tool] = true
-				rt.srv.AddTool(remoteToolDef(t, owners), rt.handle(t.Kind, tool))
+				rt.srv.AddTool(remoteToolDef(t, owners, rt.ts.fleet), rt.handle(t.Kind, tool))
 			}
 		}
 	}
@@ -160,7 +164,7 @@ func (rt *routing) ownersOf(tool string) []string {
 	return rt.owners[tool]
 }
 
-func remoteToolDef(t RemoteTool, owners []string) *mcp.Tool {
+func remoteToolDef(t RemoteTool, owners []string, fleet bool) *mcp.Tool {
 	c := &manifest.Capability{Name: manifest.CapabilityName(t.Tool), Kind: t.Kind,
 		Description: t.Description, DataType: t.DataType, Unit: t.Unit, Zone: t.Zone, EnumValues: t.EnumValues, SideEffects: t.SideEffects}
 	if t.Min != nil && t.Max != nil {
@@ -174,6 +178,11 @@ func remoteToolDef(t RemoteTool, owners []string) *mcp.Tool {
 		def = readTool(c)
 	} else {
 		def = doTool(c)
+	}
+	if fleet {
+		def.Description = "On " + strings.Join(owners, ", ") + " (site/gateway; the fleet endpoint forwards the call and the gateway applies its own policy). " + def.Description
+		def.InputSchema = withSite(def.InputSchema.(json.RawMessage), owners)
+		return def
 	}
 	def.Description = "On " + strings.Join(owners, ", ") + " (routed through this gateway; the owner applies its own policy). " + def.Description
 	def.InputSchema = withSource(def.InputSchema.(json.RawMessage), owners, true)
@@ -206,11 +215,15 @@ func withSource(schema json.RawMessage, owners []string, required bool) json.Raw
 // handle serves a remote-only tool: the call goes to the named owner.
 func (rt *routing) handle(kind, tool string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		var in struct {
-			Source string `json:"source"`
+		a := ownerArgsOf(req.Params.Arguments)
+		owner := a.Source
+		if rt.ts.fleet {
+			var err error
+			if owner, err = a.pick(rt.ownersOf(tool), true, tool); err != nil {
+				return toolError(err), nil
+			}
 		}
-		_ = json.Unmarshal(req.Params.Arguments, &in)
-		return rt.route(ctx, req, kind, tool, in.Source)
+		return rt.route(ctx, req, kind, tool, owner)
 	}
 }
 
@@ -229,6 +242,7 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 		return toolError(&node.InputError{Field: "source", Msg: msg}), nil
 	}
 	var args struct {
+		Site           *string         `json:"site"`
 		Source         string          `json:"source"`
 		MaxAgeMS       *int64          `json:"max_age_ms"`
 		Value          json.RawMessage `json:"value"`
@@ -237,6 +251,9 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 	}
 	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
 		return toolError(err), nil
+	}
+	if args.Site != nil && !rt.ts.fleet {
+		return toolError(&node.InputError{Field: "arguments", Msg: `unknown argument "site" (a site mesh's owners are named by source); see the tool's inputSchema`}), nil
 	}
 	var body []byte
 	var err error
@@ -302,12 +319,17 @@ func (ts *toolSet) routedLocal(ctx context.Context, req *mcp.CallToolRequest, ki
 func (rt *routing) lookFirst(owner, tool string) string {
 	read := "read_" + manifest.CapabilityName(tool)
 	var tags []string
+	site, device := SplitOwner(owner)
+	args := "source " + device
+	if site != "" {
+		args = "site " + site + " and source " + device
+	}
 	for _, t := range rt.router.RemoteTools() {
-		if t.Owner != owner {
+		if t.key() != owner {
 			continue
 		}
 		if t.Tool == read && t.Kind == manifest.KindRead {
-			return fmt.Sprintf("Read %s with source %s before acting again", read, owner)
+			return fmt.Sprintf("Read %s with %s before acting again", read, args)
 		}
 		if t.Tool == tool {
 			tags = t.Tags
@@ -316,8 +338,8 @@ func (rt *routing) lookFirst(owner, tool string) string {
 	if tags == nil {
 		tags = []string{}
 	}
-	args, _ := json.Marshal(map[string]any{"intent": map[string]any{"semantic_tags": tags}, "scope": []string{owner}})
-	return fmt.Sprintf("Look before acting again: call can_do with %s; its candidate %s on %s shows the device's current value (current_state)", args, tool, owner)
+	q, _ := json.Marshal(map[string]any{"intent": map[string]any{"semantic_tags": tags}, "scope": []string{device}})
+	return fmt.Sprintf("Look before acting again: call can_do with %s; its candidate %s on %s shows the device's current value (current_state)", q, tool, owner)
 }
 
 // outcomeUnknown is the do_ answer for a routed actuation whose request
@@ -325,9 +347,10 @@ func (rt *routing) lookFirst(owner, tool string) string {
 func outcomeUnknown(owner, tool, key string, value json.RawMessage, err error, look string) *mcp.CallToolResult {
 	var requested any
 	_ = json.Unmarshal(value, &requested)
+	site, device := SplitOwner(owner)
 	r := promcp.DoResult{
 		Status: promcp.StatusPartial, IdempotencyKey: key, Timestamp: time.Now().UTC(), SideEffects: []string{},
-		Capability: tool, Source: owner, RequestedValue: requested, Verified: false,
+		Capability: tool, Source: device, Site: site, RequestedValue: requested, Verified: false,
 		Permission: promcp.PermSourceUnreachable, Code: promcp.CodeOutcomeUnknown,
 		Reason: fmt.Sprintf("%s on %s: the request reached %s and was told to go ahead, but no answer came back (%v): the actuation may have happened. %s; retry only with the same idempotency_key.",
 			tool, owner, owner, err, look),

@@ -46,12 +46,20 @@ type Options struct {
 	// Router, when set, lists and routes the tools of the site's other
 	// nodes (a source argument picks the owner).
 	Router Router
+	// Fleet makes this the fleet endpoint's server (physd fleet): the
+	// Router's owners are gateways of many sites, named by a site and a
+	// device id, and the tools take a site argument (owners.go).
+	Fleet bool
 	// History, when set, is served as the physmcp://history/ resource
 	// template (history.go).
 	History *history.History
 	// Alarms, when set, is served as physmcp://alarms and adds the active
 	// alarms of matched capabilities to can_do's context.
 	Alarms *alarms.Engine
+	// Sites, when set (physd fleet), serves the sites' history and active
+	// alarms from the fleet's hub (sites.go): physmcp://history/{site}/…,
+	// physmcp://history and physmcp://alarms.
+	Sites SiteRecords
 	// ObsMinInterval is the least time between two updates of one
 	// physmcp://obs/ resource (DefaultObsMinInterval when zero).
 	ObsMinInterval time.Duration
@@ -123,7 +131,7 @@ func New(n *node.Node, opts Options) *Server {
 			// allow-list (the SDK's check knows only loopback) and Origin
 			// for every route.
 			DisableLocalhostProtection: true})
-	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil}
+	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil, fleet: opts.Fleet}
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
 		if opts.Alarms != nil {
@@ -155,6 +163,9 @@ func New(n *node.Node, opts Options) *Server {
 	}
 	if opts.Alarms != nil {
 		srv.addAlarmsResource(opts.Alarms)
+	}
+	if opts.Sites != nil {
+		srv.addSiteResources(opts.Sites)
 	}
 	return srv
 }

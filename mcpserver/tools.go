@@ -54,6 +54,7 @@ type toolSet struct {
 	metrics   *metrics.Metrics // nil: not measured
 	routing   *routing         // nil: no mesh
 	sourceArg bool             // local tools take an optional source (mesh)
+	fleet     bool             // the fleet endpoint: owners are sites and devices (owners.go)
 	authn     func(h http.Header) (node.Caller, error)
 	// scopeReport narrows a can_do report to the request's view (views.go).
 	scopeReport func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport)

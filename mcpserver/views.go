@@ -161,7 +161,7 @@ func (s *Server) siteOf(all bool) site {
 	}
 	if s.opts.Router != nil {
 		for _, t := range s.opts.Router.RemoteTools() {
-			out[t.Tool] = append(out[t.Tool], manifest.ViewSubject{Device: t.Owner, Area: t.Area, Name: manifest.CapabilityName(t.Tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
+			out[t.Tool] = append(out[t.Tool], manifest.ViewSubject{Device: t.Owner, Site: t.Site, Area: t.Area, Name: manifest.CapabilityName(t.Tool), Kind: t.Kind, Zone: t.Zone, Tags: t.Tags})
 		}
 	}
 	return out
@@ -173,7 +173,7 @@ func (sc scope) inView(subjects []manifest.ViewSubject) []string {
 	var owners []string
 	for _, sub := range subjects {
 		if sc.view == nil || sc.view.Match(sub) {
-			owners = append(owners, sub.Device)
+			owners = append(owners, OwnerKey(sub.Site, sub.Device))
 		}
 	}
 	return owners
@@ -264,11 +264,16 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				if !ok {
 					continue
 				}
-				if f != nil {
-					out.Tools = append(out.Tools, narrowFamily(t, f, sc))
-					continue
+				switch {
+				case f != nil:
+					out.Tools = append(out.Tools, narrowFamily(t, f, sc, s.opts.Fleet))
+				case s.opts.Fleet && owners != nil:
+					cp := *t
+					cp.InputSchema = narrowSites(t.InputSchema.(json.RawMessage), owners)
+					out.Tools = append(out.Tools, &cp)
+				default:
+					out.Tools = append(out.Tools, narrowSource(t, owners, s.n.DeviceID()))
 				}
-				out.Tools = append(out.Tools, narrowSource(t, owners, s.n.DeviceID()))
 			}
 			return &out, nil
 		case "resources/list":
@@ -353,7 +358,11 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok {
 				return toolError(fmt.Errorf("%s is not in the view %q of this endpoint; call it through an endpoint whose view includes it, or use can_do to find what this view offers", p.Name, sc.view.Name)), nil
 			}
-			if owners != nil {
+			if owners != nil && s.opts.Fleet {
+				if _, err := ownerArgsOf(p.Arguments).pick(owners, true, p.Name); err != nil {
+					return toolError(fmt.Errorf("%s: %w (owners in the view %q: %s)", p.Name, err, sc.view.Name, strings.Join(owners, ", "))), nil
+				}
+			} else if owners != nil {
 				var in struct {
 					Source string `json:"source"`
 				}
@@ -440,11 +449,12 @@ func narrowSource(t *mcp.Tool, owners []string, self string) *mcp.Tool {
 
 // narrowFamily returns a family tool with its zone and source enums
 // limited to the members the scope's view selects.
-func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
+func narrowFamily(t *mcp.Tool, f *family, sc scope, fleet bool) *mcp.Tool {
 	if sc.view == nil {
 		return t
 	}
 	var zones, owners []any
+	var keys []string
 	for _, m := range f.members {
 		if !sc.view.Match(m.subject) {
 			continue
@@ -454,6 +464,7 @@ func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
 		}
 		if !slices.Contains(owners, any(m.owner)) {
 			owners = append(owners, m.owner)
+			keys = append(keys, m.owner)
 		}
 	}
 	raw, ok := t.InputSchema.(json.RawMessage)
@@ -471,6 +482,9 @@ func narrowFamily(t *mcp.Tool, f *family, sc scope) *mcp.Tool {
 			p["enum"] = keep
 			props[prop] = p
 		}
+	}
+	if fleet {
+		setOwnerEnums(props, keys)
 	}
 	schema["properties"] = props
 	b, _ := json.Marshal(schema)
@@ -491,16 +505,18 @@ func (s *Server) scopeReport(sc scope, req promcp.CanDoRequest, rep *promcp.Capa
 	}
 	idx := s.site()
 	in := func(tool, owner string) bool { return slices.Contains(sc.inView(idx[tool]), owner) }
+	// Candidates and blocked entries name their owner's site at the fleet
+	// endpoint (OwnerKey).
 	filtered := 0
 	rep.Candidates = slices.DeleteFunc(rep.Candidates, func(c promcp.Candidate) bool {
-		out := !in(c.Capability, c.Source)
+		out := !in(c.Capability, OwnerKey(c.Site, c.Source))
 		if out {
 			filtered++
 		}
 		return out
 	})
 	rep.Blocked = slices.DeleteFunc(rep.Blocked, func(b promcp.Blocked) bool {
-		out := !in(b.Capability, b.Source)
+		out := !in(b.Capability, OwnerKey(b.Site, b.Source))
 		if out {
 			filtered++
 		}

@@ -26,23 +26,26 @@ const (
 	KindDo    = "do"
 )
 
-// canDoRequest travels from the coordinator to an owner. The owner
-// authenticates Credential (the bearer the caller presented to the
-// coordinator) with its own policy; Caller is only what the coordinator
-// saw, and its role is never taken: any holder of the mesh key could write
-// one.
-type canDoRequest struct {
+// CanDoCall travels from the coordinator (a gateway of the mesh, or the
+// fleet endpoint) to an owner. The owner authenticates Credential (the
+// bearer the caller presented to the coordinator) with its own policy;
+// Caller is only what the coordinator saw, and its role is never taken:
+// any holder of the mesh key (or of the fleet's NATS credentials) could
+// write one.
+type CanDoCall struct {
 	Request    promcp.CanDoRequest `json:"request"`
 	Caller     node.Caller         `json:"caller"`
 	Credential string              `json:"credential,omitempty"`
 }
 
-type readRequest struct {
+// ReadCall asks an owner for an observation.
+type ReadCall struct {
 	Tool     string `json:"tool"`
 	MaxAgeMS int64  `json:"max_age_ms"`
 }
 
-type doRequest struct {
+// DoCall asks an owner to actuate.
+type DoCall struct {
 	Tool           string          `json:"tool"`
 	Value          json.RawMessage `json:"value"`
 	IdempotencyKey string          `json:"idempotency_key"`
@@ -54,74 +57,123 @@ type doRequest struct {
 	HoldS int `json:"hold_s,omitempty"`
 }
 
+// NewDoCall is the call that carries a routed do_ to its owner, with the
+// credential the caller presented (Caller.Credential is never serialized).
+func NewDoCall(d mcpserver.RoutedDo) DoCall {
+	return DoCall{Tool: d.Tool, Value: d.Value, IdempotencyKey: d.IdempotencyKey, Caller: d.Caller, Credential: d.Caller.Credential, Grant: d.Grant, HoldS: d.HoldS}
+}
+
+// NewCanDoCall is the call that asks an owner's part of a can_do.
+func NewCanDoCall(req promcp.CanDoRequest, caller node.Caller) CanDoCall {
+	return CanDoCall{Request: req, Caller: caller, Credential: caller.Credential}
+}
+
 // Authenticator maps a credential forwarded with a routed call to a caller
 // of this gateway's policy (web.Server.AuthenticateCredential).
 type Authenticator func(credential string) (node.Caller, error)
 
-// ownerCaller is who a routed call runs as on this gateway: the caller its
+// Owner serves routed calls with the local node: the calls the gateways
+// of the mesh route to it, and those the fleet endpoint forwards over
+// NATS (package fleet). Each call runs as the caller its credential
+// authenticates here, never as the one the sender described.
+type Owner struct {
+	Node  *node.Node
+	Authn Authenticator
+	// Transport is how the calls arrive ("mesh", "fleet"): the caller's
+	// transport in the audit.
+	Transport string
+	// StrictDo refuses a do_ whose caller this gateway cannot
+	// authenticate itself (no credential, or one its policy does not
+	// accept) before anything else, audited (node.RefuseUnauthenticated),
+	// instead of running it as anonymous for the policy to judge.
+	StrictDo bool
+}
+
+// Caller is who a routed call runs as on this gateway: the caller its
 // credential authenticates here (anonymous without one, or when it is not
 // accepted: the policy then refuses what needs a role), through the
-// gateway it came from. The role the sender wrote is never used.
-func ownerCaller(authn Authenticator, from, credential string) node.Caller {
-	c := node.Caller{ID: "anonymous", Role: "none"}
+// gateway it came from. The role the sender wrote is never used. ok is
+// false when the credential did not authenticate (or there was none).
+func (o Owner) Caller(from, credential string) (c node.Caller, ok bool) {
+	c = node.Caller{ID: "anonymous", Role: "none"}
 	if credential != "" {
-		if authn == nil {
+		if o.Authn == nil {
 			c.ID = "unauthenticated (this gateway checks no credentials)"
-		} else if ac, err := authn(credential); err != nil {
+		} else if ac, err := o.Authn(credential); err != nil {
 			c.ID = "unauthenticated (" + err.Error() + ")"
 		} else {
-			c = ac
+			c, ok = ac, true
 		}
 	}
-	c.Transport, c.Via = "mesh", from
-	return c
+	c.Transport, c.Via = o.Transport, from
+	return c, ok
 }
 
 // Handler serves other nodes' requests with the local node; authn checks
 // the credentials routed calls carry.
 func Handler(n *node.Node, authn Authenticator) mesh.Handler {
-	return func(ctx context.Context, from, kind string, payload []byte) ([]byte, error) {
-		switch kind {
-		case KindCanDo:
-			var r canDoRequest
-			if err := json.Unmarshal(payload, &r); err != nil {
-				return nil, err
-			}
-			rep, err := n.CanDoLocal(ctx, r.Request, ownerCaller(authn, from, r.Credential))
-			if err != nil {
-				return nil, err
-			}
-			return json.Marshal(rep)
-		case KindRead:
-			var r readRequest
-			if err := json.Unmarshal(payload, &r); err != nil {
-				return nil, err
-			}
-			o, err := n.Read(ctx, r.Tool, time.Duration(r.MaxAgeMS)*time.Millisecond)
-			if err != nil {
-				return nil, err
-			}
-			return json.Marshal(o)
-		case KindDo:
-			var r doRequest
-			if err := json.Unmarshal(payload, &r); err != nil {
-				return nil, err
-			}
-			// A two-person request is registered here, at the owner, and
-			// its grant (sent with the repeated call, or the decision held
-			// for this caller's call) is redeemed here: the owner's node
-			// checks it against its definition in force.
-			body, err := n.Do(ctx, node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: ownerCaller(authn, from, r.Credential), Grant: r.Grant, HoldS: r.HoldS})
-			var ar *node.ApprovalRequired
-			if errors.As(err, &ar) {
-				// Approval rounds need the caller's own connection: a routed
-				// call gets the refusal that says how to get approval.
-				return ar.Body, nil
-			}
-			return body, err
+	return Owner{Node: n, Authn: authn, Transport: "mesh"}.Serve
+}
+
+// Serve answers one call of kind (KindCanDo, KindRead, KindDo) from the
+// coordinator from.
+func (o Owner) Serve(ctx context.Context, from, kind string, payload []byte) ([]byte, error) {
+	n := o.Node
+	switch kind {
+	case KindCanDo:
+		var r CanDoCall
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("unknown request kind %q", kind)
+		c, _ := o.Caller(from, r.Credential)
+		rep, err := n.CanDoLocal(ctx, r.Request, c)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(rep)
+	case KindRead:
+		var r ReadCall
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return nil, err
+		}
+		// A point that is no tool here (expose: false) is not routed
+		// either: the mesh and the fleet reach tools, not the plant's points.
+		if c := n.Manifest().Capability(manifest.CapabilityName(r.Tool)); c != nil && !c.Exposed() {
+			return nil, node.NotExposed(r.Tool)
+		}
+		obs, err := n.Read(ctx, r.Tool, time.Duration(r.MaxAgeMS)*time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(obs)
+	case KindDo:
+		var r DoCall
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return nil, err
+		}
+		c, ok := o.Caller(from, r.Credential)
+		req := node.DoRequest{Tool: r.Tool, Value: r.Value, IdempotencyKey: r.IdempotencyKey, Caller: c, Grant: r.Grant, HoldS: r.HoldS}
+		if o.StrictDo && !ok {
+			why := "no credential was forwarded"
+			if r.Credential != "" {
+				why = c.ID
+			}
+			return n.RefuseUnauthenticated(req, why)
+		}
+		// A two-person request is registered here, at the owner, and
+		// its grant (sent with the repeated call, or the decision held
+		// for this caller's call) is redeemed here: the owner's node
+		// checks it against its definition in force.
+		body, err := n.Do(ctx, req)
+		var ar *node.ApprovalRequired
+		if errors.As(err, &ar) {
+			// Approval rounds need the caller's own connection: a routed
+			// call gets the refusal that says how to get approval.
+			return ar.Body, nil
+		}
+		return body, err
 	}
+	return nil, fmt.Errorf("unknown request kind %q", kind)
 }
 
 // DefaultDownListed is how long the capabilities of a member that died
@@ -218,7 +270,7 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 	// reaches the agent within it.
 	ctx, cancel := context.WithTimeout(ctx, budget-min(r.site().DecisionMargin(), budget/2))
 	defer cancel()
-	payload, _ := json.Marshal(canDoRequest{Request: req, Caller: caller, Credential: caller.Credential})
+	payload, _ := json.Marshal(NewCanDoCall(req, caller))
 	res := r.site().Consult(ctx, targets, KindCanDo, payload, r.MaxPeers)
 	out.PeersConsulted = len(targets) - len(res.NotConsulted)
 	out.PeersNotConsulted = len(res.NotConsulted)
@@ -320,7 +372,7 @@ func (r *Router) RemoteTools() []mcpserver.RemoteTool {
 func (r *Router) Read(ctx context.Context, owner, tool string, maxAgeMS int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(r.ReadTimeout, 5*time.Second))
 	defer cancel()
-	payload, _ := json.Marshal(readRequest{Tool: tool, MaxAgeMS: maxAgeMS})
+	payload, _ := json.Marshal(ReadCall{Tool: tool, MaxAgeMS: maxAgeMS})
 	b, err := r.Mesh.Call(ctx, owner, KindRead, payload, mesh.CallOptions{})
 	return b, r.explain(owner, err)
 }
@@ -332,7 +384,7 @@ func (r *Router) Read(ctx context.Context, owner, tool string, maxAgeMS int64) (
 func (r *Router) Do(ctx context.Context, owner string, d mcpserver.RoutedDo) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(r.DoTimeout, 15*time.Second))
 	defer cancel()
-	payload, _ := json.Marshal(doRequest{Tool: d.Tool, Value: d.Value, IdempotencyKey: d.IdempotencyKey, Caller: d.Caller, Credential: d.Caller.Credential, Grant: d.Grant, HoldS: d.HoldS})
+	payload, _ := json.Marshal(NewDoCall(d))
 	b, err := r.Mesh.Call(ctx, owner, KindDo, payload, mesh.CallOptions{Commit: true})
 	if errors.Is(err, mesh.ErrOutcomeUnknown) {
 		return nil, fmt.Errorf("%w: %v", mcpserver.ErrOutcomeUnknown, err)
@@ -394,7 +446,7 @@ func (r *Remote) ReadRemote(ctx context.Context, owner, tool string, maxAge time
 	if m == nil {
 		return promcp.Observation{}, errors.New("the mesh has not started yet")
 	}
-	payload, _ := json.Marshal(readRequest{Tool: tool, MaxAgeMS: maxAge.Milliseconds()})
+	payload, _ := json.Marshal(ReadCall{Tool: tool, MaxAgeMS: maxAge.Milliseconds()})
 	b, err := m.Call(ctx, owner, KindRead, payload, mesh.CallOptions{})
 	if err != nil {
 		return promcp.Observation{}, err

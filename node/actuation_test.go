@@ -162,6 +162,7 @@ func TestWriteOutcomesFollowTheVocabulary(t *testing.T) {
 		{"verified", script{}, promcp.StatusSuccess, "", false},
 		{"not sent", script{writeErr: fmt.Errorf("link down: %w", drivers.ErrOffline)}, promcp.StatusFailed, "device_offline", true},
 		{"device exception", script{writeErr: codedErr{}}, promcp.StatusFailed, "illegal_data_address", true},
+		{"unreadable before, the driver says why", script{readErrs: []error{codedErr{}}}, promcp.StatusFailed, "illegal_data_address", true},
 		{"sent, unreadable after", script{writeErr: timeout, applied: true, readErrs: []error{nil, timeout}}, promcp.StatusPartial, promcp.CodeOutcomeUnknown, false},
 		{"sent, landed after all", script{writeErr: timeout, applied: true}, promcp.StatusSuccess, "", false},
 		{"sent, not there", script{writeErr: timeout}, promcp.StatusPartial, promcp.CodeOutcomeUnknown, false},

@@ -252,6 +252,14 @@ func (n *Node) actuate(ctx context.Context, cs *capState, value any, maxChange f
 		r := &refusal{perm: promcp.PermSourceUnreachable, code: "device_offline",
 			reason:  "could not read the current value before writing, so nothing was written: " + err.Error(),
 			details: "code=device_offline"}
+		// A driver that knows why (index_range_ignored,
+		// server_certificate_mismatch, …) gives the agent its own code.
+		if code, fix, ok := drivers.CodeOf(err); ok {
+			r.code, r.details = code, "code="+code
+			if fix != "" && !strings.Contains(err.Error(), fix) {
+				r.reason += "; fix: " + fix
+			}
+		}
 		if maxChange > 0 {
 			r.code, r.details = CodeCurrentValueUnreadable, "code="+CodeCurrentValueUnreadable+"; guard=max_change"
 			r.reason = fmt.Sprintf("the max_change guard (at most %g %s per actuation) needs the device's current value, and reading it failed (%s). Nothing was written: retry when the device answers reads",

@@ -151,6 +151,23 @@ func (n *Node) Do(ctx context.Context, req DoRequest) ([]byte, error) {
 	return n.execute(ctx, cs, job{res: res, caller: req.Caller, value: v.Value, hash: hash, slot: v.Slot, maxChange: v.MaxChange, hold: hold})
 }
 
+// RefuseUnauthenticated answers a do_ whose caller this gateway could not
+// authenticate itself (a call the fleet endpoint forwarded with a
+// credential this gateway's policy does not accept, or with none): failed,
+// permission_insufficient, code unauthenticated, audited as do_refused
+// with why. Nothing is looked up in the ledger, decided or actuated, and
+// nothing is recorded under the key. An error is bad input.
+func (n *Node) RefuseUnauthenticated(req DoRequest, why string) ([]byte, error) {
+	cs, value, err := n.doArgs(req)
+	if err != nil {
+		return nil, err
+	}
+	return n.refuse(n.newResult(cs, req.IdempotencyKey, value), req.Caller, refusal{perm: promcp.PermPermissionInsufficient, code: "unauthenticated",
+		reason: "this gateway could not authenticate the caller (" + why + "), and it runs no do_ for a caller it cannot authenticate itself. Nothing was actuated: " +
+			"call with a token or JWT this gateway's policy accepts (an OAuth token for its resource, its site_resource or its fleet_resource)",
+		details: "code=unauthenticated"})
+}
+
 // doArgs checks a do_ call's arguments: the tool, the key and the value.
 func (n *Node) doArgs(req DoRequest) (*capState, any, error) {
 	cs, err := n.capability(req.Tool)

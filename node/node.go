@@ -114,6 +114,7 @@ type Node struct {
 	obs      stream         // the observation stream (observe.go)
 	stopPoll chan struct{}  // closed by Close: background polls end
 	polls    sync.WaitGroup // background polls running
+	mons     monitors       // capabilities the device monitors (monitor.go)
 }
 
 // Open opens every bus the manifest names, binds every capability to its

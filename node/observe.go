@@ -212,9 +212,17 @@ func (cs *capState) noteChange(o promcp.Observation) bool {
 // poll_ms: one goroutine per bus and interval reads all of its due
 // capabilities together each round (poll.go), until Close or until the
 // next binding is in force. Every capability is marked polled now, so the
-// liveness bound counts from the start.
+// liveness bound counts from the start. A capability whose device pushes
+// its changes is monitored instead (monitor.go).
 func (n *Node) startPolls(b *binding) {
-	for _, g := range pollGroups(b.caps) {
+	monitored := n.startMonitors(b)
+	caps := make([]*capState, 0, len(b.caps))
+	for _, cs := range b.caps {
+		if !monitored[cs] {
+			caps = append(caps, cs)
+		}
+	}
+	for _, g := range pollGroups(caps) {
 		for _, cs := range g.caps {
 			n.markPolled(cs)
 		}
@@ -223,9 +231,9 @@ func (n *Node) startPolls(b *binding) {
 	}
 }
 
-// polled reports whether the background polls read cs: it has poll_ms
-// and a bound point. A capability whose observations come otherwise (a
-// point that pushes its changes) is left out here, and nowhere else.
+// polled reports whether cs is read in the background, by a poll or by
+// its device pushing its changes (a monitored item): it has poll_ms and a
+// bound point.
 func polled(cs *capState) bool {
 	return cs.cap.PollInterval() > 0 && cs.point != nil
 }

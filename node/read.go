@@ -44,6 +44,8 @@ type capState struct {
 
 	act actuator // the do_ path of this capability (actuator.go); zero for a read
 
+	mon atomic.Pointer[capMonitor] // the device pushes changes (monitor.go); nil: polled
+
 	// Liveness marks (liveness.go), in nanoseconds since the node opened
 	// on the monotonic clock: when the device step under way began (0:
 	// none), when the shared device read under way began (0: none), and
@@ -96,11 +98,17 @@ func (n *Node) Read(ctx context.Context, tool string, maxAge time.Duration) (pro
 }
 
 func (n *Node) observe(ctx context.Context, cs *capState, maxAge time.Duration) promcp.Observation {
+	o, served, monitored := n.fromMonitor(cs, maxAge)
+	if served {
+		return o
+	}
 	ttl := cs.cap.CacheTTL()
 	if maxAge >= 0 && maxAge < ttl {
 		ttl = maxAge
 	}
-	if s := cs.last.Load(); s != nil && ttl > 0 && time.Since(s.at) <= ttl {
+	// A monitored value its subscription no longer vouches for is never
+	// served from the cache: it may be from before a loss.
+	if s := cs.last.Load(); !monitored && s != nil && ttl > 0 && time.Since(s.at) <= ttl {
 		return n.observation(cs, s, true, nil)
 	}
 	s, err := n.refresh(ctx, cs)
@@ -219,13 +227,21 @@ func busClosed(b *busRef) error {
 // read of a capability's own point ends here, alone or in a poll's batch.
 func (n *Node) finishRead(ctx context.Context, cs *capState, start time.Time, r drivers.Reading, err error) (*sample, error) {
 	cs.noteLatency(time.Since(start))
+	if err != nil && ctx.Err() != nil && !errors.Is(err, drivers.ErrTimeout) {
+		err = errors.Join(drivers.ErrTimeout, err)
+	}
+	return n.record(cs, r, err, start)
+}
+
+// record puts what the device said about cs — a read's outcome, or a
+// monitored item's update (monitor.go) — in the cache, on the observation
+// stream and before the interlocks: the one path every reading of a
+// capability's own point takes. started orders the cache (remember).
+func (n *Node) record(cs *capState, r drivers.Reading, err error, started time.Time) (*sample, error) {
 	if err == nil {
 		err = checkValueType(cs.cap, r.Value)
 	}
 	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, drivers.ErrTimeout) {
-			err = errors.Join(drivers.ErrTimeout, err)
-		}
 		cs.lastErr.Store(&err)
 		if n.onDeviceErr != nil {
 			n.onDeviceErr(cs.cap.Binding.Bus, err)
@@ -237,7 +253,7 @@ func (n *Node) finishRead(ctx context.Context, cs *capState, start time.Time, r 
 	if r.At.IsZero() {
 		r.At = time.Now()
 	}
-	s := &sample{value: quantise(cs.cap, r.Value), at: r.At, started: start.UnixNano(), uncertain: r.Uncertain}
+	s := &sample{value: quantise(cs.cap, r.Value), at: r.At, started: started.UnixNano(), uncertain: r.Uncertain}
 	cs.remember(s)
 	cs.lastErr.Store(nil)
 	cs.outUnknown.Store(false)

@@ -20,6 +20,9 @@ type CapabilityStatus struct {
 	AgeMS     int64     `json:"age_ms,omitempty"`
 	Quality   string    `json:"quality"` // from the cache: good, stale, degraded, error, or unread
 	Error     string    `json:"error,omitempty"`
+	// Monitored: the device pushes the changes (an OPC UA monitored item)
+	// instead of being polled every poll_ms.
+	Monitored bool `json:"monitored,omitempty"`
 }
 
 // Capabilities reports every capability's cached state.
@@ -28,7 +31,7 @@ func (n *Node) Capabilities() []CapabilityStatus {
 	out := make([]CapabilityStatus, 0, len(caps))
 	now := time.Now()
 	for _, cs := range caps {
-		st := CapabilityStatus{Tool: cs.tool, Kind: cs.cap.Kind, Zone: cs.cap.Zone, Unit: cs.cap.Unit, Quality: "unread"}
+		st := CapabilityStatus{Tool: cs.tool, Kind: cs.cap.Kind, Zone: cs.cap.Zone, Unit: cs.cap.Unit, Quality: "unread", Monitored: cs.monitoredNow()}
 		s := cs.last.Load()
 		errp := cs.lastErr.Load()
 		if cs.point == nil && cs.bindErr != nil {

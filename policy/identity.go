@@ -150,6 +150,17 @@ func (id *Identity) Authenticate(bearer string) (Principal, error) {
 // identity.oauth authorization server is an OAuth token; an opaque token
 // is one when an authorization server introspects.
 func (id *Identity) AuthenticateAt(ctx context.Context, bearer, view string) (Principal, error) {
+	return id.authenticate(ctx, bearer, func() []string { return id.OAuth.Audiences(view) })
+}
+
+// AuthenticateFleet is Authenticate for a call the fleet endpoint (physd
+// fleet) forwarded over NATS: an OAuth token may also be for the policy's
+// fleet_resource (OAuth.FleetAudiences).
+func (id *Identity) AuthenticateFleet(ctx context.Context, bearer string) (Principal, error) {
+	return id.authenticate(ctx, bearer, func() []string { return id.OAuth.FleetAudiences() })
+}
+
+func (id *Identity) authenticate(ctx context.Context, bearer string, audiences func() []string) (Principal, error) {
 	sum := sha256.Sum256([]byte(bearer))
 	for _, t := range id.Tokens {
 		if subtle.ConstantTimeCompare(sum[:], t.SHA256[:]) == 1 {
@@ -161,7 +172,7 @@ func (id *Identity) AuthenticateAt(ctx context.Context, bearer, view string) (Pr
 		if id.OAuth.Verifier == nil {
 			return Principal{}, &OAuthRefusal{Public: "OAuth access tokens are not checked by this process", Detail: "identity.oauth has no verifier"}
 		}
-		return id.OAuth.Verifier.Verify(ctx, bearer, id.OAuth.Audiences(view))
+		return id.OAuth.Verifier.Verify(ctx, bearer, audiences())
 	}
 	if len(id.JWT) == 0 || !isJWT {
 		return Principal{}, ErrUnknownToken

@@ -20,7 +20,11 @@ type OAuth struct {
 	// the site accepts as well: the audience of tokens that follow a call
 	// routed across the mesh to the capability's owner.
 	SiteResource string
-	Servers      []AuthServer
+	// FleetResource, when set, is the fleet endpoint's resource (physd
+	// fleet): a token for it is accepted on a call the fleet forwarded
+	// over NATS (Identity.AuthenticateFleet), and only there.
+	FleetResource string
+	Servers       []AuthServer
 	// Algorithms are the JWS algorithms accepted (never none, never HS*:
 	// a resource server holds no shared secret with the AS).
 	Algorithms []string
@@ -143,6 +147,16 @@ func (o *OAuth) Audiences(view string) []string {
 	}
 	if o.SiteResource != "" {
 		out = append(out, o.SiteResource)
+	}
+	return out
+}
+
+// FleetAudiences are the token audiences accepted on a call the fleet
+// endpoint forwarded: the gateway's own, the site's and the fleet's.
+func (o *OAuth) FleetAudiences() []string {
+	out := o.Audiences("")
+	if o.FleetResource != "" {
+		out = append(out, o.FleetResource)
 	}
 	return out
 }

@@ -165,3 +165,29 @@ func TestOAuthAuthenticateRoutesTokens(t *testing.T) {
 		t.Error("an OAuth credential's role was re-derived from the policy")
 	}
 }
+
+// TestOAuthFleetResource: a token for the fleet endpoint's resource is
+// asked for only on calls the fleet forwarded (AuthenticateFleet), never
+// at the gateway's own endpoint; fleet_resource is checked like the others.
+func TestOAuthFleetResource(t *testing.T) {
+	p, err := parseIdentity(t, strings.Replace(oauthIdentity, "    site_resource: https://plant.example/mcp\n",
+		"    site_resource: https://plant.example/mcp\n    fleet_resource: https://fleet.example/mcp\n", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeVerifier{}
+	p.Identity.OAuth.Verifier = f
+	tok := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims("https://login.plant.example/", "x", "", time.Hour))
+	if _, err := p.Identity.AuthenticateAt(context.Background(), tok, ""); err != nil || slices.Contains(f.audiences, "https://fleet.example/mcp") {
+		t.Errorf("the gateway's own endpoint accepts the fleet's audience: %v %v", err, f.audiences)
+	}
+	if _, err := p.Identity.AuthenticateFleet(context.Background(), tok); err != nil ||
+		!slices.Equal(f.audiences, []string{"https://gw1.plant.example/mcp", "https://plant.example/mcp", "https://fleet.example/mcp"}) {
+		t.Errorf("a call through the fleet: %v, audiences %v", err, f.audiences)
+	}
+	_, err = parseIdentity(t, strings.Replace(oauthIdentity, "    site_resource: https://plant.example/mcp\n",
+		"    site_resource: https://plant.example/mcp\n    fleet_resource: https://plant.example/mcp\n", 1))
+	if err == nil || !strings.Contains(err.Error(), "identity.oauth.fleet_resource: the same as resource or site_resource") {
+		t.Errorf("fleet_resource = site_resource: %v", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 type rawOAuth struct {
 	Resource             string      `yaml:"resource"`
 	SiteResource         string      `yaml:"site_resource"`
+	FleetResource        string      `yaml:"fleet_resource"`
 	AuthorizationServers []yaml.Node `yaml:"authorization_servers"`
 	Algorithms           []string    `yaml:"algorithms"`
 	ClockSkewSeconds     *int        `yaml:"clock_skew_seconds"`
@@ -61,7 +62,7 @@ func (p *parser) oauth(n *yaml.Node, pol *Policy) {
 	if !p.Decode(n, field, &r) && n.Kind != yaml.MappingNode {
 		return
 	}
-	o := &OAuth{Resource: r.Resource, SiteResource: r.SiteResource, ClockSkew: defaultClockSkew}
+	o := &OAuth{Resource: r.Resource, SiteResource: r.SiteResource, FleetResource: r.FleetResource, ClockSkew: defaultClockSkew}
 	at := func(key string) *yaml.Node {
 		if v := strictyaml.ValueOf(n, key); v != nil {
 			return v
@@ -77,6 +78,12 @@ func (p *parser) oauth(n *yaml.Node, pol *Policy) {
 		p.resourceURL(at("site_resource"), field+".site_resource", r.SiteResource)
 		if r.SiteResource == r.Resource {
 			p.Addf(at("site_resource"), field+".site_resource", "name the site (e.g. https://plant.example/mcp), or remove site_resource", "the same as resource")
+		}
+	}
+	if r.FleetResource != "" {
+		p.resourceURL(at("fleet_resource"), field+".fleet_resource", r.FleetResource)
+		if r.FleetResource == r.Resource || r.FleetResource == r.SiteResource {
+			p.Addf(at("fleet_resource"), field+".fleet_resource", "name the fleet endpoint's resource (e.g. https://fleet.example/mcp), or remove fleet_resource", "the same as resource or site_resource")
 		}
 	}
 	p.authServers(n, r.AuthorizationServers, field+".authorization_servers", o)

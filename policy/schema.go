@@ -206,6 +206,7 @@ func oauthSchema() *jsonschema.Schema {
 	}
 	o.Properties["resource"] = url("The canonical URL of /mcp as clients write it (RFC 8707 resource indicator; tokens must carry it in aud). A view at /mcp/<view> is <resource>/<view>.")
 	o.Properties["site_resource"] = url("A resource identifier every gateway of the site accepts too: the audience of tokens for calls routed across the mesh.")
+	o.Properties["fleet_resource"] = url("The fleet endpoint's resource (physd fleet): tokens for it are accepted on calls the fleet forwards over NATS, never on this gateway's own HTTP endpoint.")
 	as := manifest.DecodeSchema(reflect.TypeFor[rawAuthServer]())
 	as.Required = []string{"issuer"}
 	as.Properties["issuer"] = url("The authorization server's issuer identifier, exactly as its tokens' iss.")

@@ -58,6 +58,7 @@ func ReadOutputSchema(dataType string, enumValues []string) Schema {
 			"quality":    Schema{"type": "string", "enum": enumOf(Qualities)},
 			"capability": Schema{"type": "string"},
 			"source":     Schema{"type": "string"},
+			"site":       Schema{"type": "string"},
 			"age_ms":     Schema{"type": "integer"},
 			"cached":     Schema{"type": "boolean"},
 			"reason":     Schema{"type": "string"},
@@ -83,6 +84,7 @@ func DoOutputSchema(dataType string, enumValues []string) Schema {
 			"side_effects":      Schema{"type": "array", "items": Schema{"type": "string"}},
 			"capability":        Schema{"type": "string"},
 			"source":            Schema{"type": "string"},
+			"site":              Schema{"type": "string"},
 			"requested_value":   Schema{},
 			"verified":          Schema{"type": "boolean"},
 			"verification_ms":   Schema{"type": "integer", "minimum": 0, "description": "how long the verification took after the write: settle_ms and the read-back"},
@@ -149,6 +151,7 @@ func CanDoOutputSchema() Schema {
 				"properties": Schema{
 					"capability":    Schema{"type": "string"},
 					"source":        Schema{"type": "string"},
+					"site":          Schema{"type": "string"},
 					"device_id":     Schema{"type": "string"},
 					"confidence":    Schema{"type": "number", "minimum": 0, "maximum": 1},
 					"permission":    perm,
@@ -173,6 +176,7 @@ func CanDoOutputSchema() Schema {
 				"properties": Schema{
 					"capability":    Schema{"type": "string"},
 					"source":        Schema{"type": "string"},
+					"site":          Schema{"type": "string"},
 					"device_id":     Schema{"type": "string"},
 					"permission":    perm,
 					"reason":        Schema{"type": "string"},

@@ -90,9 +90,11 @@ type Observation struct {
 	// physd extensions
 	Capability string `json:"capability"` // the read_ tool name
 	Source     string `json:"source"`     // device id of the owner
-	AgeMS      int64  `json:"age_ms"`     // how old the value was when served
-	Cached     bool   `json:"cached"`     // served from the cache, no device access
-	Reason     string `json:"reason,omitempty"`
+	// Site is the owner's fleet site, in an answer of the fleet endpoint.
+	Site   string `json:"site,omitempty"`
+	AgeMS  int64  `json:"age_ms"` // how old the value was when served
+	Cached bool   `json:"cached"` // served from the cache, no device access
+	Reason string `json:"reason,omitempty"`
 }
 
 // DoResult is the do_* response.
@@ -106,8 +108,11 @@ type DoResult struct {
 	PreviousValue    any       `json:"previous_value"`
 	SideEffects      []string  `json:"side_effects"`
 	// physd extensions
-	Capability     string `json:"capability"`
-	Source         string `json:"source"`
+	Capability string `json:"capability"`
+	Source     string `json:"source"`
+	// Site is the owner's fleet site, in an answer the fleet endpoint
+	// writes itself (a gateway's own answer is passed on as it is).
+	Site           string `json:"site,omitempty"`
 	RequestedValue any    `json:"requested_value"`
 	Verified       bool   `json:"verified"` // read-back matched the write
 	// VerificationMS is how long the verification took after the write
@@ -185,8 +190,10 @@ type CapabilityReport struct {
 
 // Candidate is a capability that can serve the intent.
 type Candidate struct {
-	Capability         string       `json:"capability"`
-	Source             string       `json:"source"`
+	Capability string `json:"capability"`
+	Source     string `json:"source"`
+	// Site is the owner's fleet site (the fleet endpoint's can_do).
+	Site               string       `json:"site,omitempty"`
 	DeviceID           string       `json:"device_id"`
 	Confidence         float64      `json:"confidence"`
 	Permission         Permission   `json:"permission"`
@@ -259,8 +266,10 @@ type RateLimit struct {
 
 // Blocked is a matching capability that cannot be used now.
 type Blocked struct {
-	Capability   string     `json:"capability"`
-	Source       string     `json:"source"`
+	Capability string `json:"capability"`
+	Source     string `json:"source"`
+	// Site is the owner's fleet site (the fleet endpoint's can_do).
+	Site         string     `json:"site,omitempty"`
 	DeviceID     string     `json:"device_id"`
 	Permission   Permission `json:"permission"`
 	Reason       string     `json:"reason"`         // human readable

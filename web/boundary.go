@@ -386,6 +386,14 @@ func (s *Server) authenticateBearer(h http.Header) (node.Caller, error) {
 // view ("" for every other route): an OAuth token must be for that
 // endpoint's resource (policy.Identity.AuthenticateAt).
 func (s *Server) authenticateBearerAt(ctx context.Context, h http.Header, view string) (node.Caller, error) {
+	return s.authenticateBearerWith(h, func(id *policy.Identity, bearer string) (policy.Principal, error) {
+		return id.AuthenticateAt(ctx, bearer, view)
+	})
+}
+
+// authenticateBearerWith maps the Authorization header to a caller, with
+// auth checking a bearer against the policy's identities.
+func (s *Server) authenticateBearerWith(h http.Header, auth func(id *policy.Identity, bearer string) (policy.Principal, error)) (node.Caller, error) {
 	c := node.Caller{ID: anonymous, Role: "none", Transport: "http", Credentials: []string{anonymous}}
 	auths := h.Values("Authorization")
 	switch {
@@ -402,7 +410,7 @@ func (s *Server) authenticateBearerAt(ctx context.Context, h http.Header, view s
 		return node.Caller{ID: "transport-token", Role: "viewer", Transport: "http", Credentials: []string{"transport-token"}}, nil
 	}
 	if s.opts.Guard != nil && s.opts.Guard.Policy().Identity.Configured() {
-		p, err := s.opts.Guard.Policy().Identity.AuthenticateAt(ctx, bearer, view)
+		p, err := auth(&s.opts.Guard.Policy().Identity, bearer)
 		if err != nil {
 			return c, err
 		}
@@ -420,6 +428,20 @@ func (s *Server) AuthenticateCredential(credential string) (node.Caller, error) 
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+credential)
 	c, err := s.authenticateBearer(h)
+	c.Credential = ""
+	return c, err
+}
+
+// AuthenticateFleetCredential is AuthenticateCredential for a call the
+// fleet endpoint (physd fleet) forwarded over NATS: an OAuth token may
+// also be for the policy's fleet_resource. The fleet never vouches for
+// anyone either.
+func (s *Server) AuthenticateFleetCredential(credential string) (node.Caller, error) {
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+credential)
+	c, err := s.authenticateBearerWith(h, func(id *policy.Identity, bearer string) (policy.Principal, error) {
+		return id.AuthenticateFleet(context.Background(), bearer)
+	})
 	c.Credential = ""
 	return c, err
 }

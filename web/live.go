@@ -27,8 +27,6 @@ const (
 	liveMaxBackoff = 30 * time.Second
 	// liveReadTimeout bounds the reads of one /console/live.
 	liveReadTimeout = 2 * time.Second
-	// staleFloor is the least age at which a value shows as stale.
-	staleFloor = 10 * time.Second
 )
 
 // liveReads is when each capability may next be read for the console.
@@ -70,18 +68,14 @@ func (l *liveReads) done(tool string, now time.Time, gap time.Duration, failed b
 func readGap(c *manifest.Capability) time.Duration { return max(c.CacheTTL(), liveFloor) }
 
 // staleAfter is the age past which the console shows tool's value as
-// stale (amber): three of its poll intervals or cache lifetimes, and
-// never less than staleFloor (a value the console reads every second
-// is seconds old), or the stale_s its alarms declare.
+// stale (amber): manifest.Capability.StaleAfter, the rule the fleet
+// endpoint applies too.
 func (s *Server) staleAfter(tool string) time.Duration {
 	c := s.n.Manifest().Capability(manifestName(tool))
 	if c == nil {
-		return staleFloor
+		return manifest.MinStaleAfter
 	}
-	if c.Alarms != nil && c.Alarms.StaleS > 0 {
-		return time.Duration(c.Alarms.StaleS) * time.Second
-	}
-	return max(3*c.PollInterval(), 3*c.CacheTTL(), staleFloor)
+	return c.StaleAfter()
 }
 
 // refreshValues reads the capabilities that are due (see above), in

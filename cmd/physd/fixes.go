@@ -38,7 +38,7 @@ func closestFlag(fs *flag.FlagSet, name string) string {
 }
 
 // commands are physd's subcommands (the usage lists them).
-var commands = []string{"run", "validate", "lint", "client-config", "audit", "scan", "version", "help"}
+var commands = []string{"run", "fleet", "validate", "lint", "client-config", "audit", "scan", "version", "help"}
 
 // unknownCommand is the one line for a subcommand physd does not have.
 func unknownCommand(name string) string {

@@ -2,12 +2,14 @@
 // capabilities as proMCP tools over MCP (loopback HTTP and stdio).
 //
 //	physd run --manifest FILE [--policy FILE] [--http ADDR | --stdio] [--state DIR]
+//	physd fleet --config FILE [--policy FILE] [--http ADDR] [--embed ADDR]
 //	physd validate [--policy FILE] MANIFEST
 //	physd lint …
 //	physd client-config --manifest FILE [--client KIND] [--transport stdio|http]
 //	physd audit verify STATE_DIR
 //	physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
 //	physd scan i2c [--bus 1] [--out FILE]
+//	physd scan opcua ENDPOINT [--security-policy P] [--root NODE] [--depth 6] [--out FILE]
 //	physd version
 package main
 
@@ -35,12 +37,14 @@ const usage = `physd — PhysMCP edge daemon
 
 Usage:
   physd run --manifest FILE [--policy FILE] [--http ADDR | --stdio] [--state DIR]
+  physd fleet --config FILE [--policy FILE] [--http ADDR] [--embed ADDR] [--state DIR]
   physd validate [--policy POLICY] MANIFEST
   physd lint [--json] [--strict] [--allow-do] [--header "K: V"] <URL | tools.json | -- COMMAND...>
   physd client-config --manifest FILE [--client claude-desktop|vscode|cursor] [--transport stdio|http]
   physd audit verify STATE_DIR
   physd scan modbus (--tcp HOST:PORT | --rtu DEVICE) [--units 1-247] [--out FILE]
   physd scan i2c [--bus 1] [--out FILE]
+  physd scan opcua ENDPOINT [--security-policy P] [--root NODE] [--depth 6] [--out FILE]
   physd version
 
 Run "physd run -h" (or any command with -h) for its flags.
@@ -54,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdout, stderr)
+	case "fleet":
+		return cmdFleet(args[1:], stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], stdout, stderr)
 	case "lint":

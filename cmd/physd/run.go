@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/physd/physd/daemon"
+	"github.com/physd/physd/fleet"
 	"github.com/physd/physd/history"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mqtt"
@@ -26,6 +27,8 @@ type runFlags struct {
 	mqtt                                                                              daemon.MQTTSettings
 	mqttCfg                                                                           *mqtt.Config
 	mdns                                                                              mdnsFlags
+	fleet                                                                             fleet.Flags
+	fleetCfg                                                                          *manifest.Fleet // network.fleet with the --fleet-* flags applied
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -52,6 +55,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	f.tls.register(fs)
 	registerMQTT(fs, &f.mqtt)
 	f.mdns.register(fs)
+	f.fleet.Register(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -73,6 +77,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	c, code := preflight(f, stderr)
 	if c == nil {
 		return code
+	}
+	if f.fleet.Given() {
+		eff, err := f.fleet.Apply(c.manifest.Network.Fleet)
+		if err != nil {
+			fmt.Fprintf(stderr, "physd run: %v\n", err)
+			return 2
+		}
+		f.fleetCfg = eff
 	}
 	switch f.families {
 	case "auto", "on", "off":
@@ -117,7 +129,7 @@ func (f runFlags) config(c *checked, log *slog.Logger) daemon.Config {
 		StdioRole: f.stdioRole, View: f.view, Families: f.families, SimControl: f.simControl,
 		TLS: daemon.TLS{Cert: f.tls.cert, Key: f.tls.key, ClientCA: f.tls.clientCA,
 			InsecurePlainHTTP: f.tls.insecurePlainHTTP, AllowedHosts: f.tls.allowedHosts},
-		MDNSInterface: f.mdns.iface, MQTT: f.mqttCfg,
+		MDNSInterface: f.mdns.iface, MQTT: f.mqttCfg, FleetUplink: f.fleetCfg,
 		Grace: f.grace, WatchManifest: f.watchManifest, HistoryMaxAge: f.historyMaxAge, HistoryMaxMB: f.historyMaxMB,
 		Version: buildVersion(), Logger: log,
 	}

@@ -32,6 +32,11 @@ func TestGoldenCommandLineErrors(t *testing.T) {
 		// An empty token file would serve without the token it asked for.
 		{"run_token_file_empty", []string{"run", "--manifest", gh, "--state", "unused", "--auth-token-file", testdata("errors", "empty_token")}},
 		{"run_unknown_flag", []string{"run", "--htttp", "127.0.0.1:8080", "--manifest", gh}},
+		// The fleet uplink by flags: a manifest without network.fleet
+		// needs both the URL and the site; two ways to authenticate.
+		{"run_fleet_site_without_url", []string{"run", "--manifest", gh, "--state", "unused", "--fleet-site", "north"}},
+		{"run_fleet_two_auth", []string{"run", "--manifest", gh, "--state", "unused", "--fleet-url", "nats://127.0.0.1:4222", "--fleet-site", "north", "--fleet-user", "gw", "--fleet-nkey-seed", missing}},
+		{"run_fleet_bad_url", []string{"run", "--manifest", gh, "--state", "unused", "--fleet-url", "http://hub:4222", "--fleet-site", "north"}},
 		{"run_bad_flag_value", []string{"run", "--shutdown-grace", "ten", "--manifest", gh}},
 		{"client_config_unknown_flag", []string{"client-config", "--clinet", "vscode"}},
 		{"lint_unknown_flag", []string{"lint", "--alow-do", "http://127.0.0.1:8080/mcp"}},

@@ -23,20 +23,25 @@ import (
 const scanUsage = `usage: physd scan modbus (--tcp HOST:PORT | --rtu DEVICE [--baud N --parity E --stop-bits 1])
                          [--units 1-247] [--timeout-ms 500] [--silence-ms 100] [--registers 0-255]
                          [--chunk 16] [--max-time 10m] [--out FILE] [--bus NAME] [--device-id ID]
-       physd scan i2c [--bus 1] [--out FILE]`
+       physd scan i2c [--bus 1] [--out FILE]
+       physd scan opcua ENDPOINT [--security-policy P] [--root NODE] [--depth 6] [--out FILE]   (physd scan opcua -h: every flag)`
 
 // cmdScan is `physd scan modbus`: find the units on a Modbus endpoint and
-// write a manifest skeleton. It only ever sends read requests.
+// write a manifest skeleton. It only ever sends read requests. `scan i2c`
+// and `scan opcua` are their own functions.
 func cmdScan(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "i2c" {
 		return cmdScanI2C(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "opcua" {
+		return cmdScanOPCUA(args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "modbus" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprintln(stdout, scanUsage)
 			return 0
 		}
-		fmt.Fprintln(stderr, "physd scan: name the bus kind: physd scan modbus ... or physd scan i2c ...")
+		fmt.Fprintln(stderr, "physd scan: name the bus kind: physd scan modbus ..., physd scan i2c ... or physd scan opcua ENDPOINT ...")
 		fmt.Fprintln(stderr, scanUsage)
 		return 2
 	}
@@ -149,7 +154,7 @@ func writeSkeleton(cmd string, skel []byte, out string, found bool, miss string,
 		verr = daemon.CheckBindings(m)
 	}
 	if out != "" {
-		if err := os.WriteFile(out, skel, 0o644); err != nil {
+		if err := writeFileAtomic(out, skel, 0o644); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 			return 1
 		}
@@ -166,6 +171,33 @@ func writeSkeleton(cmd string, skel []byte, out string, found bool, miss string,
 		return 1
 	}
 	return 0
+}
+
+// writeFileAtomic writes data to path through a temporary file in the
+// same folder and a rename, so the file is never seen half written.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, perm)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 // installedSchemas is where the Debian package puts the JSON Schemas.

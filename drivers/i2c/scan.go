@@ -8,6 +8,7 @@ import (
 
 	"github.com/physd/physd/drivers/devices/bme280"
 	"github.com/physd/physd/drivers/devices/mcp9808"
+	"github.com/physd/physd/drivers/scanskel"
 	"periph.io/x/conn/v3/i2c"
 )
 
@@ -103,20 +104,7 @@ func I2CSkeleton(busArg, resolved, command string, found []Found) []byte {
 			p("#   0x%02X answers but is not a part physd has a profile for: bind its registers by hand (register:, width:, scale:)", f.Addr)
 		}
 	}
-	p(`physmcp_version: "0.1"`)
-	p("")
-	p("device:")
-	p("  id: gw_i2c_001   # DECIDE: a unique id for this gateway")
-	p("  type: sensor_gateway")
-	p("  location:")
-	p("    zone: unassigned   # DECIDE: where the sensors are")
-	p("")
-	p("network:")
-	p("  protocols:")
-	p("    - {type: ip, address: 127.0.0.1, mcp_port: 8080, role: native}")
-	p("  mesh:")
-	p("    enabled: false")
-	p("")
+	scanskel.Opening(&w, "gw_i2c_001", "sensor_gateway", "where the sensors are")
 	p("buses:")
 	p("  i2c1: {type: i2c, bus: %q}", busArg)
 	p("")

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physd/physd/drivers/scanskel"
 	"github.com/physd/physd/profiles"
 )
 
@@ -91,20 +92,7 @@ func (s *skeleton) header() {
 // preamble writes the device, the network and the scanned bus.
 func (s *skeleton) preamble() {
 	r, o, sc := s.r, s.o, s.r.Options
-	s.p(`physmcp_version: "0.1"`)
-	s.p("")
-	s.p("device:")
-	s.p("  id: %s   # DECIDE: a unique id for this gateway", o.DeviceID)
-	s.p("  type: modbus_gateway")
-	s.p("  location:")
-	s.p("    zone: unassigned   # DECIDE: where the devices are")
-	s.p("")
-	s.p("network:")
-	s.p("  protocols:")
-	s.p("    - {type: ip, address: 127.0.0.1, mcp_port: 8080, role: native}")
-	s.p("  mesh:")
-	s.p("    enabled: false")
-	s.p("")
+	scanskel.Opening(&s.w, o.DeviceID, "modbus_gateway", "where the devices are")
 	s.p("buses:")
 	s.p("  %s:", o.Bus)
 	if r.Kind == TypeTCP {
@@ -251,14 +239,7 @@ func floatHints(hi, lo uint16) []string {
 	return out
 }
 
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7F {
-			return ' '
-		}
-		return r
-	}, s)
-}
+var oneLine = scanskel.OneLine
 
 func unitList(ids []byte) string {
 	var parts []string

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 	"github.com/physd/physd/drivers"
 	"github.com/physd/physd/manifest"
@@ -36,6 +37,13 @@ type Bus struct {
 	lastErr error         // why there is no session (nil before the first attempt)
 	lastTry time.Time     // when the last failed connect ended
 	closed  bool
+	mon     *monitorSet // the monitored items (monitor.go); nil until the first
+	// trusted is the session proven alive after gopcua marked it not
+	// Connected (usable): its state says nothing from then on.
+	trusted *opcua.Client
+	// idle is closed when the session ends: its keep-alive stops
+	// (keepSession).
+	idle chan struct{}
 }
 
 var _ drivers.Bus = (*Bus)(nil)
@@ -96,7 +104,7 @@ func (b *Bus) Health() error {
 	switch {
 	case b.closed:
 		return fmt.Errorf("opcua %s: bus closed: %w", b.spec.name, drivers.ErrOffline)
-	case b.client != nil && b.client.State() == opcua.Connected:
+	case b.client != nil && (b.client.State() == opcua.Connected || b.trusted == b.client):
 		return nil
 	case b.client != nil:
 		return fmt.Errorf("opcua %s: the session to %s is %s; reconnecting on the next read: %w", b.spec.name, b.spec.Endpoint, b.client.State(), drivers.ErrOffline)
@@ -115,9 +123,13 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
-	c := b.client
+	c, ms := b.client, b.mon
 	b.client = nil
+	b.endIdleLocked()
 	b.mu.Unlock()
+	if ms != nil {
+		ms.close(c) // its subscriptions are deleted from the server
+	}
 	if c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), b.spec.Timeout)
 		defer cancel()
@@ -138,9 +150,9 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 			return nil, 0, fmt.Errorf("opcua %s: bus closed: %w", b.spec.name, drivers.ErrOffline)
 		}
 		if b.client != nil {
-			c, g := b.client, b.gen
+			c, g, trusted := b.client, b.gen, b.trusted == b.client
 			b.mu.Unlock()
-			if c.State() == opcua.Connected {
+			if trusted || c.State() == opcua.Connected || b.usable(ctx, c) {
 				return c, g, nil
 			}
 			b.drop(g, fmt.Errorf("the session to %s ended (%s)", b.spec.Endpoint, c.State()))
@@ -174,6 +186,91 @@ func (b *Bus) session(ctx context.Context) (*opcua.Client, uint64, error) {
 	}
 }
 
+// usable asks a session gopcua no longer calls Connected whether it still
+// answers (a Read of the server's state within timeout_ms), and trusts it
+// from then on when it does. gopcua marks a client Closed, and stops
+// watching it, on any ServiceFault the server sends — a refused
+// TransferSubscriptions or Republish, a Read refused as a whole — not only
+// when its channel breaks; a broken channel fails the Read at once. A
+// trusted session is dropped as any other: when a call gets no usable
+// reply.
+func (b *Bus) usable(ctx context.Context, c *opcua.Client) bool {
+	if !b.answers(ctx, c) {
+		return false
+	}
+	b.trust(c)
+	return true
+}
+
+// answers reports whether c answers a Read of the server's state within
+// timeout_ms.
+func (b *Bus) answers(ctx context.Context, c *opcua.Client) bool {
+	ctx, cancel := b.call(ctx)
+	defer cancel()
+	_, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}},
+		TimestampsToReturn: ua.TimestampsToReturnNeither})
+	return err == nil
+}
+
+// writeSession is the session a write goes through. A trusted session is
+// one nobody watches (gopcua gave it up): its channel may have died
+// unnoticed (a server restart), and a write sent into it would end in an
+// unknown outcome. So it is asked first, and replaced when it does not
+// answer: the write then goes to a new session, or is refused unsent.
+func (b *Bus) writeSession(ctx context.Context) (*opcua.Client, uint64, error) {
+	c, gen, err := b.session(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	b.mu.Lock()
+	trusted := b.trusted == c
+	b.mu.Unlock()
+	if !trusted || b.answers(ctx, c) {
+		return c, gen, nil
+	}
+	b.drop(gen, fmt.Errorf("the session to %s did not answer before a write", b.spec.Endpoint))
+	return b.session(ctx)
+}
+
+// answered settles the session after a call that failed with err: one
+// without a usable reply (or whose status ends the session) is dropped;
+// one the server refused with a ServiceFault is alive, and trusted,
+// since gopcua gives a client up on any ServiceFault.
+func (b *Bus) answered(c *opcua.Client, gen uint64, err error) {
+	if sessionLost(err) {
+		b.drop(gen, err)
+		return
+	}
+	b.trust(c)
+}
+
+// trust makes c, when it is still the bus's session, one whose gopcua
+// state says nothing (it answered after gopcua gave it up).
+func (b *Bus) trust(c *opcua.Client) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.client == c {
+		b.trusted = c
+	}
+}
+
+// retryIn is how long until the next connect may start (0: now).
+func (b *Bus) retryIn() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.client != nil || b.dialing != nil || b.lastErr == nil {
+		return 0
+	}
+	return b.spec.Reconnect - time.Since(b.lastTry)
+}
+
+// call bounds one service call by timeout_ms (the session's own request
+// timeout is wider: it must let a Publish request wait for its
+// keep-alive).
+func (b *Bus) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.spec.Timeout)
+}
+
 // startDialLocked starts a connect in the background (b.mu held). Its
 // deadline is connect_timeout_ms, whoever waits for it.
 func (b *Bus) startDialLocked() chan struct{} {
@@ -194,6 +291,8 @@ func (b *Bus) startDialLocked() chan struct{} {
 		default:
 			b.client, b.lastErr = c, nil
 			b.gen++
+			b.idle = make(chan struct{})
+			go b.keepSession(c, b.gen, b.idle)
 			b.log.Info("opcua: session open", "endpoint", b.spec.Endpoint, "policy", b.spec.Policy, "mode", b.spec.Mode)
 		}
 		b.mu.Unlock()
@@ -213,6 +312,7 @@ func (b *Bus) drop(gen uint64, why error) {
 	}
 	c := b.client
 	b.client, b.lastErr, b.lastTry = nil, why, time.Now()
+	b.endIdleLocked()
 	b.mu.Unlock()
 	b.log.Warn("opcua: session dropped", "endpoint", b.spec.Endpoint, "err", why)
 	go func() {
@@ -222,12 +322,60 @@ func (b *Bus) drop(gen uint64, why error) {
 	}()
 }
 
+// keepSession keeps the session of generation gen open while nothing
+// else is asked of it. A server ends a session that sends no request
+// within its revised session timeout (OPC UA Part 4 §5.6.2: physd asks
+// for a minute, a PLC may grant seconds), and the first read or write
+// after a quiet spell would then meet BadSessionIdInvalid: a read of the
+// server's state every third of the revised timeout keeps it. A session
+// that gives no usable reply to it is dropped, so Health says so before
+// anyone reads. It returns when idle is closed (the session ended).
+func (b *Bus) keepSession(c *opcua.Client, gen uint64, idle chan struct{}) {
+	every := sessionTimeout
+	if s := c.Session(); s != nil && s.RevisedTimeout() > 0 {
+		every = s.RevisedTimeout()
+	}
+	t := time.NewTicker(max(every/3, minSessionPing))
+	defer t.Stop()
+	for {
+		select {
+		case <-idle:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := b.call(context.Background())
+		_, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}},
+			TimestampsToReturn: ua.TimestampsToReturnNeither})
+		cancel()
+		if err != nil && sessionLost(err) {
+			b.drop(gen, fmt.Errorf("the session to %s did not answer its keep-alive read: %w", b.spec.Endpoint, err))
+			return
+		}
+	}
+}
+
+const (
+	// sessionTimeout is the session timeout physd asks for.
+	sessionTimeout = time.Minute
+	// minSessionPing bounds the keep-alive reads of a session whose
+	// server revised its timeout to almost nothing.
+	minSessionPing = 100 * time.Millisecond
+)
+
+// endIdleLocked stops the keep-alive of the bus's session (b.mu held).
+func (b *Bus) endIdleLocked() {
+	if b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
+}
+
 // connect opens a secure channel and a session. The endpoint list is read
 // first: it carries the server certificate, which must be the pinned one,
 // and the user token policy the identity is sent under.
 func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	s := b.spec
-	eps, err := opcua.GetEndpoints(ctx, s.Endpoint, opcua.DialTimeout(s.ConnectTimeout), opcua.RequestTimeout(s.Timeout))
+	eps, err := opcua.GetEndpoints(ctx, s.Endpoint, opcua.DialTimeout(s.ConnectTimeout), opcua.RequestTimeout(s.Timeout+publishHoldMax))
 	if err != nil {
 		return nil, fmt.Errorf("reading the endpoints of %s: %w", s.Endpoint, err)
 	}
@@ -253,10 +401,10 @@ func (b *Bus) connect(ctx context.Context) (*opcua.Client, error) {
 	opts := []opcua.Option{
 		opcua.AutoReconnect(false),
 		opcua.DialTimeout(s.ConnectTimeout),
-		opcua.RequestTimeout(s.Timeout),
+		opcua.RequestTimeout(s.Timeout + publishHoldMax),
 		opcua.ApplicationName("physd"),
 		opcua.SessionName("physd " + s.name),
-		opcua.SessionTimeout(time.Minute),
+		opcua.SessionTimeout(sessionTimeout),
 	}
 	if s.ApplicationURI != "" {
 		opts = append(opts, opcua.ApplicationURI(s.ApplicationURI))

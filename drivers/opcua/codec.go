@@ -28,7 +28,7 @@ func (p *point) decode(v *ua.Variant) (any, error) {
 		}
 		els := elements(val)
 		if len(els) != 1 {
-			return nil, fmt.Errorf("opcua %s: %s: the server returned %d elements for one index", p.bus.spec.name, s.what(), len(els))
+			return nil, &indexRangeError{what: s.what(), n: len(els)}
 		}
 		val = els[0]
 	}
@@ -246,6 +246,7 @@ func oneElement(v any) any {
 
 // Status codes: the top two bits are the severity (OPC UA Part 4 §7.39).
 func isBad(st ua.StatusCode) bool       { return uint32(st)&0xC0000000 == 0x80000000 }
+func isGood(st ua.StatusCode) bool      { return uint32(st)&0xC0000000 == 0 }
 func isUncertain(st ua.StatusCode) bool { return uint32(st)&0xC0000000 == 0x40000000 }
 
 // statusName is a status code's symbolic name (BadSensorFailure), or its
@@ -328,8 +329,10 @@ func (e *statusError) Fix() string {
 	return "read the node's status on the server before trying again"
 }
 
+// Unwrap marks a Bad write result as one that applied nothing; an
+// Uncertain one may have been applied (the node reads back).
 func (e *statusError) Unwrap() error {
-	if e.write {
+	if e.write && isBad(e.status) {
 		return drivers.ErrBadValue
 	}
 	return nil
@@ -359,6 +362,23 @@ func (e *typeError) Error() string {
 }
 func (e *typeError) Code() string { return "type_mismatch" }
 func (e *typeError) Fix() string  { return "set ua_type: " + e.got + " (and a data_type that fits it)" }
+
+// indexRangeError is a server that answered a Read of one element with
+// another number of them: it ignores IndexRange (gopcua's server,
+// python-asyncua), and would take a write of one element for the whole
+// array, so nothing is written through the binding.
+type indexRangeError struct {
+	what string
+	n    int
+}
+
+func (e *indexRangeError) Error() string {
+	return fmt.Sprintf("%s: the server returned %d elements for one index: it ignores IndexRange, so an element can be neither read nor written safely", e.what, e.n)
+}
+func (e *indexRangeError) Code() string { return "index_range_ignored" }
+func (e *indexRangeError) Fix() string {
+	return "bind a scalar node that holds the element (the server's integrator can add one), or update the server: it must honour IndexRange"
+}
 
 // arrayError is an array node bound without an index.
 type arrayError struct {

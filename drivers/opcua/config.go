@@ -35,19 +35,22 @@ type busKeys struct {
 	TimeoutMS         *int     `yaml:"timeout_ms"`
 	ConnectTimeoutMS  *int     `yaml:"connect_timeout_ms"`
 	ReconnectMS       *int     `yaml:"reconnect_backoff_ms"`
+	KeepAliveMS       *int     `yaml:"keepalive_ms"`
 }
 
 // Security policies and modes this driver speaks (OPC UA Part 7 names).
 const (
 	PolicyNone           = "None"
 	PolicyBasic256Sha256 = "Basic256Sha256"
+	PolicyAes128         = "Aes128_Sha256_RsaOaep"
+	PolicyAes256         = "Aes256_Sha256_RsaPss"
 	ModeNone             = "None"
 	ModeSign             = "Sign"
 	ModeSignAndEncrypt   = "SignAndEncrypt"
 )
 
 var (
-	policies = []string{PolicyNone, PolicyBasic256Sha256}
+	policies = []string{PolicyNone, PolicyBasic256Sha256, PolicyAes128, PolicyAes256}
 	modes    = []string{ModeNone, ModeSign, ModeSignAndEncrypt}
 )
 
@@ -55,14 +58,20 @@ var (
 // defaults, each with its reason.
 type Config struct {
 	Endpoint       string        // endpoint: opc.tcp://host:port/path
-	Policy         string        // security_policy: None or Basic256Sha256
+	Policy         string        // security_policy: None, Basic256Sha256, Aes128_Sha256_RsaOaep or Aes256_Sha256_RsaPss
 	Mode           string        // security_mode: None, Sign or SignAndEncrypt
 	Timeout        time.Duration // timeout_ms: the wait for one service reply (bounded again by the capability's timeout)
 	ConnectTimeout time.Duration // connect_timeout_ms: the bound on one connect (channel, session, namespace table)
 	Reconnect      time.Duration // reconnect_backoff_ms: the least time between two connect attempts after a failure
+	// KeepAlive (keepalive_ms) is how often a subscription with nothing
+	// to report says it is alive, and the longest publishing interval: a
+	// lost subscription is noticed within keepalive_ms + one publishing
+	// interval (at most keepalive_ms) + timeout_ms, and
+	// a change within keepalive_ms of the sample that saw it.
+	KeepAlive time.Duration
 
 	// The application instance certificate and its key (DER), for
-	// Basic256Sha256; generated at open when not given.
+	// a security policy; generated at open when not given.
 	CertFile, KeyFile string
 	cert              []byte
 	key               *rsa.PrivateKey
@@ -102,6 +111,11 @@ func DefaultConfig() Config {
 		// A restarting server refuses connections for seconds; one
 		// attempt a second is enough to notice it is back.
 		Reconnect: time.Second,
+		// One small message a second per subscription costs a PLC
+		// nothing, and bounds how long a dead server's last values can
+		// pass for current: keepalive_ms + a publishing interval +
+		// timeout_ms, 4 s at most.
+		KeepAlive: time.Second,
 	}
 }
 
@@ -115,7 +129,12 @@ type busSpec struct {
 // parseBus decodes and validates an opcua bus entry strictly. Files
 // (certificates, key) are read here, so a missing file is a positioned
 // configuration error at validate time.
-func parseBus(b *manifest.Bus) (*busSpec, error) {
+func parseBus(b *manifest.Bus) (*busSpec, error) { return parseBusEntry(b, false) }
+
+// parseBusEntry is parseBus; with pinLater a secured bus may name neither
+// server_certificate nor server_trust: a scan shows the server's
+// certificate and pins it once the person scanning has compared it.
+func parseBusEntry(b *manifest.Bus, pinLater bool) (*busSpec, error) {
 	root := b.FieldPath()
 	cfg := strictyaml.WithoutKey(b.Config, "type")
 	p := &strictyaml.Problems{File: b.Pos.File, Root: root, Top: cfg, At: b.Pos}
@@ -169,11 +188,12 @@ func parseBus(b *manifest.Bus) (*busSpec, error) {
 	ms(k.TimeoutMS, &s.Timeout, 10, 60_000, "timeout_ms", "use the server's reply time with a margin, e.g. 2000")
 	ms(k.ConnectTimeoutMS, &s.ConnectTimeout, 100, 120_000, "connect_timeout_ms", "e.g. 5000")
 	ms(k.ReconnectMS, &s.Reconnect, 0, 600_000, "reconnect_backoff_ms", "e.g. 1000")
+	ms(k.KeepAliveMS, &s.KeepAlive, 100, 60_000, "keepalive_ms", "e.g. 1000: a lost subscription is noticed within 2 × keepalive_ms + timeout_ms at most")
 
 	if k.ApplicationURI != nil {
 		s.ApplicationURI = *k.ApplicationURI
 	}
-	parseCerts(p, &k, s, dir)
+	parseCerts(p, &k, s, dir, pinLater)
 	parseIdentity(p, &k, s, dir)
 	if err := p.Err(); err != nil {
 		return nil, err
@@ -181,7 +201,7 @@ func parseBus(b *manifest.Bus) (*busSpec, error) {
 	return s, nil
 }
 
-func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
+func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string, pinLater bool) {
 	abs := func(f string) string {
 		if filepath.IsAbs(f) {
 			return f
@@ -241,6 +261,9 @@ func parseCerts(p *strictyaml.Problems, k *busKeys, s *busSpec, dir string) {
 			s.trust.AddCert(c)
 			s.ServerTrust = append(s.ServerTrust, f)
 		}
+		return
+	}
+	if k.ServerCertificate == nil && pinLater {
 		return
 	}
 	if k.ServerCertificate == nil {
@@ -346,7 +369,7 @@ func readKey(file string) (*rsa.PrivateKey, error) {
 	}
 	rk, ok := k.(*rsa.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("%s is not an RSA key (OPC UA's Basic256Sha256 needs RSA)", file)
+		return nil, fmt.Errorf("%s is not an RSA key (OPC UA's security policies need RSA)", file)
 	}
 	return rk, nil
 }

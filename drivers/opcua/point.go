@@ -62,12 +62,14 @@ func (p *point) Read(ctx context.Context) (drivers.Reading, error) {
 	if err != nil {
 		return drivers.Reading{}, err
 	}
-	res, err := c.Read(ctx, &ua.ReadRequest{
+	rctx, cancel := p.bus.call(ctx)
+	defer cancel()
+	res, err := c.Read(rctx, &ua.ReadRequest{
 		NodesToRead:        []*ua.ReadValueID{{NodeID: id, AttributeID: ua.AttributeIDValue, IndexRange: p.indexRange()}},
 		TimestampsToReturn: ua.TimestampsToReturnNeither,
 	})
 	if err != nil {
-		return drivers.Reading{}, p.serviceErr(gen, "read", err)
+		return drivers.Reading{}, p.serviceErr(c, gen, "read", err)
 	}
 	if len(res.Results) != 1 {
 		return drivers.Reading{}, fmt.Errorf("opcua %s: read %s: %d results for one node", p.bus.spec.name, p.spec.what(), len(res.Results))
@@ -103,7 +105,7 @@ func (p *point) Write(ctx context.Context, v any) error {
 	if err != nil {
 		return err
 	}
-	c, gen, err := p.bus.session(ctx)
+	c, gen, err := p.bus.writeSession(ctx)
 	if err != nil {
 		return err
 	}
@@ -116,13 +118,21 @@ func (p *point) Write(ctx context.Context, v any) error {
 			return err
 		}
 	}
-	res, err := c.Write(ctx, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
+	wctx, cancel := p.bus.call(ctx)
+	defer cancel()
+	res, err := c.Write(wctx, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
 		NodeID:      id,
 		AttributeID: ua.AttributeIDValue,
 		IndexRange:  p.indexRange(),
 		Value:       &ua.DataValue{EncodingMask: ua.DataValueValue, Value: variant},
 	}}})
 	if err != nil {
+		var st ua.StatusCode
+		if errors.As(err, &st) && refusedWhole(st) {
+			// A ServiceFault: the server executed nothing.
+			p.bus.answered(c, gen, err)
+			return &statusError{what: p.spec.what(), status: st, write: true}
+		}
 		// The request may have reached the server: the node reads back.
 		p.bus.drop(gen, err)
 		return fmt.Errorf("opcua %s: write %s: no reply (%v); the write may have been applied", p.bus.spec.name, p.spec.what(), err)
@@ -130,7 +140,12 @@ func (p *point) Write(ctx context.Context, v any) error {
 	if len(res.Results) != 1 {
 		return fmt.Errorf("opcua %s: write %s: %d results for one node", p.bus.spec.name, p.spec.what(), len(res.Results))
 	}
-	if st := res.Results[0]; st != ua.StatusOK {
+	// Only a Bad result means the server applied nothing. A Good one with
+	// a sub-code (GoodClamped: it applied a value of its own;
+	// GoodCompletesAsynchronously: it applies it later) is a write the
+	// server took, and an Uncertain one may have been applied: the node's
+	// read-back says what the node holds.
+	if st := res.Results[0]; st != ua.StatusOK && !isGood(st) {
 		return &statusError{what: p.spec.what(), status: st, write: true}
 	}
 	return nil
@@ -140,39 +155,22 @@ func (p *point) Write(ctx context.Context, v any) error {
 // refuses f outside it. The property is looked up on each write: a server
 // may change it, and an old range must not let a value through.
 func (p *point) checkEURange(ctx context.Context, c *opcua.Client, gen uint64, id *ua.NodeID, f float64) error {
-	var res *ua.TranslateBrowsePathsToNodeIDsResponse
-	err := c.Send(ctx, &ua.TranslateBrowsePathsToNodeIDsRequest{BrowsePaths: []*ua.BrowsePath{{
-		StartingNode: id,
-		RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{{
-			ReferenceTypeID: ua.NewNumericNodeID(0, 46), // HasProperty
-			IncludeSubtypes: true,
-			TargetName:      &ua.QualifiedName{NamespaceIndex: 0, Name: "EURange"},
-		}}},
-	}}}, func(r ua.Response) error {
-		var ok bool
-		res, ok = r.(*ua.TranslateBrowsePathsToNodeIDsResponse)
-		if !ok {
-			return fmt.Errorf("unexpected response %T", r)
-		}
-		return nil
-	})
+	ctx, cancel := p.bus.call(ctx)
+	defer cancel()
+	rid, err := p.euRangeNode(ctx, c, id)
 	if err != nil {
-		return notSent(p.serviceErr(gen, "look up the EURange of", err))
+		var st ua.StatusCode
+		if !errors.As(err, &st) {
+			return notSent(err)
+		}
+		return notSent(p.serviceErr(c, gen, "look up the EURange of", err))
 	}
-	if len(res.Results) != 1 {
-		return notSent(fmt.Errorf("opcua %s: EURange of %s: %d results for one path", p.bus.spec.name, p.spec.what(), len(res.Results)))
-	}
-	br := res.Results[0]
-	if br.StatusCode == ua.StatusBadNoMatch || (br.StatusCode == ua.StatusOK && len(br.Targets) == 0) {
+	if rid == nil {
 		return nil // no EURange: nothing to check
 	}
-	if br.StatusCode != ua.StatusOK {
-		return notSent(&statusError{what: p.spec.what() + " EURange", status: br.StatusCode})
-	}
-	rid := br.Targets[0].TargetID.NodeID
 	rr, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: rid, AttributeID: ua.AttributeIDValue}}})
 	if err != nil {
-		return notSent(p.serviceErr(gen, "read the EURange of", err))
+		return notSent(p.serviceErr(c, gen, "read the EURange of", err))
 	}
 	if len(rr.Results) != 1 || rr.Results[0].Status != ua.StatusOK || rr.Results[0].Value == nil {
 		st := ua.StatusBadUnexpectedError
@@ -195,16 +193,100 @@ func (p *point) checkEURange(ctx context.Context, c *opcua.Client, gen uint64, i
 	return nil
 }
 
-// serviceErr is a service call that got no usable reply: the session is
-// dropped so the next call opens a fresh one (after a server restart the
-// old session is gone, and nothing it fetched is served).
-func (p *point) serviceErr(gen uint64, op string, err error) error {
-	p.bus.drop(gen, err)
+// euRangeNode finds the node's EURange property (nil: it has none):
+// TranslateBrowsePathsToNodeIds, or, on a server without that service
+// (BadServiceUnsupported: gopcua's, small embedded ones), a Browse of the
+// node's properties.
+func (p *point) euRangeNode(ctx context.Context, c *opcua.Client, id *ua.NodeID) (*ua.NodeID, error) {
+	res, err := send[*ua.TranslateBrowsePathsToNodeIDsResponse](ctx, c, &ua.TranslateBrowsePathsToNodeIDsRequest{BrowsePaths: []*ua.BrowsePath{{
+		StartingNode: id,
+		RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{{
+			ReferenceTypeID: ua.NewNumericNodeID(0, hasProperty),
+			IncludeSubtypes: true,
+			TargetName:      &ua.QualifiedName{NamespaceIndex: 0, Name: "EURange"},
+		}}},
+	}}})
+	if errors.Is(err, ua.StatusBadServiceUnsupported) {
+		return p.browseEURange(ctx, c, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Results) != 1 {
+		return nil, fmt.Errorf("opcua %s: EURange of %s: %d results for one path", p.bus.spec.name, p.spec.what(), len(res.Results))
+	}
+	br := res.Results[0]
+	switch {
+	case br.StatusCode == ua.StatusBadNoMatch || (br.StatusCode == ua.StatusOK && len(br.Targets) == 0):
+		return nil, nil
+	case br.StatusCode != ua.StatusOK:
+		return nil, &statusError{what: p.spec.what() + " EURange", status: br.StatusCode}
+	}
+	return br.Targets[0].TargetID.NodeID, nil
+}
+
+// hasProperty is the HasProperty reference type (ns=0;i=46).
+const hasProperty = 46
+
+// browseEURange finds the EURange among the node's HasProperty
+// references. A node whose properties do not fit one answer is refused:
+// its EURange could be among those not seen.
+func (p *point) browseEURange(ctx context.Context, c *opcua.Client, id *ua.NodeID) (*ua.NodeID, error) {
+	res, err := c.Browse(ctx, &ua.BrowseRequest{NodesToBrowse: []*ua.BrowseDescription{{
+		NodeID: id, BrowseDirection: ua.BrowseDirectionForward, ReferenceTypeID: ua.NewNumericNodeID(0, hasProperty),
+		IncludeSubtypes: true, ResultMask: uint32(ua.BrowseResultMaskBrowseName),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Results) != 1 {
+		return nil, fmt.Errorf("opcua %s: the properties of %s: %d results for one node", p.bus.spec.name, p.spec.what(), len(res.Results))
+	}
+	br := res.Results[0]
+	if isBad(br.StatusCode) {
+		return nil, &statusError{what: p.spec.what() + " EURange", status: br.StatusCode, op: "browse"}
+	}
+	for _, ref := range br.References {
+		if ref.BrowseName != nil && ref.BrowseName.NamespaceIndex == 0 && ref.BrowseName.Name == "EURange" && ref.NodeID != nil {
+			return ref.NodeID.NodeID, nil
+		}
+	}
+	if len(br.ContinuationPoint) > 0 {
+		return nil, fmt.Errorf("opcua %s: %s has more properties than the server sends in one Browse answer: refusing to write without knowing its EURange", p.bus.spec.name, p.spec.what())
+	}
+	return nil, nil
+}
+
+// serviceErr is a service call that failed. One that got no usable reply
+// (or whose status says the session or channel is gone) drops the
+// session, so the next call opens a fresh one (after a server restart the
+// old session is gone, and nothing it fetched is served); a request the
+// server refused as a whole (BadServiceUnsupported, BadTooManyOperations)
+// leaves it.
+func (p *point) serviceErr(c *opcua.Client, gen uint64, op string, err error) error {
+	p.bus.answered(c, gen, err)
 	var st ua.StatusCode
 	if errors.As(err, &st) {
 		return &statusError{what: p.spec.what(), status: st, op: op}
 	}
 	return fmt.Errorf("opcua %s: %s %s: %w", p.bus.spec.name, op, p.spec.what(), err)
+}
+
+// refusedWhole reports whether st, the error of a service call, is a
+// ServiceFault the server answered (it executed nothing), rather than a
+// reply that never came or could not be read (gopcua's own timeout is
+// BadTimeout; an undecodable reply BadDecodingError), after which the
+// request may have been executed.
+func refusedWhole(st ua.StatusCode) bool {
+	if !isBad(st) {
+		return false
+	}
+	switch st {
+	case ua.StatusBadTimeout, ua.StatusBadRequestTimeout, ua.StatusBadDecodingError, ua.StatusBadResponseTooLarge,
+		ua.StatusBadCommunicationError, ua.StatusBadConnectionClosed, ua.StatusBadSecureChannelClosed, ua.StatusBadUnexpectedError:
+		return false
+	}
+	return true
 }
 
 // Quantize returns the value a Float node holds after v is written; an

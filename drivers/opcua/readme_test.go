@@ -44,7 +44,7 @@ func TestREADMEBusReference(t *testing.T) {
 		}
 	}
 	d := DefaultConfig()
-	for key, want := range map[string]time.Duration{"timeout_ms": d.Timeout, "connect_timeout_ms": d.ConnectTimeout, "reconnect_backoff_ms": d.Reconnect} {
+	for key, want := range map[string]time.Duration{"timeout_ms": d.Timeout, "connect_timeout_ms": d.ConnectTimeout, "reconnect_backoff_ms": d.Reconnect, "keepalive_ms": d.KeepAlive} {
 		if got := rows[key]; got != strconv.FormatInt(want.Milliseconds(), 10) {
 			t.Errorf("docs/manifest.md: %s default %q, DefaultConfig has %d", key, got, want.Milliseconds())
 		}

@@ -1,6 +1,7 @@
 package opcua
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -216,6 +217,20 @@ func TestOPCUAServerSecure(t *testing.T) {
 			}
 		})
 	}
+	// The Aes policies (OPC UA 1.04): RSA-OAEP-SHA256 and RSA-PSS
+	// asymmetric, AES-128/256-CBC with HMAC-SHA256 symmetric.
+	for _, policy := range []string{PolicyAes128, PolicyAes256} {
+		t.Run(policy, func(t *testing.T) {
+			_, p := plant(t, srv.Endpoint, ", security_policy: "+policy+", security_mode: SignAndEncrypt"+
+				", server_certificate: "+srv.ServerCertificate()+", username: operator, password_env: PHYSD_TEST_OPCUA_PW")
+			if err := p["setpoint"].Write(ctx(t), 34.0); err != nil {
+				t.Fatal(err)
+			}
+			if r := read(t, p["setpoint"]); r.Value != 34.0 {
+				t.Fatalf("read back %v", r.Value)
+			}
+		})
+	}
 	t.Run("no security", func(t *testing.T) {
 		_, p := plant(t, srv.Endpoint, "")
 		_, err := p["temperature"].Read(ctx(t))
@@ -351,5 +366,105 @@ func TestOPCUAServerUserCertificate(t *testing.T) {
 	wantErr(t, err, "takes no UserTokenTypeAnonymous identity")
 	if code, _, _ := drivers.CodeOf(err); code != "identity_not_offered" {
 		t.Fatalf("code %q", code)
+	}
+}
+
+// TestOPCUAServerShortSessionTimeout: a server that grants a session
+// timeout far shorter than the minute physd asks for (a PLC revising the
+// request down) ends a session that sends nothing for that long. physd
+// keeps its idle session open: a read and a write after quiet spells
+// longer than the timeout go through on the session it has.
+func TestOPCUAServerShortSessionTimeout(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{SessionTimeout: 1000})
+	b, p := plant(t, srv.Endpoint, "")
+	read(t, p["temperature"])
+	for i := range 2 {
+		time.Sleep(2500 * time.Millisecond) // idle: 2.5 session timeouts
+		if err := b.Health(); err != nil {
+			t.Fatalf("health after a quiet spell: %v", err)
+		}
+		if i == 0 {
+			if _, err := p["temperature"].Read(ctx(t)); err != nil {
+				t.Fatalf("read after a quiet spell longer than the session timeout: %v", err)
+			}
+			continue
+		}
+		if err := p["setpoint"].Write(ctx(t), 12.0); err != nil {
+			t.Fatalf("write after a quiet spell longer than the session timeout: %v", err)
+		}
+	}
+}
+
+// TestOPCUAServerWriteGoodClamped: a write the server accepts with a Good
+// sub-code (GoodClamped: it kept a value of its own) was applied, so it
+// is no refusal (a Bad result's ErrBadValue would make the node answer
+// failed, "nothing changed"): Write returns nil and the node's read-back
+// finds the value the server kept.
+func TestOPCUAServerWriteGoodClamped(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{})
+	_, p := openAll(t, mustParse(t, "{type: opcua, endpoint: '"+srv.Endpoint+"', connect_timeout_ms: 10000}",
+		doCap("clamped", "float", "{type: opcua, bus: plc, node: 'ns=1;s=Clamped'}")))
+	if err := p["clamped"].Write(ctx(t), 80.0); err != nil {
+		t.Fatalf("a write answered GoodClamped is an error (errors.Is ErrBadValue %v): %v", errors.Is(err, drivers.ErrBadValue), err)
+	}
+	if r := read(t, p["clamped"]); r.Value != 50.0 {
+		t.Fatalf("read back %v, the server keeps 50", r.Value)
+	}
+}
+
+// TestOPCUAServerPinOnReconnect: the pinned certificate is checked at
+// every connect, not only the first: the server restarts with another
+// certificate (a replaced box, an impostor on its address), and no read
+// after that is served; each says the certificate is not the pinned one.
+func TestOPCUAServerPinOnReconnect(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{Secure: true, User: "operator:s3cret"})
+	t.Setenv("PHYSD_TEST_OPCUA_PW", "s3cret")
+	b, p := plant(t, srv.Endpoint, ", security_policy: Basic256Sha256, server_certificate: "+srv.ServerCertificate()+
+		", username: operator, password_env: PHYSD_TEST_OPCUA_PW")
+	read(t, p["temperature"])
+	pinned, err := os.ReadFile(srv.ServerCertificate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RestartWith(func(o *opcuatest.Options) { o.PKI = filepath.Join(t.TempDir(), "another-pki") })
+	if now, _ := os.ReadFile(srv.ServerCertificate()); bytes.Equal(now, pinned) {
+		t.Fatal("the restarted server kept its certificate")
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := p["temperature"].Read(ctx(t))
+		if err == nil {
+			t.Fatal("a read after the server came back with another certificate was served")
+		}
+		if code, _, _ := drivers.CodeOf(err); code == "server_certificate_mismatch" {
+			wantErr(t, err, "is not the pinned server_certificate")
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no certificate mismatch within 10 s: %v", err)
+		}
+	}
+	if err := b.Health(); err == nil {
+		t.Fatal("healthy with a server whose certificate is not the pinned one")
+	}
+}
+
+// TestOPCUAServerWriteServiceFault: a server that refuses a Write as a
+// whole (a ServiceFault, here BadUserAccessDenied for a user without
+// write rights) executed nothing: the write is a refusal with the status
+// name as code (the node answers failed), not a lost reply ("may have been
+// applied"), and the session stays.
+func TestOPCUAServerWriteServiceFault(t *testing.T) {
+	srv := opcuatest.Start(t, opcuatest.Options{WriteFault: "BadUserAccessDenied"})
+	b, p := plant(t, srv.Endpoint, "")
+	err := p["setpoint"].Write(ctx(t), 30.0)
+	wantErr(t, err, "BadUserAccessDenied")
+	if code, _, _ := drivers.CodeOf(err); code != "BadUserAccessDenied" || !errors.Is(err, drivers.ErrBadValue) {
+		t.Fatalf("code %q, ErrBadValue %v: %v", code, errors.Is(err, drivers.ErrBadValue), err)
+	}
+	if r := read(t, p["setpoint"]); r.Value != 20.0 {
+		t.Fatalf("the server holds %v", r.Value)
+	}
+	if err := b.Health(); err != nil {
+		t.Fatalf("health: %v", err)
 	}
 }

@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/physd/physd/hub"
 )
 
 // Hub is one nats-server.
@@ -23,21 +27,12 @@ type Hub struct {
 // Admin is the user name (and password) of the hub's operator.
 const Admin = "admin"
 
-// SiteUser is a gateway's user: it may publish under prefix.site. only,
-// ask the stream for its info and messages (the uplink's cursor) and
-// receive replies; nothing else.
-func SiteUser(name, password, prefix, site, stream string) *server.User {
-	return &server.User{Username: name, Password: password, Permissions: &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			prefix + "." + site + ".>",
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + stream,
-			"$JS.API.STREAM.MSG.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream + ".>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
-	}}
+// SiteUser is a gateway's user with the permissions a hub gives a site
+// (hub.SitePermissions, no JetStream domain): its own subjects, the
+// cursors on each of streams, its own requests and the replies to them;
+// nothing else.
+func SiteUser(name, password, prefix, site string, streams ...string) *server.User {
+	return &server.User{Username: name, Password: password, Permissions: SitePermissions(prefix, site, streams...)}
 }
 
 // Start runs a hub with JetStream in dir on a free loopback port.
@@ -75,9 +70,23 @@ func (h *Hub) URL() string {
 	return fmt.Sprintf("nats://127.0.0.1:%d", h.opts.Port)
 }
 
-// SitePermissions are SiteUser's permissions (for an NKey user).
-func SitePermissions(prefix, site, stream string) *server.Permissions {
-	return SiteUser("", "", prefix, site, stream).Permissions
+// SitePermissions are hub.SitePermissions in nats-server's terms (for a
+// user or an NKey user).
+func SitePermissions(prefix, site string, streams ...string) *server.Permissions {
+	return ServerPermissions(hub.SitePermissions(prefix, site, "", streams...))
+}
+
+// FleetUser is the fleet endpoint's user with hub.FleetPermissions (no
+// JetStream domain).
+func FleetUser(name, password, prefix string, streams hub.FleetStreams) *server.User {
+	return &server.User{Username: name, Password: password, Permissions: ServerPermissions(hub.FleetPermissions(prefix, "", streams))}
+}
+
+// ServerPermissions are p in nats-server's terms (the embedded hub's own
+// conversion is left out of a -tags nohub build; this package is for
+// tests and always links nats-server).
+func ServerPermissions(p hub.Permissions) *server.Permissions {
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: p.Publish}, Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
 }
 
 // Start (re)starts a stopped hub on its port and store.
@@ -102,4 +111,21 @@ func (h *Hub) Stop() {
 		h.S.WaitForShutdown()
 		h.S = nil
 	}
+}
+
+// Connect is a connection to url as the hub's operator (user and
+// password Admin, no permissions) and its JetStream, closed when the test
+// ends.
+func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, append(opts, nats.UserInfo(Admin, Admin))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }

@@ -18,12 +18,14 @@ var writeRequestID = []byte{0x01, 0x00, 0xA1, 0x02}
 // first connection that carries a WriteRequest (SecurityPolicy None only:
 // it looks for the request's type id in the clear) forwards it to the
 // server and drops every reply from then on: the write lands, its response
-// is lost. Later connections are forwarded whole.
+// is lost. Later connections are forwarded whole. Freeze makes it a
+// network that silently loses everything, Thaw mends it.
 type LossProxy struct {
 	Endpoint string // opc.tcp://127.0.0.1:<port>/physd
 	ln       net.Listener
 	target   string
 	armed    atomic.Bool
+	frozen   atomic.Bool
 	lost     atomic.Int32
 	mu       sync.Mutex
 	conns    []net.Conn
@@ -53,6 +55,13 @@ func StartLossProxy(t testing.TB, s *Server) *LossProxy {
 // Arm makes the next WriteRequest's reply (and its connection's) vanish.
 func (p *LossProxy) Arm() { p.armed.Store(true) }
 
+// Freeze drops every byte in both directions from now on, without closing
+// a connection: a cable cut, as TCP sees it until its own timeouts.
+func (p *LossProxy) Freeze() { p.frozen.Store(true) }
+
+// Thaw forwards again (what was dropped meanwhile stays lost).
+func (p *LossProxy) Thaw() { p.frozen.Store(false) }
+
 // Lost is how many writes had their reply dropped.
 func (p *LossProxy) Lost() int { return int(p.lost.Load()) }
 
@@ -75,7 +84,7 @@ func (p *LossProxy) serve() {
 			buf := make([]byte, 64<<10)
 			for {
 				n, err := c.Read(buf)
-				if n > 0 {
+				if n > 0 && !p.frozen.Load() {
 					if p.armed.Load() && bytes.Contains(buf[:n], writeRequestID) && p.armed.CompareAndSwap(true, false) {
 						mute.Store(true)
 						p.lost.Add(1)
@@ -94,7 +103,7 @@ func (p *LossProxy) serve() {
 			buf := make([]byte, 64<<10)
 			for {
 				n, err := u.Read(buf)
-				if n > 0 && !mute.Load() {
+				if n > 0 && !mute.Load() && !p.frozen.Load() {
 					if _, werr := c.Write(buf[:n]); werr != nil {
 						return
 					}

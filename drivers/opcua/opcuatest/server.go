@@ -8,10 +8,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +29,31 @@ type Options struct {
 	// identity (others are refused).
 	UserCert string
 	PKI      string // the server's PKI folder (its certificate); "": a temporary one
+	// ShiftNamespace registers another namespace before the test
+	// server's, which is then ns=2: a reordered namespace table.
+	ShiftNamespace bool
+	// OperationLimits publishes and enforces MaxNodesPerRead and
+	// MaxNodesPerBrowse (0: node-opcua's defaults).
+	OperationLimits int
+	// Process is ns=1;s=Process's value at start (nil: the script's 50),
+	// so a test can tell a value read after a restart from one before.
+	Process *float64
+	// SessionTimeout caps the session timeout the server grants (ms; 0:
+	// node-opcua's), as a PLC that revises a client's request down does.
+	SessionTimeout int
+	// PublishFault answers every Publish request after the first
+	// PublishFaultAfter with a ServiceFault of this status name
+	// (BadSubscriptionIdInvalid, BadTooManyPublishRequests).
+	PublishFault      string
+	PublishFaultAfter int
+	// PublishDelay sends every Publish response this late (ms).
+	PublishDelay int
+	// DropChanges reports each monitored item's first value only: a
+	// server whose DataChangeFilter misses every later change.
+	DropChanges bool
+	// WriteFault answers every Write request with a ServiceFault of this
+	// status name (BadUserAccessDenied): the server writes nothing.
+	WriteFault string
 }
 
 // Server is a running test server.
@@ -77,17 +104,52 @@ func Start(t testing.TB, o Options) *Server {
 	if o.PKI == "" {
 		o.PKI = filepath.Join(t.TempDir(), "pki")
 	}
+	s := &Server{t: t, dir: dir, node: node, opts: o}
+	t.Cleanup(s.Stop)
+	// Another test's server may take the port between the check and
+	// the listen: then another port.
+	for try := 0; ; try++ {
+		s.port = freePort(t)
+		s.Endpoint = fmt.Sprintf("opc.tcp://127.0.0.1:%d/physd", s.port)
+		if !s.start() {
+			return s
+		}
+		if try == 4 {
+			t.Fatalf("OPC UA test server: five free ports were taken before it listened:\n%s", s.Output())
+		}
+	}
+}
+
+// freePort is a port nothing listens on, below the kernel's ephemeral
+// range: a port the kernel hands out (listen on :0) is also the local
+// port of some process's next outgoing connection, and one of those
+// took it while a test had the server down for a restart (EADDRINUSE,
+// the restart failed). Below the range only another test's server, which
+// also checks first, can take it.
+func freePort(t testing.TB) int {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	if lo > 12000 {
+		for range 100 {
+			port := 10000 + rand.IntN(lo-10000)
+			if l, err := net.Listen("tcp", fmt.Sprintf(":%d", port)); err == nil {
+				_ = l.Close()
+				return port
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	s := &Server{t: t, dir: dir, node: node, port: port, opts: o,
-		Endpoint: fmt.Sprintf("opc.tcp://127.0.0.1:%d/physd", port)}
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // ServerCertificate is the server's certificate file (PEM).
@@ -95,7 +157,11 @@ func (s *Server) ServerCertificate() string {
 	return filepath.Join(s.opts.PKI, "own", "certs", "server_certificate.pem")
 }
 
-func (s *Server) start() {
+// start starts the server and waits until it is ready. It answers true,
+// with the server stopped, when the port was taken (EADDRINUSE): the
+// caller chooses whether to wait or take another port. Anything else that
+// keeps the server from starting fails the test.
+func (s *Server) start() (portTaken bool) {
 	s.t.Helper()
 	args := []string{"server.js", "--port", fmt.Sprint(s.port), "--pki", s.opts.PKI}
 	if s.opts.Secure {
@@ -106,6 +172,30 @@ func (s *Server) start() {
 	}
 	if s.opts.UserCert != "" {
 		args = append(args, "--user-cert", s.opts.UserCert)
+	}
+	if s.opts.ShiftNamespace {
+		args = append(args, "--shift-namespace")
+	}
+	if s.opts.OperationLimits > 0 {
+		args = append(args, "--operation-limits", fmt.Sprint(s.opts.OperationLimits))
+	}
+	if s.opts.SessionTimeout > 0 {
+		args = append(args, "--session-timeout", fmt.Sprint(s.opts.SessionTimeout))
+	}
+	if s.opts.PublishFault != "" {
+		args = append(args, "--publish-fault", fmt.Sprintf("%s:%d", s.opts.PublishFault, s.opts.PublishFaultAfter))
+	}
+	if s.opts.WriteFault != "" {
+		args = append(args, "--write-fault", s.opts.WriteFault)
+	}
+	if s.opts.DropChanges {
+		args = append(args, "--drop-changes")
+	}
+	if s.opts.PublishDelay > 0 {
+		args = append(args, "--publish-delay", fmt.Sprint(s.opts.PublishDelay))
+	}
+	if s.opts.Process != nil {
+		args = append(args, "--process", fmt.Sprint(*s.opts.Process))
 	}
 	cmd := exec.Command(s.node, args...)
 	cmd.Dir = s.dir
@@ -119,8 +209,9 @@ func (s *Server) start() {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	ready := make(chan string, 1)
+	ready, exited := make(chan string, 1), make(chan struct{})
 	go func() {
+		defer close(exited) // stdout closed: the server ended
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
@@ -140,10 +231,18 @@ func (s *Server) start() {
 	s.mu.Unlock()
 	select {
 	case <-ready:
+		return false
+	case <-exited:
+		s.Stop()
+		if strings.Contains(s.Output(), "EADDRINUSE") {
+			return true
+		}
+		s.t.Fatalf("OPC UA test server ended before it was ready:\n%s", s.Output())
 	case <-time.After(90 * time.Second):
 		s.Stop()
 		s.t.Fatalf("OPC UA test server did not start in 90 s:\n%s", s.Output())
 	}
+	return false
 }
 
 // Output is what the server printed so far.
@@ -178,10 +277,24 @@ func (s *Server) Stop() {
 
 // Restart stops the server and starts it again on the same port with the
 // same PKI: every value is back at its initial one, every session gone.
-func (s *Server) Restart() {
+func (s *Server) Restart() { s.RestartWith(nil) }
+
+// RestartWith is Restart with the options change makes (nil: none).
+func (s *Server) RestartWith(change func(*Options)) {
 	s.t.Helper()
 	s.Stop()
-	s.start()
+	if change != nil {
+		change(&s.opts)
+	}
+	// The endpoint must stay: a port still held (by a connection of the
+	// old server's closing, or another test's server checking it) is
+	// waited for, up to 30 s.
+	for deadline := time.Now().Add(30 * time.Second); s.start(); {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("OPC UA test server could not listen on its port %d again for 30 s:\n%s", s.port, s.Output())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // WaitPort waits until nothing listens on the server's port any more.
