@@ -140,6 +140,7 @@ type History struct {
 	onFlush       []func()
 
 	flushMu sync.Mutex // one flush at a time (count)
+	buckets atomic.Int64 // the sum of count
 
 	writeErrs atomic.Uint64
 	lastErr   atomic.Pointer[error]
@@ -597,6 +598,11 @@ func (h *History) Flush() {
 	})
 	if err == nil {
 		h.count = counts
+		total := 0
+		for _, n := range counts {
+			total += n
+		}
+		h.buckets.Store(int64(total)) // for Stats, which must not wait for a flush
 		h.mu.Lock()
 		for name, f := range final {
 			h.final[name] = max(h.final[name], f)
@@ -866,6 +872,7 @@ func (h *History) OnFlush(f func()) {
 // Stats is the history's state for /metrics.
 type Stats struct {
 	FileBytes   int64
+	Buckets     int // stored in the file, as of the last flush
 	Dropped     uint64 // observations the history fell behind on
 	WriteErrors uint64
 	LastError   error
@@ -874,6 +881,7 @@ type Stats struct {
 // Stats reports the file size, drops and write errors.
 func (h *History) Stats() Stats {
 	s := Stats{WriteErrors: h.writeErrs.Load()}
+	s.Buckets = int(h.buckets.Load())
 	if fi, err := os.Stat(h.db.Path()); err == nil {
 		s.FileBytes = fi.Size()
 	}

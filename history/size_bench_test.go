@@ -1,0 +1,80 @@
+package history_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/physd/physd/history"
+	"github.com/physd/physd/manifest"
+	"github.com/physd/physd/node"
+	"github.com/physd/physd/promcp"
+)
+
+// BenchmarkStoredBytes measures what history.db holds per stored bucket
+// (the file's size over the buckets in it) for a site of 2 000
+// capabilities, an hour of 1-minute buckets flushed as the daemon does
+// (once a minute), and then a day under a size bound (retention pruning
+// the oldest): bytes/bucket, and bytes/point/day at the default 1-minute
+// resolution. It is the figure behind "history bytes per day" in
+// docs/performance.md: the file never grows past --history-max-mb.
+//
+//	go test -run '^$' -bench StoredBytes -benchtime 1x ./history
+func BenchmarkStoredBytes(b *testing.B) {
+	const caps = 2000
+	var sb strings.Builder
+	sb.WriteString("physmcp_version: \"0.1\"\ndevice: {id: d, type: plant, location: {zone: z}}\nnetwork: {protocols: [{type: ip}], mesh: {enabled: false}}\nbuses: {plant: {type: sim}}\ncapabilities:\n")
+	for i := range caps {
+		fmt.Fprintf(&sb, "  - {name: p%04d, kind: read, description: d, binding: {type: sim, bus: plant, point: zone_a.temperature}, data_type: float, semantic_tags: [t]}\n", i)
+	}
+	m, err := manifest.Parse("s.yml", []byte(sb.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		for _, run := range []struct {
+			name    string
+			minutes int
+			bound   int64
+		}{{"unbounded hour", 60, 1 << 30}, {"bounded day", 1440, 64 << 20}} {
+			path := filepath.Join(b.TempDir(), history.FileName)
+			h, err := history.Open(path, m, history.Config{MaxBytes: run.bound, MaxAge: 30 * 24 * time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Stamped from the next minute on: buckets before Open are
+			// sealed (a restart never rewrites them), and a bucket
+			// whose time has not come yet is written as it grows.
+			t0 := time.Now().Truncate(time.Minute).Add(time.Minute)
+			for min := range run.minutes {
+				for s := 0; s < 60; s += 10 {
+					at := t0.Add(time.Duration(min)*time.Minute + time.Duration(s)*time.Second)
+					for i, c := range m.Capabilities {
+						h.Record(node.Observed{Cap: c, At: at, Obs: promcp.Observation{Quality: promcp.QualityGood, Value: float64(i + min + s)}})
+					}
+				}
+				h.Flush()
+			}
+			h.Flush()
+			buckets := h.Stats().Buckets
+			if err := h.Close(); err != nil {
+				b.Fatal(err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			per := float64(fi.Size()) / float64(buckets)
+			b.Logf("%s: %d capabilities, %d buckets stored, file %.1f MiB (bound %d MiB): %.0f bytes/bucket, %.0f KiB/point/day at 1-minute buckets; each keeps %.0f min",
+				run.name, caps, buckets, float64(fi.Size())/(1<<20), run.bound>>20, per, per*1440/1024, float64(buckets)/caps)
+			if run.minutes == 60 {
+				b.ReportMetric(per, "bytes/bucket")
+			} else {
+				b.ReportMetric(float64(buckets)/caps, "minutes-kept/64MiB")
+			}
+		}
+	}
+}
