@@ -33,6 +33,8 @@ func openHistory(f Config, n *node.Node, mx *metrics.Metrics, log *slog.Logger) 
 	}
 	h.Follow(n)
 	mx.Gauge("physd_history_bytes", "Size of history.db.", nil, func() float64 { return float64(h.Stats().FileBytes) })
+	mx.Gauge("physd_history_buckets", "Buckets stored in history.db (one per capability and resolution step), as of the last flush.", nil,
+		func() float64 { return float64(h.Stats().Buckets) })
 	mx.Gauge("physd_history_write_errors", "History flushes that failed (the buckets stay in memory until the next one succeeds).", nil,
 		func() float64 { return float64(h.Stats().WriteErrors) })
 	return h, nil

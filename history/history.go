@@ -139,7 +139,7 @@ type History struct {
 	sealed, final map[string]int64
 	onFlush       []func()
 
-	flushMu sync.Mutex // one flush at a time (count)
+	flushMu sync.Mutex   // one flush at a time (count)
 	buckets atomic.Int64 // the sum of count
 
 	writeErrs atomic.Uint64
@@ -872,7 +872,7 @@ func (h *History) OnFlush(f func()) {
 // Stats is the history's state for /metrics.
 type Stats struct {
 	FileBytes   int64
-	Buckets     int // stored in the file, as of the last flush
+	Buckets     int    // stored in the file, as of the last flush
 	Dropped     uint64 // observations the history fell behind on
 	WriteErrors uint64
 	LastError   error
