@@ -66,7 +66,8 @@ type Config struct {
 	Username, Password string
 	// TLS for ssl://, tls://, mqtts:// and wss:// (nil: the system roots).
 	TLS *tls.Config
-	// Queue bounds the messages waiting for the broker (default 1024).
+	// Queue bounds the messages waiting for the broker, to be sent or
+	// sent and not yet acknowledged (default 1024).
 	Queue int
 	// MaxReconnect bounds the reconnect backoff (default 10 s).
 	MaxReconnect time.Duration
@@ -187,7 +188,7 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Publisher{cfg: cfg, m: m, deviceID: m.Device.ID, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), inflight: make(chan inFlight, MaxInFlight), resyncC: make(chan struct{}, 1),
+	p := &Publisher{cfg: cfg, m: m, deviceID: m.Device.ID, base: cfg.Prefix + "/" + m.Device.ID, q: make(chan message, cfg.Queue), audit: make(chan []byte, 256), inflight: make(chan inFlight, min(MaxInFlight, cfg.Queue)), resyncC: make(chan struct{}, 1),
 		log: cfg.Logger.With("component", "mqtt"), retained: map[string][]byte{}, removed: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		tools: toolsOf(m)}
 	o := paho.NewClientOptions().AddBroker(cfg.URL).
@@ -405,9 +406,12 @@ func (p *Publisher) resync() {
 }
 
 // MaxInFlight is how many messages may wait for the broker's
-// acknowledgement at once. Waiting for each before sending the next held a
-// publisher to one message per round trip (a few hundred a second under
-// load), while a plant's thousands of points change every second.
+// acknowledgement at once (and never more than Config.Queue: a message
+// sent and not acknowledged is waiting for the broker too, so a hung
+// broker fills the queue and its overflow is counted). Waiting for each
+// before sending the next held a publisher to one message per round trip
+// (a few hundred a second under load), while a plant's thousands of
+// points change every second.
 const MaxInFlight = 2048
 
 // inFlight is a message sent and not yet acknowledged.
