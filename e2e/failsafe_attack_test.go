@@ -152,7 +152,12 @@ func TestAttackHoldSOverMCP(t *testing.T) {
 	if err == nil && !res.IsError {
 		var a leaseAnswer
 		_ = json.Unmarshal([]byte(text(res)), &a)
-		if a.LeaseExpiresAt == nil || a.LeaseExpiresAt.Sub(a.Timestamp) != 10*time.Second {
+		switch {
+		case a.Status != "success":
+			// Not applied (a device too slow on a loaded machine): no
+			// lease is right, and nothing is said about hold_s.
+			t.Logf("hold_s 10.0: the do_ was not applied (%s %s: %s); its lease is not tested", a.Status, a.Code, a.Reason)
+		case a.LeaseExpiresAt == nil || a.LeaseExpiresAt.Sub(a.Timestamp) != 10*time.Second:
 			t.Errorf("hold_s 10.0 accepted with lease %v for timestamp %v", a.LeaseExpiresAt, a.Timestamp)
 		}
 	}
