@@ -69,8 +69,7 @@ func (s *sizer) keep(n int) int64 {
 // now: how long each keeps at one bucket per Resolution (all of MaxAge
 // when the size bound is not the one that binds), and the MaxBytes that
 // keeps MaxAge of each. It is measured from the file once the file
-// holds a few hundred pages, else taken from bbolt's layout (a leaf
-// element's 16-byte header, the key and the 52-byte record).
+// holds a few hundred pages, else taken from bbolt's layout (layoutCost).
 func (h *History) Retention() (keeps time.Duration, forMaxAge int64) {
 	h.mu.Lock()
 	n, names := len(h.caps), 0
@@ -85,7 +84,7 @@ func (h *History) Retention() (keeps time.Duration, forMaxAge int64) {
 	s := *h.size
 	stored := h.stored
 	h.flushMu.Unlock()
-	perBucket := float64(16+startLen+recordLen) + float64(names)/float64(n)
+	perBucket := layoutCost(float64(names)/float64(n), s.pageSize)
 	if s.perBucket > 0 && float64(stored)*s.perBucket >= 256*float64(s.pageSize) {
 		perBucket = s.perBucket
 	}
@@ -95,4 +94,17 @@ func (h *History) Retention() (keeps time.Duration, forMaxAge int64) {
 	need := float64(n) * float64(h.cfg.MaxAge/h.cfg.Resolution) * perBucket
 	forMaxAge = int64(need) + (s.room(2*n)+1)*s.pageSize + 1<<20 // one growth step: at most 1 MiB
 	return keeps, forMaxAge
+}
+
+// layoutCost is what a stored bucket costs in full pages of bbolt's
+// layout, for capability names of nameLen bytes: the leaf elements (a
+// 16-byte header, the key, the record) that fit in a page after its
+// 16-byte header, and the branch elements (a 16-byte header and the key)
+// above them.
+func layoutCost(nameLen float64, pageSize int64) float64 {
+	const header = 16
+	key := startLen + nameLen
+	perLeaf := math.Floor(float64(pageSize-header) / (header + key + recordLen))
+	perBranch := math.Floor(float64(pageSize-header) / (header + key))
+	return float64(pageSize) / perLeaf * (1 + 1/perBranch)
 }

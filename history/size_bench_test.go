@@ -84,6 +84,8 @@ func BenchmarkStoredBytes(b *testing.B) {
 			h.Flush()
 			perFlush := float64(storageWritten(b)-written0) / float64(run.minutes+1)
 			buckets := h.Stats().Buckets
+			keeps, forWeek := h.Retention()
+			b.Logf("%s: Retention: the bound keeps %v of each, %.0f MiB keeps the 30 days", run.name, keeps, float64(forWeek)/(1<<20))
 			if err := h.Close(); err != nil {
 				b.Fatal(err)
 			}

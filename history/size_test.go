@@ -35,8 +35,9 @@ func siteOf(t testing.TB, n int) *manifest.Manifest {
 // file stays within the bound after every flush, measured on disk; every
 // capability keeps the same window of newest minutes, each minute once,
 // and the size bound is used rather than wasted (the kept buckets' own
-// bytes fill more than half of it); Stats counts what queries return,
-// and Sealed hands out each capability's buckets in order.
+// bytes fill more than half of it); a flush writes about two buckets a
+// capability; Stats counts what queries return, and Sealed hands out
+// each capability's buckets in order.
 func TestPlantWithinSizeBound(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -70,6 +71,12 @@ func TestPlantWithinSizeBound(t *testing.T) {
 			if st := h.Stats(); st.LastError != nil || st.FileBytes != fi.Size() {
 				t.Fatalf("after minute %d: stats %+v, file %d bytes", min, st, fi.Size())
 			}
+		}
+		// A flush appends the newest minute and rewrites the one before
+		// (written while it was open): about two buckets a capability,
+		// not a page a capability as a bbolt bucket per capability was.
+		if perFlush := h.Stats().Written / (hours * 60); perFlush > 2*caps*100+16*4096 {
+			t.Errorf("a flush wrote %d bytes, want at most %d: two buckets of ~100 bytes a capability and a few branch pages", perFlush, 2*caps*100+16*4096)
 		}
 		end := t0.Add(hours * time.Hour)
 		total, oldest := 0, map[time.Time]int{}
