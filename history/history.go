@@ -132,6 +132,13 @@ func (c Config) withDefaults() Config {
 // bucket it was taken in.
 const SealGrace = 5 * time.Second
 
+// freshBucket: a flush leaves a bucket being filled that began less than
+// this long ago in memory (written by the next flush, or by Close): the
+// flush that comes as the bucket before it is sealed would otherwise write
+// each bucket twice, a few seconds' worth and then final. A crash loses
+// those seconds and what came after them until the next flush.
+const freshBucket = 2 * SealGrace
+
 // History is the store and its writer.
 type History struct {
 	cfg     Config
@@ -350,14 +357,29 @@ func (h *History) run() {
 }
 
 // flushEvery writes the buckets every FlushEvery until Close.
+//
+// The flushes come SealGrace after each multiple of FlushEvery (Unix
+// time): with buckets of FlushEvery (the default, a minute), a flush
+// comes as the last bucket is sealed, writes it once, final, and leaves
+// the one just begun in memory (Flush), so a point costs one write a
+// minute, not two.
 func (h *History) flushEvery() {
 	defer close(h.flushed)
-	t := time.NewTicker(h.cfg.FlushEvery)
+	next := func() time.Duration {
+		now := time.Now()
+		at := now.Truncate(h.cfg.FlushEvery).Add(SealGrace)
+		for !at.After(now) {
+			at = at.Add(h.cfg.FlushEvery)
+		}
+		return at.Sub(now)
+	}
+	t := time.NewTimer(next())
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			h.Flush()
+			t.Reset(next())
 		case <-h.stop:
 			return
 		}
@@ -385,7 +407,7 @@ func (h *History) Close() error {
 			<-h.flushed
 			h.sub.Close()
 		}
-		h.Flush()
+		h.flush(true)
 		err = h.db.Close()
 	})
 	return err
@@ -497,8 +519,12 @@ func (h *History) markDirty(name string, a *agg) {
 }
 
 // Flush writes the buckets in memory and applies retention, in one
-// transaction.
-func (h *History) Flush() {
+// transaction, as the writer does every FlushEvery: a bucket being filled
+// that began less than freshBucket ago stays in memory (Close writes it).
+func (h *History) Flush() { h.flush(false) }
+
+// flush is Flush; all writes the fresh buckets too.
+func (h *History) flush(all bool) {
 	h.mu.Lock()
 	type rec struct {
 		name string
@@ -523,8 +549,11 @@ func (h *History) Flush() {
 	}
 	h.dirty = map[string]map[int64]*agg{}
 	for name, a := range h.open {
-		recs = append(recs, rec{name, *a})
 		final[name] = max(final[name], a.start)
+		if !all && now.Before(time.Unix(a.start, 0).Add(freshBucket)) {
+			continue // just begun: in memory until the next flush
+		}
+		recs = append(recs, rec{name, *a})
 		if time.Unix(a.start+res, 0).Add(SealGrace).After(now) {
 			continue
 		}

@@ -454,3 +454,45 @@ func TestSealed(t *testing.T) {
 		}
 	})
 }
+
+// TestFlushAsBucketSeals: the writer flushes SealGrace after each
+// minute, as the last minute is sealed: Sealed hands it out seconds
+// after its end, it is written once, final, and the minute just begun
+// stays in memory (queries see it) until the next flush or Close.
+func TestFlushAsBucketSeals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		r := openNode(t, dir)
+		defer r.close()
+		h, err := history.Open(filepath.Join(dir, history.FileName), r.m, history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		h.Follow(r.n)
+		t0 := time.Now() // a whole minute
+		time.Sleep(3*time.Minute + history.SealGrace + time.Second)
+		synctest.Wait()
+		sealed, err := h.Sealed("heater_power_zone_a", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, s := range sealed {
+			got = append(got, (s.Start-t0.Unix())/60)
+		}
+		if fmt.Sprint(got) != "[0 1 2]" {
+			t.Fatalf("6 s after minute 2 ended: sealed minutes %v, want [0 1 2]", got)
+		}
+		if n := h.Stats().Buckets; n != 3 {
+			t.Errorf("%d buckets on disk, want 3: minute 3, begun 6 s ago, stays in memory", n)
+		}
+		s, err := h.Query("heater_power_zone_a", t0, t0.Add(4*time.Minute), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Buckets) != 4 || s.Buckets[3].Count < 5 {
+			t.Fatalf("query: %+v, want minutes 0-3, the last from memory", s.Buckets)
+		}
+	})
+}
