@@ -11,14 +11,16 @@
 // observation.
 //
 // The file is ordered by time (layout.go): one bbolt bucket holds every
-// stored bucket, keyed by its start and then the capability's name, so a
-// flush appends the site's newest minute at the end of one tree and
-// retention deletes from its front. A stored bucket costs about 90 bytes
+// stored bucket, keyed by its start and then the capability's name. The
+// writer flushes as each minute is sealed, so a flush appends the sealed
+// minute of every capability at the end of one tree, once and final, and
+// retention deletes from its front. A stored bucket costs about 86 bytes
 // on disk (a 52-byte record, its key, bbolt's element header and page
-// share: BenchmarkStoredBytes measures it), and a flush writes about that
-// per capability: at 2 000 capabilities 1 MiB a flush where a bbolt
-// bucket per capability (the earlier layout, converted at Open) wrote a
-// page per capability, 397 bytes a bucket and 8.6 MiB a flush.
+// share), and a flush writes about 100 bytes per capability:
+// BenchmarkStoredBytes measured, at 2 000 capabilities, 86 bytes a
+// bucket and 201 KiB a flush, where a bbolt bucket per capability (the
+// earlier layout, converted at Open) took 397 bytes a bucket and wrote a
+// page per capability and more, 25 984 KiB a flush under the size bound.
 //
 // Retention is by age (MaxAge: older buckets go) and by size (MaxBytes):
 // the file never grows past MaxBytes, by measurement (size.go): after
@@ -29,10 +31,11 @@
 // newest stretch of time, whatever it records, so a capability recorded
 // rarely costs only what it stored, and one stored bucket of any
 // capability costs the same. At 1-minute buckets the default 64 MiB keeps
-// every capability's last week up to about 100 capabilities; with N
-// more, about 700 000/N minutes each (Retention computes it for the
-// capabilities recorded; the daemon warns at start when it is less than
-// MaxAge).
+// every capability's last week up to about 73 capabilities; with N more,
+// about 740 000/N minutes each: 398 minutes of 2 000 measured, 72 minutes
+// of a 10 000-point site, which needs about 1 200 MiB for a day
+// (Retention computes it for the capabilities recorded; the daemon warns
+// at start when it is less than MaxAge).
 //
 // A manifest reload (Reload) changes which capabilities are recorded:
 // stored buckets are keyed by capability name, so a capability the reload
@@ -49,9 +52,11 @@
 // bucket of its capability has started, or its end lies SealGrace in the
 // past at a flush (an observation stamped before a sealed bucket's end
 // that arrives late is counted in the capability's next bucket). The
-// flush after that writes its final version: Sealed hands out the
+// flush that seals it writes its final version: Sealed hands out the
 // buckets on disk that are sealed, the ones the fleet uplink copies to
-// the hub, each once.
+// the hub, each once. A crash loses what was not flushed: the buckets
+// since the last flush, and a bucket begun less than freshBucket before
+// it, which that flush left in memory.
 package history
 
 import (
@@ -97,7 +102,7 @@ type Config struct {
 
 // Default is the history's bound, chosen for an SD card: 1-minute buckets
 // written once a minute, 7 days, at most 64 MiB on disk: a week of up to
-// about 100 capabilities; with more the size bound wins (the package
+// about 73 capabilities; with more the size bound wins (the package
 // comment has the figures).
 func Default() Config {
 	return Config{Resolution: time.Minute, MaxAge: 7 * 24 * time.Hour, MaxBytes: 64 << 20,
