@@ -2,19 +2,14 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/physd/physd/audit"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/metrics"
-	"github.com/physd/physd/node"
-	"github.com/physd/physd/store"
 )
 
 // TestHistoryRetentionWarning: at start, a --history-max-mb that keeps
@@ -32,23 +27,7 @@ func TestHistoryRetentionWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer al.Close()
-	ctx := context.Background()
-	n, err := node.Open(ctx, node.Config{Manifest: m, Store: st, Audit: al})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close(ctx)
+	n := openTestNode(t, m)
 	start := func(maxMB int) string {
 		t.Helper()
 		var out bytes.Buffer

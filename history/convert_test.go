@@ -22,6 +22,20 @@ const goneSensor = `  - name: gone_sensor
     semantic_tags: [temperature]
 `
 
+// v1File is a copy of testdata/history-v1.db in a fresh directory.
+func v1File(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/history-v1.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), history.FileName)
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestConvertEarlierLayout: testdata/history-v1.db was written by the
 // earlier layout (a bbolt bucket per capability; history at 459483b),
 // with the plant manifest plus gone_sensor, in a synctest bubble from its
@@ -43,14 +57,7 @@ func TestConvertEarlierLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := os.ReadFile("testdata/history-v1.db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), history.FileName)
-		if err := os.WriteFile(path, raw, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		path := v1File(t)
 		if err := os.WriteFile(path+".convert", []byte("half a file"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -127,14 +134,7 @@ func TestConvertDropsOnlyWhatMaxAgeDrops(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := os.ReadFile("testdata/history-v1.db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), history.FileName)
-		if err := os.WriteFile(path, raw, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		path := v1File(t)
 		t0 := time.Now()
 		time.Sleep(40 * time.Minute)
 		h, err := history.Open(path, m, history.Config{MaxAge: 20 * time.Minute})

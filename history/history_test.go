@@ -228,15 +228,7 @@ func TestDayWithinSizeBound(t *testing.T) {
 			}
 			if sec%60 == 59 {
 				time.Sleep(time.Minute)
-				h.Flush()
-				fi, err := os.Stat(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				largest = max(largest, fi.Size())
-				if fi.Size() > bound {
-					t.Fatalf("after %v: file %d bytes > bound %d", time.Duration(sec)*time.Second, fi.Size(), bound)
-				}
+				largest = max(largest, flushWithin(t, h, path, bound))
 			}
 		}
 		s, err := h.Query("t0", t0, t0.Add(24*time.Hour), 10*time.Minute)
@@ -249,6 +241,24 @@ func TestDayWithinSizeBound(t *testing.T) {
 		}
 		t.Logf("a day of 1 s observations of %d capabilities: largest file %d bytes (bound %d); oldest bucket kept %v", len(caps), largest, bound, first.Start.Sub(t0))
 	})
+}
+
+// flushWithin flushes h and fails the test unless its file at path is
+// within bound, as on disk and as Stats reports it; it returns the size.
+func flushWithin(t *testing.T, h *history.History, path string, bound int64) int64 {
+	t.Helper()
+	h.Flush()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > bound {
+		t.Fatalf("at %v: file %d bytes > bound %d", time.Now().UTC(), fi.Size(), bound)
+	}
+	if st := h.Stats(); st.LastError != nil || st.FileBytes != fi.Size() {
+		t.Fatalf("at %v: stats %+v, file %d bytes", time.Now().UTC(), st, fi.Size())
+	}
+	return fi.Size()
 }
 
 // TestQueryErrors: a bad step or window names the parameter and the fix.

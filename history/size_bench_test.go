@@ -1,7 +1,6 @@
 package history_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/physd/physd/history"
-	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 	"github.com/physd/physd/promcp"
 )
@@ -47,15 +45,7 @@ func storageWritten(b *testing.B) int64 {
 //	go test -run '^$' -bench StoredBytes -benchtime 1x ./history
 func BenchmarkStoredBytes(b *testing.B) {
 	const caps = 2000
-	var sb strings.Builder
-	sb.WriteString("physmcp_version: \"0.1\"\ndevice: {id: d, type: plant, location: {zone: z}}\nnetwork: {protocols: [{type: ip}], mesh: {enabled: false}}\nbuses: {plant: {type: sim}}\ncapabilities:\n")
-	for i := range caps {
-		fmt.Fprintf(&sb, "  - {name: p%04d, kind: read, description: d, binding: {type: sim, bus: plant, point: zone_a.temperature}, data_type: float, semantic_tags: [t]}\n", i)
-	}
-	m, err := manifest.Parse("s.yml", []byte(sb.String()))
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := siteOf(b, caps)
 	for b.Loop() {
 		for _, run := range []struct {
 			name    string
