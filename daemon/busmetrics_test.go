@@ -32,6 +32,29 @@ capabilities:
     semantic_tags: [level]
 EXTRACAP`
 
+// openTestNode opens a node of m on a fresh state directory, closed
+// when the test ends.
+func openTestNode(t *testing.T, m *manifest.Manifest) *node.Node {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	al, err := audit.Open(filepath.Join(dir, "audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	return n
+}
+
 // gauges are the values of a gauge family by its label's value.
 func gauges(t *testing.T, mx *metrics.Metrics, name, label string) map[string]float64 {
 	t.Helper()
@@ -90,23 +113,8 @@ func TestBusMetricsFollowReload(t *testing.T) {
 		}
 		return m
 	}
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer al.Close()
 	ctx := context.Background()
-	n, err := node.Open(ctx, node.Config{Manifest: parse("500", false), Store: st, Audit: al})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close(ctx)
+	n := openTestNode(t, parse("500", false))
 	mx := metrics.New()
 	registerBusMetrics(mx, n)
 	for range 3 {

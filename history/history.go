@@ -8,8 +8,34 @@
 // aggregated in memory into fixed buckets of Resolution (min, max, mean,
 // count, share of good quality, last) and written in one transaction every
 // FlushEvery, so an SD card sees one small write a minute, not one per
-// observation. Retention is by age (MaxAge) and by size (MaxBytes): the
-// oldest buckets go first.
+// observation.
+//
+// The file is ordered by time (layout.go): one bbolt bucket holds every
+// stored bucket, keyed by its start and then the capability's name. The
+// writer flushes as each minute is sealed, so a flush appends the sealed
+// minute of every capability at the end of one tree, once and final, and
+// retention deletes from its front. A stored bucket costs about 86 bytes
+// on disk (a 52-byte record, its key, bbolt's element header and page
+// share), and a flush writes about 100 bytes per capability:
+// BenchmarkStoredBytes measured, at 2 000 capabilities, 86 bytes a
+// bucket and 201 KiB a flush, where a bbolt bucket per capability (the
+// earlier layout, converted at Open) took 397 bytes a bucket and wrote a
+// page per capability and more, 25 984 KiB a flush under the size bound.
+//
+// Retention is by age (MaxAge: older buckets go) and by size (MaxBytes):
+// the file never grows past MaxBytes, by measurement (size.go): after
+// every flush the pages in use per stored bucket are measured, and the
+// next flush deletes the oldest buckets of the site until what is left
+// leaves room below the bound for two flushes' new pages. The size bound
+// is shared by time, not by count: every capability keeps the same
+// newest stretch of time, whatever it records, so a capability recorded
+// rarely costs only what it stored, and one stored bucket of any
+// capability costs the same. At 1-minute buckets the default 64 MiB keeps
+// every capability's last week up to about 73 capabilities; with N more,
+// about 740 000/N minutes each: 398 minutes of 2 000 measured, 72 minutes
+// of a 10 000-point site, which needs about 1 200 MiB for a day
+// (Retention computes it for the capabilities recorded; the daemon warns
+// at start when it is less than MaxAge).
 //
 // A manifest reload (Reload) changes which capabilities are recorded:
 // stored buckets are keyed by capability name, so a capability the reload
@@ -17,24 +43,26 @@
 // (or makes non-numeric) is no longer recorded nor served — the MCP
 // resource checks a caller's view against the manifest in force, which no
 // longer knows it — but its stored buckets stay in history.db, count in
-// the size bound and are dropped by retention like any other; if a later
-// reload declares it again, they are served again. Stored buckets of a
-// capability that a restart with another manifest left behind are kept and
-// dropped the same way.
+// the size bound and are dropped by retention like any other (they age
+// out of the site's window); if a later reload declares it again, they
+// are served again. Stored buckets of a capability that a restart with
+// another manifest left behind are kept and dropped the same way.
 //
 // A bucket is sealed once no observation can enter it any more: a later
 // bucket of its capability has started, or its end lies SealGrace in the
 // past at a flush (an observation stamped before a sealed bucket's end
 // that arrives late is counted in the capability's next bucket). The
-// flush after that writes its final version: Sealed hands out the
+// flush that seals it writes its final version: Sealed hands out the
 // buckets on disk that are sealed, the ones the fleet uplink copies to
-// the hub, each once.
+// the hub, each once. A crash loses what was not flushed: the buckets
+// since the last flush, and a bucket begun less than freshBucket before
+// it, which that flush left in memory.
 package history
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"sort"
@@ -59,9 +87,8 @@ type Config struct {
 	Resolution time.Duration
 	// MaxAge drops buckets older than this.
 	MaxAge time.Duration
-	// MaxBytes bounds the file: the stored buckets are kept within half of
-	// it (the rest is bbolt's page slack and free list), shared evenly
-	// between the capabilities, oldest dropped first.
+	// MaxBytes bounds the file, as measured (see the package comment):
+	// the oldest buckets of the site are dropped first.
 	MaxBytes int64
 	// FlushEvery is how often the buckets in memory are written (one
 	// transaction): what a crash may lose, and what an SD card is written.
@@ -75,8 +102,8 @@ type Config struct {
 
 // Default is the history's bound, chosen for an SD card: 1-minute buckets
 // written once a minute, 7 days, at most 64 MiB on disk: a week of up to
-// 26 capabilities (262144 buckets of 128 bytes in half the bound); with
-// more capabilities the size bound wins and each keeps 262144/N minutes.
+// about 73 capabilities; with more the size bound wins (the package
+// comment has the figures).
 func Default() Config {
 	return Config{Resolution: time.Minute, MaxAge: 7 * 24 * time.Hour, MaxBytes: 64 << 20,
 		FlushEvery: time.Minute, Queue: 4096, MaxPoints: 2000}
@@ -110,9 +137,12 @@ func (c Config) withDefaults() Config {
 // bucket it was taken in.
 const SealGrace = 5 * time.Second
 
-// recordCost is what one stored bucket costs on disk, with bbolt's
-// element header and page fill: the size bound counts in these.
-const recordCost = 128
+// freshBucket: a flush leaves a bucket being filled that began less than
+// this long ago in memory (written by the next flush, or by Close): the
+// flush that comes as the bucket before it is sealed would otherwise write
+// each bucket twice, a few seconds' worth and then final. A crash loses
+// those seconds and what came after them until the next flush.
+const freshBucket = 2 * SealGrace
 
 // History is the store and its writer.
 type History struct {
@@ -124,23 +154,26 @@ type History struct {
 	flushed chan struct{} // flushEvery ended
 	close   sync.Once
 
-	mu      sync.Mutex
-	caps    map[string]*manifest.Capability // numeric capabilities recorded, by name
-	retired map[string]bool                 // stored, no longer recorded (removed by a reload, or by a restart with another manifest)
-	bound   int64                           // buckets before this start were sealed at Open
-	keep    int                             // buckets kept per stored capability (size bound)
-	open    map[string]*agg                 // the bucket being filled, per capability
-	dirty   map[string]map[int64]*agg       // buckets not yet written
-	seen    map[string]bool                 // first bucket since start was seeded from disk
-	count   map[string]int                  // stored buckets per capability
+	mu    sync.Mutex
+	caps  map[string]*manifest.Capability // numeric capabilities recorded, by name
+	bound int64                           // buckets before this start were sealed at Open
+	open  map[string]*agg                 // the bucket being filled, per capability
+	dirty map[string]map[int64]*agg       // buckets not yet written
+	seen  map[string]bool                 // first bucket since start was seeded from disk
+	// spans: where each stored capability's buckets lie (recorded now
+	// or not), widened before a write and narrowed after retention.
+	spans map[string]span
 	// sealed: per capability, the start of the first bucket an
 	// observation may still enter (an earlier one is counted there);
 	// final: the buckets before it are sealed and written.
 	sealed, final map[string]int64
 	onFlush       []func()
 
-	flushMu sync.Mutex   // one flush at a time (count)
-	buckets atomic.Int64 // the sum of count
+	flushMu sync.Mutex // one flush at a time; guards stored and size
+	stored  int64      // buckets in the file
+	size    *sizer
+	buckets atomic.Int64 // stored, for Stats
+	written atomic.Int64 // bytes the flushes wrote (pages and meta page)
 
 	writeErrs atomic.Uint64
 	lastErr   atomic.Pointer[error]
@@ -181,12 +214,6 @@ func decode(start int64, b []byte) (*agg, error) {
 		last: math.Float64frombits(binary.BigEndian.Uint64(b[36:])), lastAt: int64(binary.BigEndian.Uint64(b[44:]))}, nil
 }
 
-func key(start int64) []byte {
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint64(k, uint64(start))
-	return k
-}
-
 // merge adds b (an earlier part of the same bucket) into a.
 func (a *agg) merge(b *agg) {
 	if b.nvals > 0 {
@@ -207,46 +234,47 @@ func (a *agg) merge(b *agg) {
 }
 
 // Open opens (or creates) the history file at path for the manifest's
-// numeric capabilities (float, int, bool as 0/1).
+// numeric capabilities (float, int, bool as 0/1). A file of the earlier
+// layout (a bbolt bucket per capability) is converted first (convert.go).
 func Open(path string, m *manifest.Manifest, cfg Config) (*History, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Resolution%time.Second != 0 {
 		return nil, fmt.Errorf("history resolution %v: use whole seconds", cfg.Resolution)
 	}
+	db, err := openDB(path, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if db, err = convertLayout(db, path, cfg); err != nil {
+		return nil, err
+	}
+	spans, stored, err := readSpans(db)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	h := &History{cfg: cfg, db: db, caps: numericCaps(m), spans: spans, stored: stored, size: newSizer(db, cfg.MaxBytes),
+		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{},
+		sealed: map[string]int64{}, final: map[string]int64{},
+		stop: make(chan struct{}), done: make(chan struct{}), flushed: make(chan struct{})}
+	h.size.measure(db, stored, 0)
+	h.buckets.Store(stored)
+	// What an earlier run wrote of buckets that ended SealGrace ago is
+	// their final version (a crash loses what it had not flushed).
+	h.bound = time.Now().Add(-SealGrace).Truncate(cfg.Resolution).Unix()
+	return h, nil
+}
+
+// openDB opens the bbolt file: its free list is not written (one page
+// less per flush; bbolt finds the free pages at Open), and it grows in
+// steps of an eighth of the bound, at most 1 MiB.
+func openDB(path string, cfg Config) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	db.AllocSize = int(min(1<<20, cfg.MaxBytes/8))
-	h := &History{cfg: cfg, db: db, caps: numericCaps(m), retired: map[string]bool{},
-		open: map[string]*agg{}, dirty: map[string]map[int64]*agg{}, seen: map[string]bool{}, count: map[string]int{},
-		sealed: map[string]int64{}, final: map[string]int64{},
-		stop: make(chan struct{}), done: make(chan struct{}), flushed: make(chan struct{})}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for name := range h.caps {
-			b, err := tx.CreateBucketIfNotExists([]byte(name))
-			if err != nil {
-				return err
-			}
-			h.count[name] = b.Stats().KeyN
-		}
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			if h.caps[string(name)] == nil {
-				h.retired[string(name)] = true
-				h.count[string(name)] = b.Stats().KeyN
-			}
-			return nil
-		})
-	})
-	h.setKeep()
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("history %s: %w", path, err)
-	}
-	// What an earlier run wrote of buckets that ended SealGrace ago is
-	// their final version (a crash loses what it had not flushed).
-	h.bound = time.Now().Add(-SealGrace).Truncate(cfg.Resolution).Unix()
-	return h, nil
+	return db, nil
 }
 
 // sealedFrom is the start of the first bucket of name an observation may
@@ -275,12 +303,6 @@ func numericType(dt string) bool {
 	return dt == manifest.TypeFloat || dt == manifest.TypeInt || dt == manifest.TypeBool
 }
 
-// setKeep shares the size bound between the stored capabilities (h.mu
-// held, or before the History is shared).
-func (h *History) setKeep() {
-	h.keep = int(max(h.cfg.MaxBytes/2/recordCost/int64(max(len(h.caps)+len(h.retired), 1)), 1))
-}
-
 // Reload records the numeric capabilities of m from now on (after a
 // manifest reload; see the package comment for what happens to the
 // stored history). It touches no file: a capability the reload adds gets
@@ -300,13 +322,8 @@ func (h *History) Reload(m *manifest.Manifest) {
 			delete(h.open, name)
 		}
 		delete(h.seen, name)
-		h.retired[name] = true
-	}
-	for name := range caps {
-		delete(h.retired, name)
 	}
 	h.caps = caps
-	h.setKeep()
 }
 
 // Config is the history's bound in force.
@@ -345,14 +362,29 @@ func (h *History) run() {
 }
 
 // flushEvery writes the buckets every FlushEvery until Close.
+//
+// The flushes come SealGrace after each multiple of FlushEvery (Unix
+// time): with buckets of FlushEvery (the default, a minute), a flush
+// comes as the last bucket is sealed, writes it once, final, and leaves
+// the one just begun in memory (Flush), so a point costs one write a
+// minute, not two.
 func (h *History) flushEvery() {
 	defer close(h.flushed)
-	t := time.NewTicker(h.cfg.FlushEvery)
+	next := func() time.Duration {
+		now := time.Now()
+		at := now.Truncate(h.cfg.FlushEvery).Add(SealGrace)
+		for !at.After(now) {
+			at = at.Add(h.cfg.FlushEvery)
+		}
+		return at.Sub(now)
+	}
+	t := time.NewTimer(next())
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			h.Flush()
+			t.Reset(next())
 		case <-h.stop:
 			return
 		}
@@ -380,7 +412,7 @@ func (h *History) Close() error {
 			<-h.flushed
 			h.sub.Close()
 		}
-		h.Flush()
+		h.flush(true)
 		err = h.db.Close()
 	})
 	return err
@@ -471,8 +503,8 @@ func (h *History) bucketFor(name string, start int64) *agg {
 	if !h.seen[name] {
 		h.seen[name] = true
 		_ = h.db.View(func(tx *bolt.Tx) error {
-			if b := tx.Bucket([]byte(name)); b != nil {
-				if raw := b.Get(key(start)); raw != nil {
+			if b := tx.Bucket(timeline); b != nil {
+				if raw := b.Get(bucketKey(start, name)); raw != nil {
 					if old, err := decode(start, raw); err == nil {
 						a.merge(old)
 					}
@@ -492,8 +524,12 @@ func (h *History) markDirty(name string, a *agg) {
 }
 
 // Flush writes the buckets in memory and applies retention, in one
-// transaction.
-func (h *History) Flush() {
+// transaction, as the writer does every FlushEvery: a bucket being filled
+// that began less than freshBucket ago stays in memory (Close writes it).
+func (h *History) Flush() { h.flush(false) }
+
+// flush is Flush; all writes the fresh buckets too.
+func (h *History) flush(all bool) {
 	h.mu.Lock()
 	type rec struct {
 		name string
@@ -518,8 +554,11 @@ func (h *History) Flush() {
 	}
 	h.dirty = map[string]map[int64]*agg{}
 	for name, a := range h.open {
-		recs = append(recs, rec{name, *a})
 		final[name] = max(final[name], a.start)
+		if !all && now.Before(time.Unix(a.start, 0).Add(freshBucket)) {
+			continue // just begun: in memory until the next flush
+		}
+		recs = append(recs, rec{name, *a})
 		if time.Unix(a.start+res, 0).Add(SealGrace).After(now) {
 			continue
 		}
@@ -528,91 +567,67 @@ func (h *History) Flush() {
 		delete(h.open, name)
 		seal(name, a.start+res)
 	}
-	stored := make([]string, 0, len(h.caps)+len(h.retired))
-	for name := range h.caps {
-		stored = append(stored, name)
-	}
-	retired := maps.Clone(h.retired)
-	for name := range retired {
-		stored = append(stored, name)
-	}
-	keep := h.keep
 	h.mu.Unlock()
+	// In key order: the writes append at the end of the tree.
+	sort.Slice(recs, func(i, j int) bool {
+		if recs[i].a.start != recs[j].a.start {
+			return recs[i].a.start < recs[j].a.start
+		}
+		return recs[i].name < recs[j].name
+	})
 	cutoff := time.Now().Add(-h.cfg.MaxAge).Unix()
 	h.flushMu.Lock()
 	defer h.flushMu.Unlock()
-	counts := maps.Clone(h.count)
-	var emptied []string // stored buckets retention emptied, of capabilities no longer recorded
-	err := h.db.Update(func(tx *bolt.Tx) error {
-		emptied = emptied[:0]
-		// bucket is a capability's bucket, made at its first flush (a
-		// capability a reload added), with its count.
-		bucket := func(name string) (*bolt.Bucket, error) {
-			b, err := tx.CreateBucketIfNotExists([]byte(name))
-			if err != nil {
-				return nil, err
-			}
-			if _, ok := counts[name]; !ok {
-				counts[name] = b.Stats().KeyN
-			}
-			return b, nil
-		}
-		for _, r := range recs {
-			b, err := bucket(r.name)
-			if err != nil {
-				return err
-			}
-			k := key(r.a.start)
-			if b.Get(k) == nil {
-				counts[r.name]++
-			}
-			if err := b.Put(k, r.a.encode()); err != nil {
-				return err
-			}
-		}
-		for _, name := range stored {
-			b, err := bucket(name)
-			if err != nil {
-				return err
-			}
-			n, err := prune(b, cutoff, counts[name], keep)
-			if err != nil {
-				return err
-			}
-			counts[name] = n
-		}
-		for name := range retired {
-			if counts[name] == 0 {
-				emptied = append(emptied, name)
-			}
-		}
-		// A capability declared again meanwhile loses only an empty
-		// bucket: its next flush makes it again.
-		for _, name := range emptied {
-			if err := tx.DeleteBucket([]byte(name)); err != nil {
-				return err
-			}
-			delete(counts, name)
-		}
-		return nil
-	})
+	// Widened before the write (and after the last flush narrowed them):
+	// a query or Sealed looks wherever the file may hold buckets.
+	h.mu.Lock()
+	for _, r := range recs {
+		h.widen(r.name, r.a.start)
+	}
+	h.mu.Unlock()
+	stored := h.stored
+	var oldest []byte // the oldest key left after retention (nil: none)
+	tx, err := h.db.Begin(true)
 	if err == nil {
-		h.count = counts
-		total := 0
-		for _, n := range counts {
-			total += n
+		err = func() error {
+			b, err := tx.CreateBucketIfNotExists(timeline)
+			if err != nil {
+				return err
+			}
+			b.FillPercent = 1.0 // appends in key order: fill the pages
+			for _, r := range recs {
+				k := bucketKey(r.a.start, r.name)
+				if b.Get(k) == nil {
+					stored++
+				}
+				if err := b.Put(k, r.a.encode()); err != nil {
+					return err
+				}
+			}
+			newest := int64(math.MaxInt64) // nothing written: nothing to spare
+			if len(recs) > 0 {
+				newest = recs[len(recs)-1].a.start
+			}
+			oldest, stored, err = prune(b, cutoff, newest, stored, h.size.keep(len(recs)))
+			return err
+		}()
+		if err != nil {
+			_ = tx.Rollback()
+		} else {
+			err = tx.Commit()
 		}
-		h.buckets.Store(int64(total)) // for Stats, which must not wait for a flush
+	}
+	if err == nil {
+		st := tx.Stats()
+		h.written.Add(st.GetPageAlloc() + h.size.pageSize) // the pages and a meta page
+		h.size.measure(h.db, stored, st.GetPageCount())
+		h.stored = stored
+		h.buckets.Store(stored) // for Stats, which must not wait for a flush
 		h.mu.Lock()
+		h.narrow(oldest)
 		for name, f := range final {
 			h.final[name] = max(h.final[name], f)
 		}
-		for _, name := range emptied {
-			if h.caps[name] == nil { // not declared again meanwhile
-				delete(h.retired, name)
-			}
-		}
-		h.setKeep()
 		listeners := h.onFlush
 		h.mu.Unlock()
 		for _, f := range listeners {
@@ -640,20 +655,59 @@ func (h *History) Flush() {
 	h.lastErr.Store(nil)
 }
 
-// prune drops buckets older than cutoff, then the oldest beyond keep; n
-// is how many the bucket holds, and it returns how many are left.
-func prune(b *bolt.Bucket, cutoff int64, n, keep int) (int, error) {
+// prune deletes from the front of the timeline the buckets older than
+// cutoff, then the oldest beyond keep, never one that starts at newest
+// (the last step this flush wrote: a bound too small for one step of the
+// site keeps that step); n is how many the file holds. It returns the
+// oldest key left (nil when none) and how many are left.
+func prune(b *bolt.Bucket, cutoff, newest, n, keep int64) ([]byte, int64, error) {
 	c := b.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.First() {
-		if int64(binary.BigEndian.Uint64(k)) >= cutoff && n <= keep {
-			return n, nil
+	k, _ := c.First()
+	for ; k != nil; k, _ = c.First() {
+		start, _, err := splitKey(k)
+		if err != nil {
+			return nil, n, err
+		}
+		if (start >= cutoff && n <= keep) || start >= newest {
+			break
 		}
 		if err := c.Delete(); err != nil {
-			return n, err
+			return nil, n, err
 		}
 		n--
 	}
-	return n, nil
+	return bytes.Clone(k), n, nil
+}
+
+// widen makes name's span include start (h.mu held).
+func (h *History) widen(name string, start int64) {
+	sp, ok := h.spans[name]
+	if !ok {
+		h.spans[name] = span{first: start, last: start}
+		return
+	}
+	sp.first, sp.last = min(sp.first, start), max(sp.last, start)
+	h.spans[name] = sp
+}
+
+// narrow fits the spans to what retention left: nothing before oldest,
+// the oldest key left (nil: the file is empty). A capability whose last
+// bucket is older has nothing stored any more (h.mu held).
+func (h *History) narrow(oldest []byte) {
+	if oldest == nil {
+		clear(h.spans)
+		return
+	}
+	from, _, _ := splitKey(oldest)
+	for name, sp := range h.spans {
+		switch {
+		case sp.last < from:
+			delete(h.spans, name)
+		case sp.first < from:
+			sp.first = from
+			h.spans[name] = sp
+		}
+	}
 }
 
 // Bucket is one step of a query's answer.
@@ -839,25 +893,15 @@ func (h *History) Sealed(name string, after int64, limit int) ([]Stored, error) 
 // scan calls fn with the stored buckets of name that start in [from, to),
 // oldest first, at most limit of them (all with a negative limit).
 func (h *History) scan(name string, from, to int64, limit int, fn func(*agg)) error {
-	return h.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte(name))
-		if b == nil {
-			return nil
-		}
-		cur := b.Cursor()
-		for k, v := cur.Seek(key(from)); k != nil && limit != 0; k, v = cur.Next() {
-			s := int64(binary.BigEndian.Uint64(k))
-			if s >= to {
-				break
-			}
-			a, err := decode(s, v)
-			if err != nil {
-				return err
-			}
-			fn(a)
-			limit--
-		}
+	h.mu.Lock()
+	sp, ok := h.spans[name]
+	h.mu.Unlock()
+	if !ok {
 		return nil
+	}
+	from, to = max(from, sp.first), min(to, sp.last+1)
+	return h.db.View(func(tx *bolt.Tx) error {
+		return scanTimeline(tx, name, from, to, int64(h.cfg.Resolution/time.Second), limit, fn)
 	})
 }
 
@@ -873,6 +917,7 @@ func (h *History) OnFlush(f func()) {
 type Stats struct {
 	FileBytes   int64
 	Buckets     int    // stored in the file, as of the last flush
+	Written     int64  // bytes the flushes since Open wrote to the file (its pages and meta page)
 	Dropped     uint64 // observations the history fell behind on
 	WriteErrors uint64
 	LastError   error
@@ -882,6 +927,7 @@ type Stats struct {
 func (h *History) Stats() Stats {
 	s := Stats{WriteErrors: h.writeErrs.Load()}
 	s.Buckets = int(h.buckets.Load())
+	s.Written = h.written.Load()
 	if fi, err := os.Stat(h.db.Path()); err == nil {
 		s.FileBytes = fi.Size()
 	}

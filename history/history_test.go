@@ -228,15 +228,7 @@ func TestDayWithinSizeBound(t *testing.T) {
 			}
 			if sec%60 == 59 {
 				time.Sleep(time.Minute)
-				h.Flush()
-				fi, err := os.Stat(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				largest = max(largest, fi.Size())
-				if fi.Size() > bound {
-					t.Fatalf("after %v: file %d bytes > bound %d", time.Duration(sec)*time.Second, fi.Size(), bound)
-				}
+				largest = max(largest, flushWithin(t, h, path, bound))
 			}
 		}
 		s, err := h.Query("t0", t0, t0.Add(24*time.Hour), 10*time.Minute)
@@ -249,6 +241,24 @@ func TestDayWithinSizeBound(t *testing.T) {
 		}
 		t.Logf("a day of 1 s observations of %d capabilities: largest file %d bytes (bound %d); oldest bucket kept %v", len(caps), largest, bound, first.Start.Sub(t0))
 	})
+}
+
+// flushWithin flushes h and fails the test unless its file at path is
+// within bound, as on disk and as Stats reports it; it returns the size.
+func flushWithin(t *testing.T, h *history.History, path string, bound int64) int64 {
+	t.Helper()
+	h.Flush()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > bound {
+		t.Fatalf("at %v: file %d bytes > bound %d", time.Now().UTC(), fi.Size(), bound)
+	}
+	if st := h.Stats(); st.LastError != nil || st.FileBytes != fi.Size() {
+		t.Fatalf("at %v: stats %+v, file %d bytes", time.Now().UTC(), st, fi.Size())
+	}
+	return fi.Size()
 }
 
 // TestQueryErrors: a bad step or window names the parameter and the fix.
@@ -451,6 +461,48 @@ func TestSealed(t *testing.T) {
 		}
 		if got, _ := h.Sealed(c.Name, 0, 2); len(got) != 2 {
 			t.Errorf("limit 2: %d buckets", len(got))
+		}
+	})
+}
+
+// TestFlushAsBucketSeals: the writer flushes SealGrace after each
+// minute, as the last minute is sealed: Sealed hands it out seconds
+// after its end, it is written once, final, and the minute just begun
+// stays in memory (queries see it) until the next flush or Close.
+func TestFlushAsBucketSeals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		r := openNode(t, dir)
+		defer r.close()
+		h, err := history.Open(filepath.Join(dir, history.FileName), r.m, history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		h.Follow(r.n)
+		t0 := time.Now() // a whole minute
+		time.Sleep(3*time.Minute + history.SealGrace + time.Second)
+		synctest.Wait()
+		sealed, err := h.Sealed("heater_power_zone_a", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, s := range sealed {
+			got = append(got, (s.Start-t0.Unix())/60)
+		}
+		if fmt.Sprint(got) != "[0 1 2]" {
+			t.Fatalf("6 s after minute 2 ended: sealed minutes %v, want [0 1 2]", got)
+		}
+		if n := h.Stats().Buckets; n != 3 {
+			t.Errorf("%d buckets on disk, want 3: minute 3, begun 6 s ago, stays in memory", n)
+		}
+		s, err := h.Query("heater_power_zone_a", t0, t0.Add(4*time.Minute), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Buckets) != 4 || s.Buckets[3].Count < 5 {
+			t.Fatalf("query: %+v, want minutes 0-3, the last from memory", s.Buckets)
 		}
 	})
 }
