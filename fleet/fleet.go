@@ -42,6 +42,7 @@ import (
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/hub"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 )
@@ -309,6 +310,9 @@ func (u *Uplink) Start(al *audit.Log) {
 	u.al = al
 	opts := append([]nats.Option{
 		nats.Name("physd " + u.cfg.Site + "/" + u.cfg.DeviceID),
+		// The site's own inbox: the hub lets only this site hear the
+		// replies to it (hub.SiteInbox, hub.SitePermissions).
+		nats.CustomInboxPrefix(hub.SiteInbox(u.cfg.Site)),
 		nats.Timeout(u.cfg.ConnectTimeout),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
