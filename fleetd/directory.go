@@ -58,8 +58,19 @@ type cached struct {
 // age is how old the value is now: its age when the gateway sent it plus
 // the time since it arrived (no clock is compared across the WAN).
 func (c cached) age(now time.Time) time.Duration {
-	return time.Duration(c.obs.AgeMS)*time.Millisecond + now.Sub(c.at)
+	return time.Duration(saneAge(c.obs.AgeMS))*time.Millisecond + now.Sub(c.at)
 }
+
+// maxAgeMS bounds the age_ms a gateway sends: a century, far past any
+// capability's freshness, and far below the milliseconds a Duration
+// holds (more would overflow into a negative, fresh age).
+const maxAgeMS = int64(100 * 365 * 24 * time.Hour / time.Millisecond)
+
+// saneAge is a gateway's age_ms as the endpoint counts it: a negative
+// age (a gateway whose clock went back, or that lies) counts as none, so
+// a value is never younger than its time since arrival; an absurd one is
+// capped, so it stays stale.
+func saneAge(ms int64) int64 { return min(max(ms, 0), maxAgeMS) }
 
 func newDirectory(prefix string, log *slog.Logger) *directory {
 	return &directory{prefix: prefix, log: log, gws: map[string]*gateway{}, changed: make(chan struct{}, 1), fetching: map[string]bool{}}
@@ -173,6 +184,7 @@ func (d *directory) onObservation(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &o) != nil || o.Capability != tool || o.Source != device {
 		return
 	}
+	o.AgeMS = saneAge(o.AgeMS)
 	now := time.Now()
 	d.mu.Lock()
 	g := d.gatewayLocked(site, device)
