@@ -299,3 +299,289 @@ func TestAttackFleetLyingSites(t *testing.T) {
 		}
 	}
 }
+
+// rogueClient is a NATS connection with a site's credentials that
+// collects the hub's permission errors.
+type rogueClient struct {
+	nc   *nats.Conn
+	mu   sync.Mutex
+	errs []string
+}
+
+func connectRogue(t *testing.T, hubAddr, site string) *rogueClient {
+	t.Helper()
+	pw, err := os.ReadFile(repoPath("examples/fleet/secrets/" + site + ".pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rogueClient{}
+	nc, err := nats.Connect("nats://"+hubAddr, nats.UserInfo(site, strings.TrimSpace(string(pw))), nats.CustomInboxPrefix(hub.SiteInbox(site)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			r.mu.Lock()
+			r.errs = append(r.errs, err.Error())
+			r.mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	r.nc = nc
+	return r
+}
+
+// refused waits for the hub's permissions violation for what and subject.
+func (r *rogueClient) refused(t *testing.T, what, subject string) {
+	t.Helper()
+	want := "Permissions Violation for " + what + ` "` + subject + `"`
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r.mu.Lock()
+		all := strings.Join(r.errs, "\n")
+		r.mu.Unlock()
+		if strings.Contains(all, want) {
+			return
+		}
+		if time.Now().After(end) {
+			t.Errorf("no permissions violation for %s %q: %s", what, subject, all)
+			return
+		}
+	}
+}
+
+// doRequest is a do_ request as the fleet endpoint sends it to a gateway.
+func doRequest(subject, reply, from, id, key string, value any, credential string) *nats.Msg {
+	v, _ := json.Marshal(value)
+	b, _ := json.Marshal(map[string]any{"tool": "do_heater_zone_c", "value": json.RawMessage(v), "idempotency_key": key,
+		"caller": map[string]any{"id": "token:operator_console", "role": "admin"}, "credential": credential})
+	m := nats.NewMsg(subject)
+	m.Reply, m.Data = reply, b
+	m.Header.Set(fleet.HeaderFrom, from)
+	m.Header.Set(fleet.HeaderCallID, id)
+	m.Header.Set(fleet.HeaderBudget, "3000")
+	return m
+}
+
+// TestAttackFleetForgedCalls: a real site (north, physd run, serving do_)
+// behind the fleet endpoint, attacked from outside. South's credentials
+// cannot send north a do_ or a go-ahead, take north's requests, hear
+// north's replies or read north's streams. A do_ request captured at north
+// (by a holder of north's own credentials) and replayed later, as is or
+// with another value, moves nothing: the site's ledger answers it. A do_
+// with no credential the site knows, or with another person's, runs as
+// nobody or as that person, never as the key's first caller. Fifty
+// concurrent do_ calls with one idempotency key actuate once, and every
+// caller gets the same answer. Through a view of north, nothing of south
+// is reachable by any MCP method.
+func TestAttackFleetForgedCalls(t *testing.T) {
+	t.Parallel() // its own hub on a free port, its own processes
+	hubAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	f := startFleet(t, hubAddr) // the view north: {sites: [north]}
+	north := startHTTP(t, daemonOpts{manifest: fleetSiteManifest(t, "north", "nats://"+hubAddr), extra: []string{"--policy", greenhousePolicy}})
+	south := startFakeSite(t, hubAddr, "south")
+	waitFleetMembers(t, f, map[string]string{"north/gw_greenhouse_001": "up", "south/gw_greenhouse_001": "up"})
+	cs := connectAsPath(t, f, "/mcp", operatorToken)
+	const base = "physd.north.gw_greenhouse_001"
+	writes := func() uint64 { return north.sim(t).writes("zone_c.heater") }
+	before := writes()
+
+	// South's credentials against north.
+	rogue := connectRogue(t, hubAddr, "south")
+	for _, m := range []*nats.Msg{doRequest(base+".req.do", hub.SiteInbox("south")+".r1", "fleet_hq/forged", "1", "forged-1", 30, operatorToken),
+		doRequest(base+".req.go", hub.SiteInbox("south")+".r2", "fleet_hq/forged", "1", "forged-1", 30, operatorToken)} {
+		m.Header.Set(fleet.HeaderInstance, "any")
+		_ = rogue.nc.PublishMsg(m)
+		rogue.refused(t, "Publish to", m.Subject)
+	}
+	for _, s := range []string{"physd.north.>", base + ".req.>", hub.SiteInbox("north") + ".>", hub.FleetInboxPrefix + ".>", "_INBOX.>"} {
+		_, _ = rogue.nc.SubscribeSync(s)
+		rogue.refused(t, "Subscription to", s)
+	}
+	for _, s := range []string{"$JS.API.DIRECT.GET.PHYSD_AUDIT." + base + ".audit", "$JS.API.DIRECT.GET.PHYSD_HISTORY." + base + ".hist.read_temperature_zone_a",
+		"$JS.API.DIRECT.GET.PHYSD_ALARMS." + base + ".alarms", "$JS.API.DIRECT.GET.PHYSD_CATALOG." + base + ".catalog", "$JS.API.STREAM.MSG.GET.PHYSD_AUDIT",
+		"$JS.API.CONSUMER.CREATE.PHYSD_AUDIT", hub.FleetInboxPrefix + ".north.x.1"} {
+		_ = rogue.nc.PublishRequest(s, hub.SiteInbox("south")+".r3", []byte(`{"last_by_subj":"`+base+`.audit","seq":1}`))
+		rogue.refused(t, "Publish to", s)
+	}
+
+	// A do_ through the fleet, its request captured by a holder of
+	// north's credentials (they take north's requests), then replayed.
+	insider := connectRogue(t, hubAddr, "north")
+	captured := make(chan *nats.Msg, 4)
+	if _, err := insider.nc.Subscribe(base+".req.do", func(m *nats.Msg) { captured <- m }); err != nil {
+		t.Fatal(err)
+	}
+	_ = insider.nc.Flush()
+	first := call(t, cs, "do_heater", map[string]any{"site": "north", "zone": "zone_c", "value": 30, "idempotency_key": "attack-replay"})
+	if structured(t, first)["status"] != "success" || writes() != before+1 {
+		t.Fatalf("the do_ through the fleet: %s; %d writes", text(first), writes()-before)
+	}
+	var orig *nats.Msg
+	select {
+	case orig = <-captured:
+	case <-time.After(5 * time.Second):
+		t.Fatal("north's credentials did not see the fleet's do_ request")
+	}
+	// The gateway may answer only under its site's subjects: the insider
+	// listens for its answers where north's credentials may.
+	request := func(m *nats.Msg) *nats.Msg {
+		t.Helper()
+		m.Reply = "physd.north.insider.req." + m.Header.Get(fleet.HeaderCallID) + "-" + m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		sub, err := insider.nc.SubscribeSync(m.Reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		if err := insider.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		r, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("replayed %s: %v", m.Subject, err)
+		}
+		return r
+	}
+	replay := func(id string, data []byte) string {
+		t.Helper()
+		m := nats.NewMsg(orig.Subject)
+		m.Header, m.Data = orig.Header, data
+		m.Header.Set(fleet.HeaderCallID, id)
+		ack := request(m)
+		if ack.Header.Get(fleet.HeaderReply) != fleet.ReplyAck {
+			return string(ack.Data)
+		}
+		g := nats.NewMsg(base + ".req.go")
+		g.Header.Set(fleet.HeaderFrom, orig.Header.Get(fleet.HeaderFrom))
+		g.Header.Set(fleet.HeaderCallID, id)
+		g.Header.Set(fleet.HeaderInstance, ack.Header.Get(fleet.HeaderInstance))
+		return string(request(g).Data)
+	}
+	if got := replay("replay-1", orig.Data); got != text(first) {
+		t.Errorf("the replayed request answered\n %s\nthe first call\n %s", got, text(first))
+	}
+	var call0 map[string]any
+	_ = json.Unmarshal(orig.Data, &call0)
+	call0["value"] = 75
+	altered, _ := json.Marshal(call0)
+	if got := replay("replay-2", altered); !strings.Contains(got, "different arguments") {
+		t.Errorf("the replayed request with another value answered %s", got)
+	}
+	if w := writes(); w != before+1 {
+		t.Errorf("replays wrote zone_c.heater: %d writes, want 1", w-before)
+	}
+
+	// The same key from other callers: a viewer, a token only the fleet
+	// knows; neither runs, neither gets the operator's answer.
+	for _, c := range []struct{ token, want string }{{viewerToken, "permission_insufficient"}, {fleetOnlyToken, "unauthenticated"}} {
+		other := connectAsPath(t, f, "/mcp", c.token)
+		r := structured(t, call(t, other, "do_heater", map[string]any{"site": "north", "zone": "zone_c", "value": 30, "idempotency_key": "attack-replay"}))
+		if r["status"] != "failed" || r["code"] != c.want && r["permission"] != c.want {
+			t.Errorf("the operator's key with %s's token: %v", c.want, r)
+		}
+	}
+	if w := writes(); w != before+1 {
+		t.Errorf("other callers' calls wrote zone_c.heater: %d writes, want 1", w-before)
+	}
+
+	// Fifty concurrent calls, one key: one actuation, one answer.
+	sessions := make([]*mcp.ClientSession, 5)
+	for i := range sessions {
+		sessions[i] = connectAsPath(t, f, "/mcp", operatorToken)
+	}
+	answers := make([]string, 50)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() {
+			res := callWithin(t, sessions[i%len(sessions)], 30*time.Second, "do_heater",
+				map[string]any{"site": "north", "zone": "zone_c", "value": 42, "idempotency_key": "attack-50"})
+			answers[i] = text(res)
+			if res.IsError {
+				answers[i] = "error: " + answers[i]
+			}
+		})
+	}
+	wg.Wait()
+	distinct := map[string]int{}
+	for _, a := range answers {
+		distinct[a]++
+	}
+	if len(distinct) != 1 || !strings.Contains(answers[0], `"status":"success"`) {
+		t.Errorf("50 calls with one key answered %d ways: %v", len(distinct), distinct)
+	}
+	if w := writes(); w != before+2 {
+		t.Errorf("50 calls with one key wrote zone_c.heater %d times, want 1", w-before-1)
+	}
+	if n := len(auditLines(t, north.state, "do", "attack-50")); n != 1 {
+		t.Errorf("north audited the key %d times, want 1", n)
+	}
+
+	// The view north, on every method.
+	asked := south.asked.Load()
+	v := connectAsPath(t, f, "/mcp/north", operatorToken)
+	ctx := context.Background()
+	leak := func(where string, x any) {
+		t.Helper()
+		b, _ := json.Marshal(x)
+		if i := strings.Index(string(b), "south"); i >= 0 {
+			t.Errorf("%s through the view north names south: …%s…", where, b[max(0, i-200):min(len(b), i+100)])
+		}
+	}
+	tools, err := v.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leak("tools/list", tools)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{{"read_temperature", map[string]any{"site": "south", "zone": "zone_a"}}, {"read_temperature_zone_a", map[string]any{"site": "south"}},
+		{"do_heater", map[string]any{"site": "south", "zone": "zone_c", "value": 30, "idempotency_key": "view-1"}},
+		{"do_heater_zone_c", map[string]any{"site": "south", "value": 30, "idempotency_key": "view-2"}},
+		{"do_heater", map[string]any{"source": "gw_greenhouse_001", "zone": "zone_c", "value": 30, "idempotency_key": "view-3"}}} {
+		n := south.asked.Load()
+		res, err := v.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err == nil && !res.IsError {
+			if r := structured(t, res); r["site"] != "north" {
+				t.Errorf("%s %v through the view north: %s", c.tool, c.args, text(res))
+			}
+		}
+		if south.asked.Load() != n {
+			t.Errorf("%s %v through the view north reached south", c.tool, c.args)
+		}
+	}
+	leak("can_do", call(t, v, "can_do", heatIntent).StructuredContent)
+	res, err := v.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leak("resources/list", res)
+	tmpl, err := v.ListResourceTemplates(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leak("resources/templates/list", tmpl)
+	for _, r := range res.Resources {
+		if rr, err := v.ReadResource(ctx, &mcp.ReadResourceParams{URI: r.URI}); err == nil {
+			leak("resources/read "+r.URI, rr)
+		}
+	}
+	for _, uri := range []string{"physmcp://history/south/gw_greenhouse_001/temperature_zone_a", "physmcp://history/south/gw_greenhouse_001/temperature_zone_a?since=1h"} {
+		if rr, err := v.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri}); err == nil {
+			t.Errorf("resources/read %s through the view north: %v", uri, rr.Contents)
+		}
+		if got := rawListenHTTP(t, f, "/mcp/north", operatorToken, uri); strings.Contains(got, "notifications/subscriptions/acknowledged") {
+			t.Errorf("subscriptions/listen %s through the view north was taken: %s", uri, got)
+		}
+	}
+	if got := rawListenHTTP(t, f, "/mcp/north", operatorToken, "physmcp://alarms"); !strings.Contains(got, "notifications/subscriptions/acknowledged") {
+		t.Errorf("subscriptions/listen physmcp://alarms through the view north (the control): %s", got)
+	}
+	if p, err := v.ListPrompts(ctx, nil); err == nil {
+		leak("prompts/list", p)
+	}
+	if c, err := v.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/resource", URI: "physmcp://history/{site}/{device}/{capability}"},
+		Argument: mcp.CompleteParamsArgument{Name: "site", Value: "s"}}); err == nil {
+		leak("completion/complete", c)
+	}
+	if n := south.asked.Load(); n != asked {
+		t.Errorf("calls through the view north reached south %d times", n-asked)
+	}
+}

@@ -41,9 +41,13 @@ func (e *Endpoint) CanDo(ctx context.Context, req promcp.CanDoRequest, caller no
 	}
 	var targets []target
 	down := 0
+	inView := node.InView(ctx) // a gateway outside the caller's view is not asked
 	for _, g := range gws {
 		var matches []fleet.Entry
 		for _, en := range g.cat.Capabilities {
+			if inView != nil && !inView(g.site, g.device, en.Tool) {
+				continue
+			}
 			if inScope(req.Scope, g, en.Tool) && node.IntentTouches(in, en.Tool, en.Tags) {
 				matches = append(matches, en)
 			}
