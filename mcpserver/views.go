@@ -493,7 +493,9 @@ func (s *Server) askInView(extra *mcp.RequestExtra) node.InViewFunc {
 		return nil
 	}
 	idx := s.site()
-	return func(site, device, tool string) bool { return slices.Contains(sc.inView(idx[tool]), OwnerKey(site, device)) }
+	return func(site, device, tool string) bool {
+		return slices.Contains(sc.inView(idx[tool]), OwnerKey(site, device))
+	}
 }
 
 // scopeReport removes from a can_do report what the request's view does
