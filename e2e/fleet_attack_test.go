@@ -16,6 +16,7 @@ import (
 
 	"github.com/physd/physd/fleet"
 	"github.com/physd/physd/hub"
+	"github.com/physd/physd/internal/natstest"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/promcp"
 )
@@ -300,51 +301,15 @@ func TestAttackFleetLyingSites(t *testing.T) {
 	}
 }
 
-// rogueClient is a NATS connection with a site's credentials that
-// collects the hub's permission errors.
-type rogueClient struct {
-	nc   *nats.Conn
-	mu   sync.Mutex
-	errs []string
-}
-
-func connectRogue(t *testing.T, hubAddr, site string) *rogueClient {
+// connectRogue is a connection with a site's credentials (and its
+// inbox) that watches for the hub's refusals.
+func connectRogue(t *testing.T, hubAddr, site string) *natstest.Watched {
 	t.Helper()
 	pw, err := os.ReadFile(repoPath("examples/fleet/secrets/" + site + ".pw"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rogueClient{}
-	nc, err := nats.Connect("nats://"+hubAddr, nats.UserInfo(site, strings.TrimSpace(string(pw))), nats.CustomInboxPrefix(hub.SiteInbox(site)),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			r.mu.Lock()
-			r.errs = append(r.errs, err.Error())
-			r.mu.Unlock()
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	r.nc = nc
-	return r
-}
-
-// refused waits for the hub's permissions violation for what and subject.
-func (r *rogueClient) refused(t *testing.T, what, subject string) {
-	t.Helper()
-	want := "Permissions Violation for " + what + ` "` + subject + `"`
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		r.mu.Lock()
-		all := strings.Join(r.errs, "\n")
-		r.mu.Unlock()
-		if strings.Contains(all, want) {
-			return
-		}
-		if time.Now().After(end) {
-			t.Errorf("no permissions violation for %s %q: %s", what, subject, all)
-			return
-		}
-	}
+	return natstest.Watch(t, "nats://"+hubAddr, nats.UserInfo(site, strings.TrimSpace(string(pw))), nats.CustomInboxPrefix(hub.SiteInbox(site)))
 }
 
 // doRequest is a do_ request as the fleet endpoint sends it to a gateway.
@@ -388,28 +353,28 @@ func TestAttackFleetForgedCalls(t *testing.T) {
 	for _, m := range []*nats.Msg{doRequest(base+".req.do", hub.SiteInbox("south")+".r1", "fleet_hq/forged", "1", "forged-1", 30, operatorToken),
 		doRequest(base+".req.go", hub.SiteInbox("south")+".r2", "fleet_hq/forged", "1", "forged-1", 30, operatorToken)} {
 		m.Header.Set(fleet.HeaderInstance, "any")
-		_ = rogue.nc.PublishMsg(m)
-		rogue.refused(t, "Publish to", m.Subject)
+		_ = rogue.Conn.PublishMsg(m)
+		rogue.Refused(t, "Publish to", m.Subject)
 	}
 	for _, s := range []string{"physd.north.>", base + ".req.>", hub.SiteInbox("north") + ".>", hub.FleetInboxPrefix + ".>", "_INBOX.>"} {
-		_, _ = rogue.nc.SubscribeSync(s)
-		rogue.refused(t, "Subscription to", s)
+		_, _ = rogue.Conn.SubscribeSync(s)
+		rogue.Refused(t, "Subscription to", s)
 	}
 	for _, s := range []string{"$JS.API.DIRECT.GET.PHYSD_AUDIT." + base + ".audit", "$JS.API.DIRECT.GET.PHYSD_HISTORY." + base + ".hist.read_temperature_zone_a",
 		"$JS.API.DIRECT.GET.PHYSD_ALARMS." + base + ".alarms", "$JS.API.DIRECT.GET.PHYSD_CATALOG." + base + ".catalog", "$JS.API.STREAM.MSG.GET.PHYSD_AUDIT",
 		"$JS.API.CONSUMER.CREATE.PHYSD_AUDIT", hub.FleetInboxPrefix + ".north.x.1"} {
-		_ = rogue.nc.PublishRequest(s, hub.SiteInbox("south")+".r3", []byte(`{"last_by_subj":"`+base+`.audit","seq":1}`))
-		rogue.refused(t, "Publish to", s)
+		_ = rogue.Conn.PublishRequest(s, hub.SiteInbox("south")+".r3", []byte(`{"last_by_subj":"`+base+`.audit","seq":1}`))
+		rogue.Refused(t, "Publish to", s)
 	}
 
 	// A do_ through the fleet, its request captured by a holder of
 	// north's credentials (they take north's requests), then replayed.
 	insider := connectRogue(t, hubAddr, "north")
 	captured := make(chan *nats.Msg, 4)
-	if _, err := insider.nc.Subscribe(base+".req.do", func(m *nats.Msg) { captured <- m }); err != nil {
+	if _, err := insider.Conn.Subscribe(base+".req.do", func(m *nats.Msg) { captured <- m }); err != nil {
 		t.Fatal(err)
 	}
-	_ = insider.nc.Flush()
+	_ = insider.Conn.Flush()
 	first := call(t, cs, "do_heater", map[string]any{"site": "north", "zone": "zone_c", "value": 30, "idempotency_key": "attack-replay"})
 	if structured(t, first)["status"] != "success" || writes() != before+1 {
 		t.Fatalf("the do_ through the fleet: %s; %d writes", text(first), writes()-before)
@@ -425,12 +390,12 @@ func TestAttackFleetForgedCalls(t *testing.T) {
 	request := func(m *nats.Msg) *nats.Msg {
 		t.Helper()
 		m.Reply = "physd.north.insider.req." + m.Header.Get(fleet.HeaderCallID) + "-" + m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-		sub, err := insider.nc.SubscribeSync(m.Reply)
+		sub, err := insider.Conn.SubscribeSync(m.Reply)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sub.Unsubscribe()
-		if err := insider.nc.PublishMsg(m); err != nil {
+		if err := insider.Conn.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
 		r, err := sub.NextMsg(5 * time.Second)

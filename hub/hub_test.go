@@ -14,6 +14,7 @@ import (
 
 	"github.com/physd/physd/fleet"
 	"github.com/physd/physd/hub"
+	"github.com/physd/physd/internal/natstest"
 )
 
 // The permissions are tested against a real nats-server (the embedded
@@ -57,70 +58,10 @@ func startHub(t *testing.T) *testHub {
 	return &testHub{h: h, fleet: nc}
 }
 
-// client is a connection that collects the server's permission errors.
-type client struct {
-	nc   *nats.Conn
-	mu   sync.Mutex
-	errs []string
-}
-
-// site connects as a site's gateway does (its site inbox, fleet.Options
-// are the rest of the uplink's options).
-func (th *testHub) site(t *testing.T, site string) *client {
+// site connects as a site's gateway does (its site's inbox).
+func (th *testHub) site(t *testing.T, site string) *natstest.Watched {
 	t.Helper()
-	return th.connect(t, nats.UserInfo(site, site+"-pw"), nats.CustomInboxPrefix(hub.SiteInbox(site)))
-}
-
-func (th *testHub) connect(t *testing.T, opts ...nats.Option) *client {
-	t.Helper()
-	c := &client{}
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		c.mu.Lock()
-		c.errs = append(c.errs, err.Error())
-		c.mu.Unlock()
-	}))
-	nc, err := nats.Connect(th.h.URL(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c.nc = nc
-	return c
-}
-
-// refused waits for the server's permissions violation naming what
-// ("Publish to", "Subscription to") and subject.
-func (c *client) refused(t *testing.T, what, subject string) {
-	t.Helper()
-	want := "permissions violation for " + strings.ToLower(what) + ` "` + strings.ToLower(subject) + `"`
-	end := time.Now().Add(5 * time.Second)
-	for {
-		c.mu.Lock()
-		for _, e := range c.errs {
-			if strings.Contains(strings.ToLower(e), want) {
-				c.mu.Unlock()
-				return
-			}
-		}
-		errs := append([]string{}, c.errs...)
-		c.mu.Unlock()
-		if time.Now().After(end) {
-			t.Errorf("no permissions violation for %s %q; the server said %v", what, subject, errs)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (c *client) clean(t *testing.T) {
-	t.Helper()
-	_ = c.nc.Flush()
-	time.Sleep(100 * time.Millisecond) // a violation arrives after the flush's PONG at the latest
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.errs) > 0 {
-		t.Errorf("the server refused what the permissions allow: %v", c.errs)
-	}
+	return natstest.Watch(t, th.h.URL(), nats.UserInfo(site, site+"-pw"), nats.CustomInboxPrefix(hub.SiteInbox(site)))
 }
 
 // TestSitePermissionsAllowTheUplink: what a gateway does through its
@@ -130,7 +71,7 @@ func (c *client) clean(t *testing.T) {
 func TestSitePermissionsAllowTheUplink(t *testing.T) {
 	th := startHub(t)
 	north := th.site(t, "north")
-	js, err := jetstream.New(north.nc)
+	js, err := jetstream.New(north.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,15 +87,15 @@ func TestSitePermissionsAllowTheUplink(t *testing.T) {
 	if m, err := st.GetLastMsgForSubject(ctx, "physd.north.gw.audit"); err != nil || string(m.Data) != `{"seq":1}` {
 		t.Fatalf("north's direct get of its own cursor: %v %v", m, err)
 	}
-	if _, err := north.nc.SubscribeSync("physd.north.*.req.>"); err != nil {
+	if _, err := north.Conn.SubscribeSync("physd.north.*.req.>"); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"physd.north.gw.obs.read_t", "physd.north.gw.hb", "physd.north.gw.alarm.read_t.high", hub.FleetInboxPrefix + ".north.x.1"} {
-		if err := north.nc.Publish(s, []byte("{}")); err != nil {
+		if err := north.Conn.Publish(s, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	north.clean(t)
+	north.Clean(t)
 }
 
 // TestSitePermissionsConfineASite: north's credentials can neither
@@ -176,17 +117,17 @@ func TestSitePermissionsConfineASite(t *testing.T) {
 		"$JS.API.CONSUMER.DURABLE.CREATE.PHYSD_AUDIT.x", "$JS.API.STREAM.PURGE.PHYSD_AUDIT", "$JS.API.STREAM.DELETE.PHYSD_AUDIT",
 		"$JS.API.STREAM.UPDATE.PHYSD_AUDIT", "$JS.API.STREAM.CREATE.PHYSD_SOUTH", "$JS.API.STREAM.LIST", "$JS.API.STREAM.MSG.DELETE.PHYSD_AUDIT",
 		"$JS.hub.API.DIRECT.GET.PHYSD_AUDIT.physd.south.gw.audit"} {
-		if err := north.nc.Publish(s, nil); err != nil {
+		if err := north.Conn.Publish(s, nil); err != nil {
 			t.Fatal(err)
 		}
-		north.refused(t, "Publish to", s)
+		north.Refused(t, "Publish to", s)
 	}
 	for _, s := range []string{"physd.south.>", "physd.south.gw.req.>", "physd.*.*.req.>", "physd.*.*.obs.>", "physd.>", ">", "_INBOX.>",
 		hub.FleetInboxPrefix + ".>", hub.FleetInboxPrefix + ".north.>", hub.SiteInbox("south") + ".>", "_PHYSD_SITE.>", "$JS.API.>", "physd.north.gw.audit"} {
-		if _, err := north.nc.SubscribeSync(s); err != nil {
+		if _, err := north.Conn.SubscribeSync(s); err != nil {
 			t.Fatal(err)
 		}
-		north.refused(t, "Subscription to", s)
+		north.Refused(t, "Subscription to", s)
 	}
 }
 
@@ -201,14 +142,14 @@ func TestSiteCannotHearAnotherSitesReplies(t *testing.T) {
 	var heard []string
 	var mu sync.Mutex
 	for _, s := range []string{"_INBOX.>", "_PHYSD_SITE.>", hub.SiteInbox("south") + ".>", hub.FleetInboxPrefix + ".>"} {
-		_, _ = north.nc.Subscribe(s, func(m *nats.Msg) {
+		_, _ = north.Conn.Subscribe(s, func(m *nats.Msg) {
 			mu.Lock()
 			heard = append(heard, m.Subject+" "+string(m.Data))
 			mu.Unlock()
 		})
 	}
-	_ = north.nc.Flush()
-	js, err := jetstream.New(south.nc)
+	_ = north.Conn.Flush()
+	js, err := jetstream.New(south.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +167,7 @@ func TestSiteCannotHearAnotherSitesReplies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_ = north.nc.Flush()
+	_ = north.Conn.Flush()
 	time.Sleep(200 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
@@ -241,16 +182,16 @@ func TestSiteCannotHearAnotherSitesReplies(t *testing.T) {
 // replies, or delete, purge or reconfigure a stream.
 func TestFleetPermissions(t *testing.T) {
 	th := startHub(t)
-	f := th.connect(t, append(th.h.ClientOptions(), nats.CustomInboxPrefix(hub.FleetInboxPrefix))...)
+	f := natstest.Watch(t, "", append(th.h.ClientOptions(), nats.CustomInboxPrefix(hub.FleetInboxPrefix))...)
 	for _, s := range []string{"physd.*.*.catalog", "physd.*.*.hb", "physd.*.*.obs.>", hub.FleetInboxPrefix + ".>"} {
-		if _, err := f.nc.SubscribeSync(s); err != nil {
+		if _, err := f.Conn.SubscribeSync(s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.nc.Publish("physd.north.gw.req.read", nil); err != nil {
+	if err := f.Conn.Publish("physd.north.gw.req.read", nil); err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(f.nc)
+	js, _ := jetstream.New(f.Conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, streams.Alarms)
@@ -260,20 +201,20 @@ func TestFleetPermissions(t *testing.T) {
 	if _, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{}); err != nil {
 		t.Fatalf("an ordered consumer on the alarm stream: %v", err)
 	}
-	f.clean(t)
+	f.Clean(t)
 	for _, s := range []string{"physd.north.gw.audit", "physd.north.gw.obs.read_t", "physd.north.gw.catalog", "physd.north.gw.hb", "physd.north.gw.alarms",
 		hub.FleetInboxPrefix + ".north.x.1", hub.SiteInbox("north") + ".x", "$JS.API.STREAM.PURGE.PHYSD_AUDIT", "$JS.API.STREAM.DELETE.PHYSD_AUDIT",
 		"$JS.API.STREAM.UPDATE.PHYSD_CATALOG", "$JS.API.STREAM.MSG.DELETE.PHYSD_AUDIT", "$JS.API.STREAM.CREATE.OTHER", "$JS.API.DIRECT.GET.OTHER"} {
-		if err := f.nc.Publish(s, nil); err != nil {
+		if err := f.Conn.Publish(s, nil); err != nil {
 			t.Fatal(err)
 		}
-		f.refused(t, "Publish to", s)
+		f.Refused(t, "Publish to", s)
 	}
 	for _, s := range []string{"physd.north.gw.req.>", "physd.>", "_INBOX.>", "_PHYSD_SITE.>", "physd.north.gw.audit"} {
-		if _, err := f.nc.SubscribeSync(s); err != nil {
+		if _, err := f.Conn.SubscribeSync(s); err != nil {
 			t.Fatal(err)
 		}
-		f.refused(t, "Subscription to", s)
+		f.Refused(t, "Subscription to", s)
 	}
 }
 
