@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -138,11 +139,18 @@ func (d *directory) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	d.mu.Lock()
+	key := mcpserver.OwnerKey(site, device)
+	if d.gws[key] == nil && d.unknown() >= maxUnknown {
+		// Heartbeats under more names than gateways answer with a
+		// catalog: not remembered (a site's credentials can publish any
+		// device name of their site).
+		d.mu.Unlock()
+		return
+	}
 	g := d.gatewayLocked(site, device)
 	wasStopped := g.hbStopped
 	g.hbAt, g.hbEvery, g.hbStopped = time.Now(), time.Duration(hb.IntervalMS)*time.Millisecond, hb.State == fleet.StateStopped
 	stale := g.cat == nil || g.cat.Hash != hb.Catalog
-	key := mcpserver.OwnerKey(site, device)
 	fetch := stale && !d.fetching[key] && !g.hbStopped
 	if fetch {
 		d.fetching[key] = true
@@ -187,11 +195,33 @@ func (d *directory) onObservation(m *nats.Msg) {
 	o.AgeMS = saneAge(o.AgeMS)
 	now := time.Now()
 	d.mu.Lock()
-	g := d.gatewayLocked(site, device)
+	// Only a tool of a known gateway's catalog is kept: a site's
+	// credentials can publish under any device and tool name of their
+	// site, and each name would otherwise be kept for good.
+	g := d.gws[mcpserver.OwnerKey(site, device)]
+	if g == nil || g.cat == nil || !slices.ContainsFunc(g.cat.Capabilities, func(en fleet.Entry) bool { return en.Tool == tool }) {
+		d.mu.Unlock()
+		return
+	}
 	if prev, ok := g.obs[tool]; !ok || prev.age(now) >= time.Duration(o.AgeMS)*time.Millisecond {
 		g.obs[tool] = cached{obs: o, at: now}
 	}
 	d.mu.Unlock()
+}
+
+// maxUnknown bounds the gateways heard of by their heartbeats whose
+// catalog is not known (yet).
+const maxUnknown = 1000
+
+// unknown counts the gateways without a catalog (d.mu held).
+func (d *directory) unknown() int {
+	n := 0
+	for _, g := range d.gws {
+		if g.cat == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // load reads every gateway's last catalog from the catalog stream: the
