@@ -346,11 +346,20 @@ func (u *Uplink) Start(al *audit.Log) {
 			u.fail("nats", err)
 			// The audit subject itself, or the direct get of its last
 			// record (the subject ends the request's).
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), u.subject+`"`) {
+			switch {
+			case !errors.Is(err, nats.ErrPermissionViolation):
+			case strings.Contains(err.Error(), u.subject+`"`):
 				u.mu.Lock()
 				u.refused = err.Error()
 				u.mu.Unlock()
 				u.log.Error("fleet: the hub refuses this gateway's audit subject; fix: credentials for this site, or the site they are for in network.fleet.site", "err", err.Error())
+			case strings.Contains(err.Error(), `Subscription to "`+hub.SiteInbox(u.cfg.Site)+"."):
+				// Its inbox: no reply of the hub can reach it.
+				u.mu.Lock()
+				u.refused = err.Error()
+				u.mu.Unlock()
+				u.log.Error("fleet: the hub refuses this gateway's inbox, "+hub.SiteInbox(u.cfg.Site)+".>; fix: credentials for this site (or the site they are for in network.fleet.site), "+
+					"or give the site's user the subscribe permission "+hub.SiteInbox(u.cfg.Site)+".> in place of _INBOX.> (hub.SitePermissions)", "err", err.Error())
 			}
 		}),
 	}, u.cfg.Options...)
