@@ -4,6 +4,7 @@ package hub_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,11 @@ type testHub struct {
 
 func startHub(t *testing.T) *testHub {
 	t.Helper()
+	// Another hub on nats-server's default port: :0 must still be a free
+	// port, not 4222.
+	if l, err := net.Listen("tcp", "127.0.0.1:4222"); err == nil {
+		t.Cleanup(func() { l.Close() })
+	}
 	h, err := hub.Start(hub.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), Prefix: "physd", Streams: streams,
 		Sites: []hub.Site{{Name: "north", Password: "north-pw"}, {Name: "south", Password: "south-pw"}}})
 	if err != nil {
