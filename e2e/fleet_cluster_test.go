@@ -560,20 +560,22 @@ func TestFleetClusterKillMidReplay(t *testing.T) {
 // (the control), and cannot read another site's records by sequence.
 func TestFleetLeafSitePermissions(t *testing.T) {
 	t.Parallel() // its own servers on free ports, its own daemon
-	hub, js := startFleetHub(t, 1, "north", "south")
+	fh, js := startFleetHub(t, 1, "north", "south")
 	// South has a record the north leaf must not read.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := js.Publish(ctx, "physd.south.gw_9.audit", []byte(`{"seq":1,"secret":"south"}`)); err != nil {
 		t.Fatal(err)
 	}
-	leaf := hub.StartLeaf(t, natscluster.LeafOptions{Site: "north", User: "north", Password: "north-pw"})
+	leaf := fh.StartLeaf(t, natscluster.LeafOptions{Site: "north", User: "north", Password: "north-pw"})
 	leaf.WaitLinked(20 * time.Second)
 	d := startHTTP(t, daemonOpts{extra: []string{"--fleet-url", leaf.URL(), "--fleet-site", "south", "--fleet-domain", hubDomain}})
 	cs := connectHTTP(t, d, "2026-07-28")
 	doCalls(t, cs, "perm", 3)
 
-	nc, err := nats.Connect(leaf.URL())
+	// A client of north's leaf with north's inbox: the hub sends north's
+	// leaf the replies to it, and nothing else.
+	nc, err := nats.Connect(leaf.URL(), nats.CustomInboxPrefix(hub.SiteInbox("north")))
 	if err != nil {
 		t.Fatal(err)
 	}

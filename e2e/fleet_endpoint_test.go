@@ -38,6 +38,13 @@ func freePort(t *testing.T) int {
 // NATS hub embedded on hubAddr.
 func startFleet(t *testing.T, hubAddr string) *daemon {
 	t.Helper()
+	return startFleetViews(t, hubAddr, "  north: {sites: [north]}\n")
+}
+
+// startFleetViews is startFleet with the configuration's views (indented
+// entries under views:).
+func startFleetViews(t *testing.T, hubAddr, views string) *daemon {
+	t.Helper()
 	dir := t.TempDir()
 	ex := repoPath("examples/fleet")
 	cfg := fmt.Sprintf(`id: fleet_hq
@@ -49,8 +56,7 @@ embed:
     south: {password_file: %[1]s/secrets/south.pw}
     east: {password_file: %[1]s/secrets/east.pw}
 views:
-  north: {sites: [north]}
-`, ex)
+%[2]s`, ex, views)
 	path := filepath.Join(dir, "fleet.yml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

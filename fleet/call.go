@@ -235,6 +235,15 @@ func (c *Client) Do(ctx context.Context, site, device string, payload []byte, ac
 		if noResponders(r) {
 			return nil, fmt.Errorf("%w: %s/%s left between its acknowledgement and the go-ahead; nothing was done", ErrNoResponders, site, device)
 		}
+		switch r.Header.Get(HeaderReply) {
+		case ReplyAnswer, ReplyError:
+		default:
+			// Not an answer the protocol knows (none, an ack, a kind of
+			// another version, a lying or broken gateway): the go-ahead
+			// reached it, so the do_ may have run.
+			return nil, fmt.Errorf("%w: %s/%s answered the go-ahead with an unexpected reply (%q): the do_ may have run",
+				ErrOutcomeUnknown, site, device, r.Header.Get(HeaderReply))
+		}
 		b, err := c.result(site, device, KindDo, r)
 		var re *RemoteError
 		if errors.As(err, &re) && !strings.HasPrefix(re.Msg, "not_committed") && !strings.Contains(re.Msg, "nothing was done") {

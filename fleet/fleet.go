@@ -42,6 +42,7 @@ import (
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/hub"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
 )
@@ -309,6 +310,9 @@ func (u *Uplink) Start(al *audit.Log) {
 	u.al = al
 	opts := append([]nats.Option{
 		nats.Name("physd " + u.cfg.Site + "/" + u.cfg.DeviceID),
+		// The site's own inbox: the hub lets only this site hear the
+		// replies to it (hub.SiteInbox, hub.SitePermissions).
+		nats.CustomInboxPrefix(hub.SiteInbox(u.cfg.Site)),
 		nats.Timeout(u.cfg.ConnectTimeout),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -342,11 +346,20 @@ func (u *Uplink) Start(al *audit.Log) {
 			u.fail("nats", err)
 			// The audit subject itself, or the direct get of its last
 			// record (the subject ends the request's).
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), u.subject+`"`) {
+			switch {
+			case !errors.Is(err, nats.ErrPermissionViolation):
+			case strings.Contains(err.Error(), u.subject+`"`):
 				u.mu.Lock()
 				u.refused = err.Error()
 				u.mu.Unlock()
 				u.log.Error("fleet: the hub refuses this gateway's audit subject; fix: credentials for this site, or the site they are for in network.fleet.site", "err", err.Error())
+			case strings.Contains(err.Error(), `Subscription to "`+hub.SiteInbox(u.cfg.Site)+"."):
+				// Its inbox: no reply of the hub can reach it.
+				u.mu.Lock()
+				u.refused = err.Error()
+				u.mu.Unlock()
+				u.log.Error("fleet: the hub refuses this gateway's inbox, "+hub.SiteInbox(u.cfg.Site)+".>; fix: credentials for this site (or the site they are for in network.fleet.site), "+
+					"or give the site's user the subscribe permission "+hub.SiteInbox(u.cfg.Site)+".> in place of _INBOX.> (hub.SitePermissions)", "err", err.Error())
 			}
 		}),
 	}, u.cfg.Options...)

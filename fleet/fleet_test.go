@@ -13,6 +13,7 @@ import (
 
 	"github.com/physd/physd/alarms"
 	"github.com/physd/physd/audit"
+	"github.com/physd/physd/hub"
 	"github.com/physd/physd/internal/natstest"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/node"
@@ -232,7 +233,8 @@ func TestSitePermissions(t *testing.T) {
 	h := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "pw", "physd", "north", stream))
 	_, js := admin(t, h)
 	createStream(t, js)
-	nc, err := nats.Connect(h.URL(), nats.UserInfo("north", "pw"))
+	// As the uplink connects: with its site's inbox.
+	nc, err := nats.Connect(h.URL(), nats.UserInfo("north", "pw"), nats.CustomInboxPrefix(hub.SiteInbox("north")))
 	if err != nil {
 		t.Fatal(err)
 	}

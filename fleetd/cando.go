@@ -41,9 +41,13 @@ func (e *Endpoint) CanDo(ctx context.Context, req promcp.CanDoRequest, caller no
 	}
 	var targets []target
 	down := 0
+	inView := node.InView(ctx) // a gateway outside the caller's view is not asked
 	for _, g := range gws {
 		var matches []fleet.Entry
 		for _, en := range g.cat.Capabilities {
+			if inView != nil && !inView(g.site, g.device, en.Tool) {
+				continue
+			}
 			if inScope(req.Scope, g, en.Tool) && node.IntentTouches(in, en.Tool, en.Tags) {
 				matches = append(matches, en)
 			}
@@ -92,7 +96,11 @@ func (e *Endpoint) CanDo(ctx context.Context, req promcp.CanDoRequest, caller no
 		a := <-answers
 		var rep promcp.CapabilityReport
 		if a.err == nil {
-			a.err = json.Unmarshal(a.b, &rep)
+			if err := json.Unmarshal(a.b, &rep); err != nil {
+				why := fmt.Sprintf("gateway %s of site %s answered something that is not a can_do report (%v)", a.t.g.device, a.t.g.site, err)
+				unreachable(&out, a.t.g, a.t.matches, "site_unreachable", why)
+				continue
+			}
 		}
 		if a.err != nil {
 			if errors.Is(a.err, fleet.ErrNoAck) || errors.Is(a.err, context.DeadlineExceeded) {
@@ -123,14 +131,31 @@ func inScope(scope []string, g snapshot, tool string) bool {
 // fromSite names the site in a gateway's report; a do_ candidate of a
 // gateway that serves no do_ to the fleet is blocked here (the fleet
 // cannot run it), saying where it can be run.
+//
+// A gateway answers for itself only: an entry of a capability its
+// catalog lacks, or naming another gateway, is not taken (the hub lets a
+// site answer only for itself, but not what its answer says), and each
+// capability is taken once (its first entry).
 func fromSite(g snapshot, rep promcp.CapabilityReport) promcp.CapabilityReport {
 	rep.Metadata.CoordinatorNode = mcpserver.OwnerKey(g.site, g.device) // the merged observations' keys
+	seen := map[string]bool{}
+	own := func(capability, source, device string) bool {
+		if _, ok := entry(g, capability); !ok || seen[capability] || source != g.device || device != "" && device != g.device {
+			return false
+		}
+		seen[capability] = true
+		return true
+	}
 	cands := rep.Candidates[:0]
+	var notServed []promcp.Blocked
 	for _, c := range rep.Candidates {
+		if !own(c.Capability, c.Source, c.DeviceID) {
+			continue
+		}
 		c.Site = g.site
 		if c.Kind == manifest.KindDo && !g.cat.Serving(manifest.FleetServeDo) {
 			details := "code=not_served"
-			rep.Blocked = append(rep.Blocked, promcp.Blocked{Capability: c.Capability, Source: c.Source, Site: g.site, DeviceID: c.DeviceID,
+			notServed = append(notServed, promcp.Blocked{Capability: c.Capability, Source: c.Source, Site: g.site, DeviceID: c.DeviceID,
 				Permission: promcp.PermSourceUnreachable, Code: "not_served", Details: &details, Confidence: c.Confidence, MatchReasons: c.MatchReasons,
 				Reason: fmt.Sprintf("%s is allowed on gateway %s of site %s, but that gateway serves no do_ to the fleet (network.fleet.serve): call it on the gateway's own endpoint", c.Capability, g.device, g.site)})
 			continue
@@ -138,9 +163,14 @@ func fromSite(g snapshot, rep promcp.CapabilityReport) promcp.CapabilityReport {
 		cands = append(cands, c)
 	}
 	rep.Candidates = cands
-	for i := range rep.Blocked {
-		rep.Blocked[i].Site = g.site
+	blocked := make([]promcp.Blocked, 0, len(rep.Blocked)+len(notServed))
+	for _, b := range rep.Blocked {
+		if own(b.Capability, b.Source, b.DeviceID) {
+			b.Site = g.site
+			blocked = append(blocked, b)
+		}
 	}
+	rep.Blocked = append(blocked, notServed...)
 	return rep
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -58,8 +59,19 @@ type cached struct {
 // age is how old the value is now: its age when the gateway sent it plus
 // the time since it arrived (no clock is compared across the WAN).
 func (c cached) age(now time.Time) time.Duration {
-	return time.Duration(c.obs.AgeMS)*time.Millisecond + now.Sub(c.at)
+	return time.Duration(saneAge(c.obs.AgeMS))*time.Millisecond + now.Sub(c.at)
 }
+
+// maxAgeMS bounds the age_ms a gateway sends: a century, far past any
+// capability's freshness, and far below the milliseconds a Duration
+// holds (more would overflow into a negative, fresh age).
+const maxAgeMS = int64(100 * 365 * 24 * time.Hour / time.Millisecond)
+
+// saneAge is a gateway's age_ms as the endpoint counts it: a negative
+// age (a gateway whose clock went back, or that lies) counts as none, so
+// a value is never younger than its time since arrival; an absurd one is
+// capped, so it stays stale.
+func saneAge(ms int64) int64 { return min(max(ms, 0), maxAgeMS) }
 
 func newDirectory(prefix string, log *slog.Logger) *directory {
 	return &directory{prefix: prefix, log: log, gws: map[string]*gateway{}, changed: make(chan struct{}, 1), fetching: map[string]bool{}}
@@ -127,11 +139,18 @@ func (d *directory) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	d.mu.Lock()
+	key := mcpserver.OwnerKey(site, device)
+	if d.gws[key] == nil && d.unknown() >= maxUnknown {
+		// Heartbeats under more names than gateways answer with a
+		// catalog: not remembered (a site's credentials can publish any
+		// device name of their site).
+		d.mu.Unlock()
+		return
+	}
 	g := d.gatewayLocked(site, device)
 	wasStopped := g.hbStopped
 	g.hbAt, g.hbEvery, g.hbStopped = time.Now(), time.Duration(hb.IntervalMS)*time.Millisecond, hb.State == fleet.StateStopped
 	stale := g.cat == nil || g.cat.Hash != hb.Catalog
-	key := mcpserver.OwnerKey(site, device)
 	fetch := stale && !d.fetching[key] && !g.hbStopped
 	if fetch {
 		d.fetching[key] = true
@@ -173,13 +192,36 @@ func (d *directory) onObservation(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &o) != nil || o.Capability != tool || o.Source != device {
 		return
 	}
+	o.AgeMS = saneAge(o.AgeMS)
 	now := time.Now()
 	d.mu.Lock()
-	g := d.gatewayLocked(site, device)
+	// Only a tool of a known gateway's catalog is kept: a site's
+	// credentials can publish under any device and tool name of their
+	// site, and each name would otherwise be kept for good.
+	g := d.gws[mcpserver.OwnerKey(site, device)]
+	if g == nil || g.cat == nil || !slices.ContainsFunc(g.cat.Capabilities, func(en fleet.Entry) bool { return en.Tool == tool }) {
+		d.mu.Unlock()
+		return
+	}
 	if prev, ok := g.obs[tool]; !ok || prev.age(now) >= time.Duration(o.AgeMS)*time.Millisecond {
 		g.obs[tool] = cached{obs: o, at: now}
 	}
 	d.mu.Unlock()
+}
+
+// maxUnknown bounds the gateways heard of by their heartbeats whose
+// catalog is not known (yet).
+const maxUnknown = 1000
+
+// unknown counts the gateways without a catalog (d.mu held).
+func (d *directory) unknown() int {
+	n := 0
+	for _, g := range d.gws {
+		if g.cat == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // load reads every gateway's last catalog from the catalog stream: the

@@ -386,3 +386,45 @@ func TestDoThroughEndpoint(t *testing.T) {
 		t.Errorf("an unknown gateway: %v", err)
 	}
 }
+
+// TestNamesWithoutCatalogAreNotKept: a site's credentials may publish
+// heartbeats and observations under any device and tool name of their
+// site; the endpoint keeps observations only of a known gateway's tools
+// and a bounded number of gateways it heard of without a catalog, so a
+// flood of names cannot grow it without end.
+func TestNamesWithoutCatalogAreNotKept(t *testing.T) {
+	h := hubFor(t, "north")
+	e := endpoint(t, h)
+	g := startGateway(t, h, "north", []string{manifest.FleetServeRead, manifest.FleetServeCanDo})
+	key := mcpserver.OwnerKey("north", g.rig.Node.DeviceID())
+	waitFor(t, "north's gateway", func() bool { return link(e, key) == LinkUp })
+	nc, err := nats.Connect(h.URL(), nats.UserInfo("north", "north-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	hb, _ := json.Marshal(fleet.Heartbeat{Instance: "x", IntervalMS: 5000, Catalog: "none", State: fleet.StateServing})
+	for i := range 3 * maxUnknown {
+		dev := fmt.Sprintf("gw_flood_%d", i)
+		o, _ := json.Marshal(promcp.Observation{Value: 1.0, Quality: promcp.QualityGood, Capability: "read_x", Source: dev})
+		_ = nc.Publish("physd.north."+dev+".hb", hb)
+		_ = nc.Publish("physd.north."+dev+".obs.read_x", o)
+		own, _ := json.Marshal(promcp.Observation{Value: 1.0, Quality: promcp.QualityGood, Capability: fmt.Sprintf("read_flood_%d", i), Source: g.rig.Node.DeviceID()})
+		_ = nc.Publish(fleet.Base("physd", "north", g.rig.Node.DeviceID())+fmt.Sprintf(".obs.read_flood_%d", i), own)
+	}
+	_ = nc.Flush()
+	time.Sleep(300 * time.Millisecond) // the flood has reached the endpoint
+	e.dir.mu.Lock()
+	defer e.dir.mu.Unlock()
+	obs := 0
+	for _, gw := range e.dir.gws {
+		for tool := range gw.obs {
+			if tool == "read_x" || strings.HasPrefix(tool, "read_flood_") {
+				obs++
+			}
+		}
+	}
+	if n := len(e.dir.gws); n > maxUnknown+1 || obs > 0 {
+		t.Errorf("after a flood of %d names the endpoint keeps %d gateways and %d observations", 3*maxUnknown, n, obs)
+	}
+}

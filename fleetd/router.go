@@ -151,10 +151,10 @@ func (e *Endpoint) readThrough(ctx context.Context, g snapshot, tool string, max
 		return nil, err
 	}
 	var o promcp.Observation
-	if err := json.Unmarshal(b, &o); err != nil || o.Capability != tool {
+	if err := json.Unmarshal(b, &o); err != nil || o.Capability != tool || o.Source != g.device {
 		return nil, fmt.Errorf("%s/%s answered %s with something that is not its observation", g.site, g.device, tool)
 	}
-	o.Site = g.site
+	o.Site, o.AgeMS = g.site, saneAge(o.AgeMS)
 	e.dir.keep(mcpserver.OwnerKey(g.site, g.device), o)
 	return json.Marshal(o)
 }
@@ -176,6 +176,9 @@ func (e *Endpoint) Do(ctx context.Context, owner string, d mcpserver.RoutedDo) (
 	defer cancel()
 	payload, _ := json.Marshal(meshnode.NewDoCall(d))
 	b, err := e.client.Do(ctx, g.site, g.device, payload, e.cfg.CallTimeout)
+	if err == nil {
+		err = doAnswer(g, d.Tool, b)
+	}
 	switch {
 	case errors.Is(err, fleet.ErrOutcomeUnknown):
 		return nil, fmt.Errorf("%w: %v", mcpserver.ErrOutcomeUnknown, err)
@@ -183,4 +186,28 @@ func (e *Endpoint) Do(ctx context.Context, owner string, d mcpserver.RoutedDo) (
 		return nil, fmt.Errorf("%w (%s)", err, g.why)
 	}
 	return b, err
+}
+
+// doAnswer checks that a gateway's answer to a do_ is a do_ result of
+// that tool on that gateway, with an outcome; the answer is passed on
+// byte for byte, so anything else (a broken or lying gateway, a body cut
+// on the way) would reach the caller as if it were one. Such an answer
+// says nothing certain: the do_ may have run (fleet.ErrOutcomeUnknown).
+func doAnswer(g snapshot, tool string, b []byte) error {
+	var r promcp.DoResult
+	err := json.Unmarshal(b, &r)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("it is not a do_ result (%v)", err)
+	case r.Capability != tool:
+		err = fmt.Errorf("it is a result of %q, not of %s", r.Capability, tool)
+	case r.Source != "" && r.Source != g.device:
+		err = fmt.Errorf("it names gateway %q", r.Source)
+	case r.Status != promcp.StatusSuccess && r.Status != promcp.StatusFailed && r.Status != promcp.StatusPartial:
+		err = fmt.Errorf("its status %q is none of success, failed, partial", r.Status)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: gateway %s of site %s answered the do_ with something the fleet cannot take as its outcome: %v; the do_ may have run",
+		fleet.ErrOutcomeUnknown, g.device, g.site, err)
 }

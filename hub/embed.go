@@ -56,6 +56,11 @@ func Start(cfg Config) (*Hub, error) {
 		}
 		users = append(users, &server.User{Username: s.Name, Password: s.Password, Permissions: perm})
 	}
+	if port == 0 {
+		// A free port, as :0 says; nats-server's own 0 is its default
+		// port, 4222 (taken by another hub, it would never be ready).
+		port = server.RANDOM_PORT
+	}
 	opts := &server.Options{ServerName: "physd-fleet-hub", Host: host, Port: port, JetStream: true, StoreDir: cfg.StoreDir,
 		JetStreamMaxStore: cfg.MaxStore, Users: users, Nkeys: nkeys, NoSigs: true, NoLog: true, MaxControlLine: 4096,
 		TLSConfig: cfg.TLS, TLS: cfg.TLS != nil, TLSVerify: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}

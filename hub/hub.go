@@ -51,7 +51,10 @@ func apiPrefixes(domain string) []string {
 // only (the subject is part of the request's subject, where these
 // permissions see it; the other forms of the message get, STREAM.MSG.GET
 // and a direct get without a subject, name the message in their body and
-// would read any site's); receive replies; take the fleet endpoint's
+// would read any site's); receive the replies on its own inbox
+// (SiteInbox: the gateways connect with it as their inbox prefix; a
+// shared _INBOX.> would hear the other sites' replies, their records
+// among them); take the fleet endpoint's
 // requests to their own site's gateways (prefix.site.*.req.>) and answer
 // them on the endpoint's replies for this site (FleetInboxPrefix.site.>:
 // the endpoint's reply subjects name the site they asked, fleet.Client).
@@ -71,7 +74,7 @@ func SitePermissions(prefix, site, domain string, streams ...string) Permissions
 	}
 	return Permissions{
 		Publish:   pub,
-		Subscribe: []string{"_INBOX.>", prefix + "." + site + ".*.req.>"},
+		Subscribe: []string{SiteInbox(site) + ".>", prefix + "." + site + ".*.req.>"},
 	}
 }
 
@@ -114,6 +117,16 @@ func FleetPermissions(prefix, domain string, s FleetStreams) Permissions {
 // replies it receives, and each site may publish under its own
 // FleetInboxPrefix.<site>. only.
 const FleetInboxPrefix = "_PHYSD_FLEET"
+
+// SiteInboxPrefix is the first token of the sites' inbox prefixes.
+const SiteInboxPrefix = "_PHYSD_SITE"
+
+// SiteInbox is the inbox prefix of a site's gateways' connections,
+// _PHYSD_SITE.<site>: the replies the hub's JetStream sends a gateway
+// (its cursors, which carry its own records, and its acknowledgements)
+// go there, and only that site may subscribe to it. A shared _INBOX.>
+// would let every site hear every other site's replies.
+func SiteInbox(site string) string { return SiteInboxPrefix + "." + site }
 
 // Site is one site's user on the embedded hub: a password, or an NKey
 // (its public key, U…).

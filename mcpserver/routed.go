@@ -286,14 +286,30 @@ func (rt *routing) route(ctx context.Context, req *mcp.CallToolRequest, kind, to
 			hold = *args.HoldS
 		}
 		body, err = rt.router.Do(ctx, owner, RoutedDo{Tool: tool, Value: args.Value, IdempotencyKey: key, Grant: grant, HoldS: hold, Caller: caller})
+		if err == nil && !jsonObject(body) {
+			// The request reached the owner; its answer says nothing.
+			err = fmt.Errorf("%w: %s answered with something that is not a JSON object", ErrOutcomeUnknown, owner)
+		}
 		if errors.Is(err, ErrOutcomeUnknown) {
 			return outcomeUnknown(owner, tool, key, args.Value, err, rt.lookFirst(owner, tool)), nil
 		}
+	}
+	if err == nil && !jsonObject(body) {
+		err = fmt.Errorf("%s answered with something that is not a JSON object", owner)
 	}
 	if err != nil {
 		return toolError(fmt.Errorf("%s on %s: %w", tool, owner, err)), nil
 	}
 	return jsonResult(body), nil
+}
+
+// jsonObject reports whether an owner's answer can be a tool's
+// structured content: a JSON object. Anything else (a broken or lying
+// owner, a body cut on the way) could not be sent, and the caller would
+// wait for an answer that never comes.
+func jsonObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
 }
 
 // routedLocal sends a local tool's call elsewhere when its source

@@ -132,6 +132,7 @@ func New(n *node.Node, opts Options) *Server {
 			// for every route.
 			DisableLocalhostProtection: true})
 	ts := &toolSet{n: n, stdioRole: opts.StdioRole, authn: srv.authenticate, metrics: opts.Metrics, sourceArg: opts.Router != nil, fleet: opts.Fleet}
+	ts.askInView = srv.askInView
 	ts.scopeReport = func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport) {
 		srv.scopeReport(srv.scopeOf(extra), in, rep)
 		if opts.Alarms != nil {

@@ -56,6 +56,9 @@ type toolSet struct {
 	sourceArg bool             // local tools take an optional source (mesh)
 	fleet     bool             // the fleet endpoint: owners are sites and devices (owners.go)
 	authn     func(h http.Header) (node.Caller, error)
+	// askInView is whom a can_do through the request's view may ask
+	// (views.go; nil: everyone).
+	askInView func(extra *mcp.RequestExtra) node.InViewFunc
 	// scopeReport narrows a can_do report to the request's view (views.go).
 	scopeReport func(extra *mcp.RequestExtra, in promcp.CanDoRequest, rep *promcp.CapabilityReport)
 
@@ -505,6 +508,13 @@ func (ts *toolSet) handleCanDo(ctx context.Context, req *mcp.CallToolRequest) (*
 		return toolError(err), nil
 	}
 	start := time.Now()
+	if ts.askInView != nil {
+		if f := ts.askInView(req.Extra); f != nil {
+			// Owners outside the view are not asked: they would be sent
+			// the caller's credential and question, and make it wait.
+			ctx = node.WithInView(ctx, f)
+		}
+	}
 	rep, err := ts.n.CanDo(ctx, in, caller)
 	if err != nil {
 		return toolError(err), nil

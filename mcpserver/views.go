@@ -270,6 +270,7 @@ func (s *Server) scopeMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				case s.opts.Fleet && owners != nil:
 					cp := *t
 					cp.InputSchema = narrowSites(t.InputSchema.(json.RawMessage), owners)
+					cp.Description = narrowOwnersText(t.Description, owners)
 					out.Tools = append(out.Tools, &cp)
 				default:
 					out.Tools = append(out.Tools, narrowSource(t, owners, s.n.DeviceID()))
@@ -447,11 +448,39 @@ func narrowSource(t *mcp.Tool, owners []string, self string) *mcp.Tool {
 	return &cp
 }
 
+// narrowOwnersText names only owners in a remote tool's description,
+// which begins with every owner (remoteToolDef: "On <owners> (…"): a
+// view names no site or gateway outside it, in words either.
+func narrowOwnersText(desc string, owners []string) string {
+	rest, ok := strings.CutPrefix(desc, "On ")
+	i := strings.Index(rest, " (")
+	if !ok || i < 0 {
+		return desc
+	}
+	return "On " + strings.Join(owners, ", ") + rest[i:]
+}
+
 // narrowFamily returns a family tool with its zone and source enums
 // limited to the members the scope's view selects.
 func narrowFamily(t *mcp.Tool, f *family, sc scope, fleet bool) *mcp.Tool {
 	if sc.view == nil {
 		return t
+	}
+	if fleet {
+		// At the fleet endpoint the description and the schema's per
+		// member rules name every member's site and gateway: the tool is
+		// typed again from the members the view selects, as if they were
+		// the fleet's only ones.
+		in := family{tool: f.tool, kind: f.kind}
+		for _, m := range f.members {
+			if sc.view.Match(m.subject) {
+				in.members = append(in.members, m)
+			}
+		}
+		if len(in.members) == 0 || len(in.members) == len(f.members) {
+			return t
+		}
+		return familyToolDef(&in, true, true)
 	}
 	var zones, owners []any
 	var keys []string
@@ -491,6 +520,19 @@ func narrowFamily(t *mcp.Tool, f *family, sc scope, fleet bool) *mcp.Tool {
 	cp := *t
 	cp.InputSchema = json.RawMessage(b)
 	return &cp
+}
+
+// askInView is whom a can_do through the request's view may ask: the
+// owners of a tool the view selects (nil without a view).
+func (s *Server) askInView(extra *mcp.RequestExtra) node.InViewFunc {
+	sc := s.scopeOf(extra)
+	if sc.view == nil {
+		return nil
+	}
+	idx := s.site()
+	return func(site, device, tool string) bool {
+		return slices.Contains(sc.inView(idx[tool]), OwnerKey(site, device))
+	}
 }
 
 // scopeReport removes from a can_do report what the request's view does

@@ -229,12 +229,16 @@ func (r *Remote) CanDo(ctx context.Context, req promcp.CanDoRequest, caller node
 	}
 	matches := map[string][]mesh.CatalogEntry{}
 	var targets, suspects []string // alive members are asked first
+	inView := node.InView(ctx)     // an owner outside the caller's view is not asked
 	for _, mem := range r.site().Members() {
 		if mem.Self || mem.Catalog == nil {
 			continue
 		}
 		owner := mem.Name
 		for _, e := range mem.Catalog.Capabilities {
+			if inView != nil && !inView("", owner, e.Tool) {
+				continue
+			}
 			if inScope(req.Scope, owner, e.Tool) && node.IntentTouches(in, e.Tool, e.Tags) {
 				matches[owner] = append(matches[owner], e)
 			}

@@ -101,6 +101,22 @@ func TestCanDoCompleteAtThirty(t *testing.T) {
 	})
 }
 
+// A can_do through a view asks only the owners the view selects: the
+// others are not sent the question or the caller's credential.
+func TestCanDoAsksOnlyTheView(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := meshtest.NewNetwork(4)
+		nodes, _ := site(t, nw, 4, 10)
+		req := promcp.CanDoRequest{Intent: &promcp.Intent{SemanticTags: []string{"ventilation"}, Action: "set", Value: 40.0}}
+		ctx := node.WithInView(context.Background(), func(site, device, tool string) bool { return site == "" && device == "gw_03" })
+		rep, err := nodes[0].CanDo(ctx, req, node.Caller{})
+		md := rep.Metadata
+		if err != nil || md.PeersMatched != 1 || md.PeersConsulted != 1 || md.ResponsesReceived != 1 {
+			t.Errorf("can_do through a view of gw_03: metadata %+v, err %v", md, err)
+		}
+	})
+}
+
 // Budget runs out before every matching peer could be asked (each
 // answers slowly): the rest are reported not_consulted: fanout_limit.
 func TestCanDoNotConsultedReported(t *testing.T) {

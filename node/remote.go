@@ -70,3 +70,23 @@ func merge(rep *promcp.CapabilityReport, rr RemoteReport) {
 		rep.Metadata.PartitionState = rr.PartitionState
 	}
 }
+
+// InViewFunc reports whether a caller's view selects tool at an owner
+// (site is empty in a site mesh).
+type InViewFunc func(site, device, tool string) bool
+
+type inViewKey struct{}
+
+// WithInView tells a Remote's can_do whom it may ask: only owners of a
+// tool in the caller's view (the MCP server sets it for a request through
+// a view). An owner outside the view is never sent the question or the
+// caller's credential.
+func WithInView(ctx context.Context, f InViewFunc) context.Context {
+	return context.WithValue(ctx, inViewKey{}, f)
+}
+
+// InView is ctx's WithInView (nil: every owner may be asked).
+func InView(ctx context.Context) InViewFunc {
+	f, _ := ctx.Value(inViewKey{}).(InViewFunc)
+	return f
+}

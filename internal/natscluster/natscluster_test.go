@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/physd/physd/hub"
 )
 
 const stream = "PHYSD_AUDIT"
@@ -40,7 +42,7 @@ func TestLeafReachesHubJetStream(t *testing.T) {
 	leaf := h.StartLeaf(t, LeafOptions{Site: "north", User: "north", Password: "north-pw", Local: []User{{Name: "gw", Password: "gw-pw"}}})
 	leaf.WaitLinked(10 * time.Second)
 
-	nc, err := nats.Connect(leaf.URL(), nats.UserInfo("gw", "gw-pw"))
+	nc, err := nats.Connect(leaf.URL(), nats.UserInfo("gw", "gw-pw"), nats.CustomInboxPrefix(hub.SiteInbox("north")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func TestLeafWithJetStreamNeedsDomain(t *testing.T) {
 	createR3(t, adminJS(t, h), 1)
 	leaf := h.StartLeaf(t, LeafOptions{Site: "north", User: "north", Password: "north-pw", JetStreamDomain: "north"})
 	leaf.WaitLinked(10 * time.Second)
-	nc, err := nats.Connect(leaf.URL())
+	nc, err := nats.Connect(leaf.URL(), nats.CustomInboxPrefix(hub.SiteInbox("north")))
 	if err != nil {
 		t.Fatal(err)
 	}

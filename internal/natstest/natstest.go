@@ -7,6 +7,8 @@ package natstest
 import (
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,4 +130,68 @@ func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstre
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+// Watched is a connection that keeps the server's asynchronous errors
+// (its permissions violations): a test of what a user may not do watches
+// for the server's refusal of each attempt.
+type Watched struct {
+	Conn *nats.Conn
+	mu   sync.Mutex
+	errs []string
+}
+
+// Watch connects to url with opts and keeps the server's errors; the
+// connection is closed when the test ends.
+func Watch(t testing.TB, url string, opts ...nats.Option) *Watched {
+	t.Helper()
+	w := &Watched{}
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		w.mu.Lock()
+		w.errs = append(w.errs, err.Error())
+		w.mu.Unlock()
+	}))
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w.Conn = nc
+	return w
+}
+
+// Errors are the server's errors so far.
+func (w *Watched) Errors() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string{}, w.errs...)
+}
+
+// Refused waits up to 5 s for the server's permissions violation of
+// what ("Publish to", "Subscription to") on subject, and fails the test
+// without it.
+func (w *Watched) Refused(t testing.TB, what, subject string) {
+	t.Helper()
+	want := strings.ToLower("Permissions Violation for " + what + ` "` + subject + `"`)
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		errs := w.Errors()
+		if strings.Contains(strings.ToLower(strings.Join(errs, "\n")), want) {
+			return
+		}
+		if time.Now().After(end) {
+			t.Errorf("no permissions violation for %s %q; the server said %v", what, subject, errs)
+			return
+		}
+	}
+}
+
+// Clean fails the test if the server refused anything: what the
+// permissions allow must not be refused.
+func (w *Watched) Clean(t testing.TB) {
+	t.Helper()
+	_ = w.Conn.Flush()
+	time.Sleep(100 * time.Millisecond) // a violation arrives right after the flush's PONG
+	if errs := w.Errors(); len(errs) > 0 {
+		t.Errorf("the server refused what the permissions allow: %v", errs)
+	}
 }
