@@ -65,6 +65,8 @@ type monitorSet struct {
 	recheck    time.Time // when an audit's suspicion is due to be read again (audit.go)
 
 	notifications, keepAlives, losses atomic.Int64
+
+	notified []delivery // notify's buffer (run's own: reused for every message)
 }
 
 // item is one monitored node (drivers.Monitor).

@@ -166,7 +166,10 @@ func (ms *monitorSet) notify(s *subscription, msg *ua.NotificationMessage, at ti
 		ms.mu.Unlock()
 		return
 	}
-	var ds []delivery
+	// One message may carry a change of every item (10 000 at a plant's
+	// scale): the deliveries go in run's buffer, kept from message to
+	// message rather than grown afresh for each.
+	ds := ms.notified[:0]
 	ended := ""
 	for _, eo := range msg.NotificationData {
 		if eo == nil {
@@ -192,6 +195,8 @@ func (ms *monitorSet) notify(s *subscription, msg *ua.NotificationMessage, at ti
 	s.nextSeq, s.last = msg.SequenceNumber+1, at
 	ms.mu.Unlock()
 	deliverAll(ds)
+	clear(ds) // the buffer holds no update past its delivery
+	ms.notified = ds[:0]
 	if ended != "" {
 		ms.dropSubscriptions(s, ended)
 	}
