@@ -20,7 +20,8 @@
 # OUT=bench/scale-results.md LABEL=run PROFILE= (a directory: build physd
 # with -tags pprof and save CPU, heap and allocs profiles of the running
 # daemon there) PHYSD_ENV= (extra environment for physd, e.g. "GOGC=200")
-# PHYSD_ARGS= (extra physd run flags, e.g. "--history-max-mb 0").
+# PHYSD_ARGS= (extra physd run flags, e.g. "--history-max-mb 0") KEEP= (1: keep the
+# work directory: the manifests, physd's and the devices' logs, the state).
 set -euo pipefail
 export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
@@ -61,4 +62,4 @@ fi
 	-devices "${DEVICES:-20}" -points "${POINTS:-500}" -poll-ms "${POLL_MS:-1000}" \
 	-settle "${SETTLE:-60s}" -measure "${MEASURE:-120s}" -do "${DO:-60s}" -do-every "${DO_EVERY:-200ms}" \
 	-mqtt "$mqtt" -label "${LABEL:-run}" -out "${OUT:-bench/scale-results.md}" \
-	${PROFILE:+-profile "$PROFILE"} ${PHYSD_ENV:+-physd-env "$PHYSD_ENV"} ${PHYSD_ARGS:+-physd-args "$PHYSD_ARGS"}
+	${KEEP:+-keep} ${PROFILE:+-profile "$PROFILE"} ${PHYSD_ENV:+-physd-env "$PHYSD_ENV"} ${PHYSD_ARGS:+-physd-args "$PHYSD_ARGS"}
