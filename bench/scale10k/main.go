@@ -158,9 +158,10 @@ func run(c config) error {
 	began := time.Now()
 
 	var site, control scalesite.Site
+	devicePID := 0 // the OPC UA server, whose CPU is reported beside physd's
 	if c.site == "opcua" {
 		site = scalesite.Site{Groups: c.devices, Points: c.points, PollMS: c.pollMS}
-		if site.OPCUA, err = startOPCUAServer(c, work, ps, site.ServerPoints()); err != nil {
+		if site.OPCUA, devicePID, err = startOPCUAServer(c, work, ps, site.ServerPoints()); err != nil {
 			return err
 		}
 		// The control: 20 of the same server's points (the server keeps
@@ -204,10 +205,11 @@ func run(c config) error {
 	r := &report{c: c, site: site, mqtt: mqttURL != "", startup: startup, rssAtReady: rssAtReady, load0: load0}
 	r.metrics0, _ = scrape(hc, "http://"+httpAddr+"/metrics")
 	hist0, histAt0 := fileSize(filepath.Join(state, "history.db")), time.Now()
-	cpu0, wall0, io0 := procCPU(pid), time.Now(), writeBytes(pid)
+	cpu0, wall0, io0, dev0 := procCPU(pid), time.Now(), writeBytes(pid), procCPU(devicePID)
 	stopRSS := sampleRSS(pid, &r.rss)
 	ages := sampleAges(hc, endpoint, c, site, c.measure)
 	r.cpuShare = float64(procCPU(pid)-cpu0) / float64(time.Since(wall0).Microseconds())
+	r.deviceCPUShare = float64(procCPU(devicePID)-dev0) / float64(time.Since(wall0).Microseconds())
 	r.diskWrites = float64(writeBytes(pid)-io0) / time.Since(wall0).Seconds()
 	stopRSS()
 	r.final = readStatus(pid)
@@ -223,9 +225,10 @@ func run(c config) error {
 	}
 
 	fmt.Fprintf(os.Stderr, "== do_ window %v on %s\n", c.do, scalesite.SetpointTool(0))
-	cpu1, wall1 := procCPU(pid), time.Now()
+	cpu1, wall1, dev1 := procCPU(pid), time.Now(), procCPU(devicePID)
 	r.do = doCalls(hc, endpoint, scalesite.SetpointTool(0), c.do, c.doEvery)
 	r.doCPUShare = float64(procCPU(pid)-cpu1) / float64(time.Since(wall1).Microseconds())
+	r.doDeviceCPUShare = float64(procCPU(devicePID)-dev1) / float64(time.Since(wall1).Microseconds())
 	r.historyFile = fileSize(filepath.Join(state, "history.db"))
 	main.stop()
 
@@ -289,11 +292,11 @@ func startSims(c config, work string, ps *procs) ([]string, error) {
 
 // startOPCUAServer starts examples/opcua/server's server.js with points
 // moving points on a free loopback port and returns its endpoint.
-func startOPCUAServer(c config, work string, ps *procs, points int) (string, error) {
+func startOPCUAServer(c config, work string, ps *procs, points int) (endpoint string, pid int, err error) {
 	fmt.Fprintf(os.Stderr, "== one node-opcua server of %d points (server.js --points)\n", points)
 	addr, err := freeAddr()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	log := filepath.Join(work, "opcua-server.log")
@@ -301,16 +304,16 @@ func startOPCUAServer(c config, work string, ps *procs, points int) (string, err
 	cmd.Dir = c.opcuaServer
 	f, err := os.Create(log)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := ps.start(cmd); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if err := waitLog(log, "ready opc.tcp://", 3*time.Minute); err != nil {
-		return "", fmt.Errorf("OPC UA server: %w", err)
+		return "", 0, fmt.Errorf("OPC UA server: %w", err)
 	}
-	return "opc.tcp://127.0.0.1:" + port + "/physd", nil
+	return "opc.tcp://127.0.0.1:" + port + "/physd", cmd.Process.Pid, nil
 }
 
 // daemon is a physd the run started.
@@ -738,15 +741,18 @@ type report struct {
 	rollup               rollup
 	rss                  rssStats
 	cpuShare, doCPUShare float64
-	ages                 ageStats
-	do, control          doStats
-	metrics0, metrics1   map[string]float64
-	histBytes            int64
-	diskWrites           float64 // bytes/s the process had written to storage in the steady window
-	histWindow           time.Duration
-	historyFile          int64
-	load0, load1         string
-	elapsed              time.Duration
+	// The OPC UA server's own share of one core (-site opcua), in the
+	// steady and do_ windows.
+	deviceCPUShare, doDeviceCPUShare float64
+	ages                             ageStats
+	do, control                      doStats
+	metrics0, metrics1               map[string]float64
+	histBytes                        int64
+	diskWrites                       float64 // bytes/s the process had written to storage in the steady window
+	histWindow                       time.Duration
+	historyFile                      int64
+	load0, load1                     string
+	elapsed                          time.Duration
 }
 
 func (r *report) delta(name string) float64 { return r.metrics1[name] - r.metrics0[name] }
@@ -807,6 +813,9 @@ func (r *report) markdown() string {
 	}
 	row("do_ "+scalesite.SetpointTool(0)+", "+pace+": p50 / p99 / max", "%.1f / **%.1f** / %.1f ms (%d calls, %.1f/s, %s)", pct(r.do.lat, .5), pct(r.do.lat, .99), pct(r.do.lat, 1), len(r.do.lat), r.do.callsPerSecon, statusText(r.do.statuses))
 	row("CPU during the do_ window", "%.1f %% of one core", 100*r.doCPUShare)
+	if c.site == "opcua" {
+		row("the OPC UA server's own CPU (node-opcua, one thread of JavaScript): steady / do_ window", "%.1f %% / %.1f %% of one core", 100*r.deviceCPUShare, 100*r.doDeviceCPUShare)
+	}
 	row("control: the same do_ calls on a site of 20 points, right after", "%.1f / %.1f / %.1f ms (%d calls, %s)", pct(r.control.lat, .5), pct(r.control.lat, .99), pct(r.control.lat, 1), len(r.control.lat), statusText(r.control.statuses))
 	if r.do.errors+r.ages.errors > 0 {
 		row("errors", "do_ %d (%s); sampler %d (%s)", r.do.errors, r.do.first, r.ages.errors, r.ages.first)
