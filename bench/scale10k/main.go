@@ -198,11 +198,24 @@ func run(c config) error {
 	hc := rawmcp.NewHTTPClient(4)
 	rssAtReady := readStatus(pid)
 
-	fmt.Fprintf(os.Stderr, "== ready after %v; settling %v\n", startup.Round(time.Millisecond), c.settle)
+	fmt.Fprintf(os.Stderr, "== ready after %v\n", startup.Round(time.Millisecond))
+	var subscribed time.Duration
+	if c.site == "opcua" {
+		// Ready is before the server took the monitored items: the
+		// settle counts from when it holds them all (a starved server
+		// takes minutes), so the window measures the monitored load.
+		want := float64(site.Capabilities()) // every one is monitored
+		if subscribed, err = waitMetric(hc, "http://"+httpAddr+"/metrics", "physd_bus_monitored_items", want, 5*time.Minute); err != nil {
+			return err
+		}
+		subscribed += startup
+		fmt.Fprintf(os.Stderr, "== %v monitored items after %v\n", want, subscribed.Round(time.Millisecond))
+	}
+	fmt.Fprintf(os.Stderr, "== settling %v\n", c.settle)
 	time.Sleep(c.settle)
 
 	fmt.Fprintf(os.Stderr, "== steady window %v\n", c.measure)
-	r := &report{c: c, site: site, mqtt: mqttURL != "", startup: startup, rssAtReady: rssAtReady, load0: load0}
+	r := &report{c: c, site: site, mqtt: mqttURL != "", startup: startup, subscribed: subscribed, rssAtReady: rssAtReady, load0: load0}
 	r.metrics0, _ = scrape(hc, "http://"+httpAddr+"/metrics")
 	hist0, histAt0 := fileSize(filepath.Join(state, "history.db")), time.Now()
 	cpu0, wall0, io0, dev0 := procCPU(pid), time.Now(), writeBytes(pid), procCPU(devicePID)
@@ -372,6 +385,19 @@ func startPhysd(c config, ps *procs, dir string, site scalesite.Site, mqttURL, p
 func (d *daemon) stop() {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	_ = d.cmd.Wait()
+}
+
+// waitMetric waits until the /metrics sample name (summed over labels)
+// reaches want, and returns how long that took.
+func waitMetric(hc *http.Client, url, name string, want float64, limit time.Duration) (time.Duration, error) {
+	t0 := time.Now()
+	for time.Since(t0) < limit {
+		if m, err := scrape(hc, url); err == nil && m[name] >= want {
+			return time.Since(t0), nil
+		}
+		time.Sleep(time.Second)
+	}
+	return 0, fmt.Errorf("%s did not reach %v within %v", name, want, limit)
 }
 
 // freeAddr is a loopback address with a port free now.
@@ -737,6 +763,7 @@ type report struct {
 	site                 scalesite.Site
 	mqtt                 bool
 	startup              time.Duration
+	subscribed           time.Duration // start → the OPC UA server held every monitored item
 	rssAtReady, final    status
 	rollup               rollup
 	rss                  rssStats
@@ -778,6 +805,9 @@ func (r *report) markdown() string {
 	b.WriteString("| metric | value |\n| --- | --- |\n")
 	row := func(k, f string, a ...any) { fmt.Fprintf(&b, "| %s | %s |\n", k, fmt.Sprintf(f, a...)) }
 	row("start → ready", "%.1f s (RSS then %.1f MiB)", r.startup.Seconds(), mib(r.rssAtReady.rssKB))
+	if c.site == "opcua" {
+		row("start → every monitored item on the server", "%.1f s", r.subscribed.Seconds())
+	}
 	row("CPU, steady (share of one core)", "**%.1f %%**", 100*r.cpuShare)
 	r.rss.mu.Lock()
 	meanRSS := 0.0

@@ -103,6 +103,16 @@ func (s Site) Devices() int {
 	return len(s.Addrs)
 }
 
+// Capabilities is how many capabilities the manifest has: every point of
+// the Modbus devices; the OPC UA server's points and their setpoints.
+func (s Site) Capabilities() int {
+	s = s.withDefaults()
+	if s.OPCUA == "" {
+		return len(s.Addrs) * s.Points
+	}
+	return s.ServerPoints() + min(s.ExposedSetpoints, s.Groups)
+}
+
 // ServerPoints is how many points the OPC UA site's server must serve
 // (server.js --points): Groups × Points.
 func (s Site) ServerPoints() int {

@@ -54,7 +54,7 @@ func TestOPCUASiteFitsClientsAndIsObserved(t *testing.T) {
 	t.Parallel()
 	var site scalesite.Site
 	site.OPCUA = opcuatest.Start(t, opcuatest.Options{Points: site.ServerPoints()}).Endpoint
-	checkSite(t, site, site.ServerPoints()+5)
+	checkSite(t, site, site.Capabilities())
 }
 
 // checkSite runs the generated site (caps capabilities) on a node and
