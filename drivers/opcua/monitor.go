@@ -122,6 +122,7 @@ type subscription struct {
 	live     bool          // held by the server for the current session
 	since    time.Time     // when it became live (created, or taken over)
 	last     time.Time     // when its last publish response (data or keep-alive) arrived
+	heard    bool          // a publish response for it arrived (else last is when its items were created)
 	nextSeq  uint32        // the sequence number its next notification message carries; 0: unknown
 }
 

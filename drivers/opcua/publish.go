@@ -121,7 +121,7 @@ func (ms *monitorSet) handle(ctx context.Context, c *opcua.Client, pub *publishe
 		ms.keepAlives.Add(1)
 		ms.mu.Lock()
 		if s.live {
-			s.nextSeq, s.last = msg.SequenceNumber, r.at
+			s.nextSeq, s.last, s.heard = msg.SequenceNumber, r.at, true
 		}
 		ms.mu.Unlock()
 		return nil
@@ -192,7 +192,7 @@ func (ms *monitorSet) notify(s *subscription, msg *ua.NotificationMessage, at ti
 			ended = "the server ended subscription " + fmt.Sprint(s.id) + ": " + statusName(v.Status)
 		}
 	}
-	s.nextSeq, s.last = msg.SequenceNumber+1, at
+	s.nextSeq, s.last, s.heard = msg.SequenceNumber+1, at, true
 	ms.mu.Unlock()
 	deliverAll(ds)
 	clear(ds) // the buffer holds no update past its delivery

@@ -591,6 +591,17 @@ func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, interval
 		}
 		items = items[n:]
 	}
+	// No Publish is asked for while the items are created, so until the
+	// subscription's first reply its silence counts from now, not from
+	// CreateSubscription: 10 000 items created on a busy server took
+	// longer than the keep-alive deadline, and the subscription was
+	// given up before physd had asked it for anything. No item is vouched
+	// for before that first reply.
+	ms.mu.Lock()
+	if !s.heard && s.live {
+		s.last = time.Now()
+	}
+	ms.mu.Unlock()
 	return nil
 }
 
