@@ -59,6 +59,9 @@ type Options struct {
 	// ns=1;s=SP0 … (the 10 000-point benchmark's server), with limits that
 	// take them all as one session's monitored items.
 	Points int
+	// LogSizes has the server print "request CreateMonitoredItemsRequest
+	// N" and "request ReadRequest N" (Output) for each such request.
+	LogSizes bool
 }
 
 // Server is a running test server.
@@ -198,6 +201,9 @@ func (s *Server) start() (portTaken bool) {
 	}
 	if s.opts.PublishDelay > 0 {
 		args = append(args, "--publish-delay", fmt.Sprint(s.opts.PublishDelay))
+	}
+	if s.opts.LogSizes {
+		args = append(args, "--log-sizes")
 	}
 	if s.opts.Points > 0 {
 		args = append(args, "--points", fmt.Sprint(s.opts.Points))

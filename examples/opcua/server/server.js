@@ -76,6 +76,8 @@
 // answers every Publish request after the first N with a ServiceFault NAME
 // (BadTooManyPublishRequests, BadSubscriptionIdInvalid, ...).
 // --write-fault NAME answers every Write request with a ServiceFault NAME (nothing written).
+// --log-sizes prints "request CreateMonitoredItemsRequest N" and "request ReadRequest N" on stdout
+// for every such request (N: its items or nodes), so a test can see how a client splits its calls.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -255,8 +257,11 @@ function hostile(server) {
   const foreignHandles = process.argv.includes("--foreign-handles");
   const dropChanges = process.argv.includes("--drop-changes");
   const [faultName, faultAfter] = arg("--publish-fault", "").split(":");
+  const logSizes = process.argv.includes("--log-sizes");
   server.on("request", (request, channel) => {
     const name = request.schema.name;
+    if (logSizes && name === "CreateMonitoredItemsRequest") process.stdout.write("request " + name + " " + (request.itemsToCreate || []).length + "\n");
+    if (logSizes && name === "ReadRequest") process.stdout.write("request " + name + " " + (request.nodesToRead || []).length + "\n");
     if (sessionTimeout > 0 && name === "CreateSessionRequest") {
       request.requestedSessionTimeout = Math.min(request.requestedSessionTimeout || sessionTimeout, sessionTimeout);
     }
