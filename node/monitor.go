@@ -30,23 +30,50 @@ import (
 // value again as of its confirmation, so history, alarms (stale_s) and
 // the interlocks see a capability that keeps being read, and the liveness
 // mark comes round as a poll's does.
+//
+// One goroutine per bus and interval does that for all of the bus's
+// monitors of that interval (monitorGroup), as one goroutine per bus and
+// interval polls (poll.go): a site of 10 000 monitored points runs a
+// goroutine per bus, not 10 000 goroutines with a ticker each, whose
+// stacks the collector would scan every cycle.
 
 // monitors are the capabilities the node monitors, by their state: a
 // reload that keeps a capability keeps its monitor (and the device its
 // item); one that removes or redefines it stops the monitor.
 type monitors struct {
-	mu sync.Mutex
-	m  map[*capState]*capMonitor
+	mu     sync.Mutex
+	m      map[*capState]*capMonitor
+	groups map[monitorKey]*monitorGroup
+}
+
+// monitorKey is a monitor's group: its bus and its poll_ms.
+type monitorKey struct {
+	bus   *busRef
+	every time.Duration
+}
+
+// monitorGroup is the monitors of one bus at one interval, and the
+// goroutine that comes round every interval for them (monitorLoop). It
+// lives while it has monitors: a reload that keeps a capability keeps it
+// in its group.
+type monitorGroup struct {
+	key  monitorKey
+	stop chan struct{} // closed when its last monitor ended (under monitors.mu)
+
+	mu   sync.Mutex
+	list []*capMonitor // in no order: a monitor leaves by a swap with the last
 }
 
 // capMonitor is one capability's monitor.
 type capMonitor struct {
-	cs   *capState
-	mon  drivers.Monitor
-	cur  atomic.Pointer[monitored] // the last delivery
-	poll atomic.Bool               // the monitor gave up: the capability is polled
-	stop chan struct{}
-	once sync.Once
+	cs         *capState
+	mon        drivers.Monitor
+	group      *monitorGroup
+	index      int                       // its place in group.list (under group.mu)
+	cur        atomic.Pointer[monitored] // the last delivery
+	poll       atomic.Bool               // the monitor gave up: the capability is polled
+	refreshing atomic.Bool               // a poll of the capability (after poll) is under way
+	once       sync.Once
 
 	mu          sync.Mutex // orders deliveries and confirmations
 	ended       bool
@@ -80,6 +107,7 @@ func (n *Node) startMonitors(b *binding) map[*capState]bool {
 	for cs, m := range n.mons.m {
 		if !inForce[cs] {
 			m.end()
+			n.leaveGroup(m)
 			delete(n.mons.m, cs)
 		}
 	}
@@ -96,7 +124,7 @@ func (n *Node) startMonitors(b *binding) map[*capState]bool {
 		if !ok {
 			continue
 		}
-		m := &capMonitor{cs: cs, stop: make(chan struct{})}
+		m := &capMonitor{cs: cs}
 		mon, err := mp.Monitor(drivers.MonitorRequest{Interval: cs.cap.PollInterval(), Deadband: cs.cap.Deadband},
 			func(u drivers.Update) { n.deliver(m, u) })
 		if err != nil {
@@ -110,10 +138,47 @@ func (n *Node) startMonitors(b *binding) map[*capState]bool {
 		n.mons.m[cs] = m
 		cs.mon.Store(m)
 		out[cs] = true
-		n.polls.Add(1)
-		go n.runMonitor(m)
+		n.markPolled(cs)
+		n.joinGroup(m)
 	}
 	return out
+}
+
+// joinGroup puts m in the group of its bus and interval, started when
+// there is none (n.mons.mu held).
+func (n *Node) joinGroup(m *capMonitor) {
+	k := monitorKey{m.cs.bus, m.cs.cap.PollInterval()}
+	g := n.mons.groups[k]
+	if g == nil {
+		if n.mons.groups == nil {
+			n.mons.groups = map[monitorKey]*monitorGroup{}
+		}
+		g = &monitorGroup{key: k, stop: make(chan struct{})}
+		n.mons.groups[k] = g
+		n.polls.Add(1)
+		go n.monitorLoop(g)
+	}
+	g.mu.Lock()
+	m.group, m.index = g, len(g.list)
+	g.list = append(g.list, m)
+	g.mu.Unlock()
+}
+
+// leaveGroup takes m out of its group, and ends the group's goroutine
+// when m was its last monitor (n.mons.mu held).
+func (n *Node) leaveGroup(m *capMonitor) {
+	g := m.group
+	g.mu.Lock()
+	last := len(g.list) - 1
+	g.list[m.index], g.list[last].index = g.list[last], m.index
+	g.list[last] = nil
+	g.list = g.list[:last]
+	empty := last == 0
+	g.mu.Unlock()
+	if empty {
+		delete(n.mons.groups, g.key)
+		close(g.stop)
+	}
 }
 
 // end stops the monitor: no delivery is recorded after it.
@@ -123,38 +188,68 @@ func (m *capMonitor) end() {
 		m.ended = true
 		m.mu.Unlock()
 		m.cs.mon.CompareAndSwap(m, nil)
-		close(m.stop)
 		m.mon.Stop()
 	})
 }
 
-// runMonitor comes round every poll_ms until Close or the monitor ends:
-// it records the vouched value again (confirm), or, once the monitor gave
-// up, polls the device.
-func (n *Node) runMonitor(m *capMonitor) {
+// monitorLoop comes round every interval for g's monitors until Close or
+// until g has none left: it records each vouched value again (confirm)
+// and marks the capability polled, or, for a monitor that gave up, polls
+// the device. Close ends every monitor of g.
+func (n *Node) monitorLoop(g *monitorGroup) {
 	defer n.polls.Done()
-	defer m.end()
-	every := m.cs.cap.PollInterval()
-	n.markPolled(m.cs)
+	every := g.key.every
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var round []*capMonitor // reused: this goroutine owns it
 	for {
 		select {
 		case <-n.stopPoll:
+			for _, m := range g.members(round[:0]) {
+				m.end()
+			}
 			return
-		case <-m.stop:
+		case <-g.stop:
 			return
 		case <-t.C:
 		}
-		if m.poll.Load() {
-			ctx, cancel := context.WithTimeout(context.Background(), every+m.cs.cap.Timeout())
-			_, _ = n.refresh(ctx, m.cs)
-			cancel()
-		} else {
+		round = g.members(round[:0])
+		for _, m := range round {
+			if m.poll.Load() {
+				n.pollGivenUp(m, every)
+				continue
+			}
 			n.confirm(m)
+			n.markPolled(m.cs)
 		}
-		n.markPolled(m.cs)
+		clear(round)
 	}
+}
+
+// members appends g's monitors to buf.
+func (g *monitorGroup) members(buf []*capMonitor) []*capMonitor {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append(buf, g.list...)
+}
+
+// pollGivenUp polls the capability of a monitor that gave up, on a
+// goroutine of its own so a slow device holds up no other monitor of the
+// round; a poll still under way from an earlier round is not doubled. The
+// capability is marked polled when its poll ends, as a poll round's are.
+func (n *Node) pollGivenUp(m *capMonitor, every time.Duration) {
+	if !m.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	n.polls.Add(1) // monitorLoop's own count keeps the group counted meanwhile
+	go func() {
+		defer n.polls.Done()
+		defer m.refreshing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), every+m.cs.cap.Timeout())
+		defer cancel()
+		_, _ = n.refresh(ctx, m.cs)
+		n.markPolled(m.cs)
+	}()
 }
 
 // deliver records one update of the monitor (the driver's goroutine).

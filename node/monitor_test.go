@@ -440,3 +440,73 @@ func TestMonitorReload(t *testing.T) {
 	}
 	want(3, 3)
 }
+
+// TestMonitorsShareARound: the monitors of one bus and interval come round
+// together — each confirmed every poll_ms, one that gave up polled beside
+// the others still confirmed — and a reload that removes one of them
+// stops it alone: the others keep coming round, and nothing more is
+// recorded for the removed one.
+func TestMonitorsShareARound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		second := strings.Replace(pushedManifest[strings.Index(pushedManifest, "  - name: level"):strings.Index(pushedManifest, "  - name: flow")],
+			"name: level", "name: tank", 1)
+		second = strings.Replace(second, "address: level", "address: tank", 1)
+		text := pushedManifest + second
+		n := openPushed(t, text)
+		synctest.Wait()
+		level, tank := push.monitor("level"), push.monitor("tank")
+		if level == nil || tank == nil {
+			t.Fatal("level and tank are not both monitored")
+		}
+		sub := n.Subscribe(0)
+		defer sub.Close()
+		level.send(40)
+		tank.send(60)
+		drain(sub)
+
+		// level gives up: it is polled every second; tank is still
+		// confirmed every second, in the same rounds.
+		level.giveUp()
+		reads := push.count()
+		time.Sleep(500 * time.Millisecond)
+		for range 3 {
+			tank.keepAlive()
+			time.Sleep(time.Second)
+		}
+		synctest.Wait()
+		if got := push.count() - reads; got != 3 {
+			t.Fatalf("%d device reads of level in 3.5 s after it gave up, want 3", got)
+		}
+		if obs := observed(sub, "tank"); len(obs) != 3 {
+			t.Fatalf("%d observations of tank in 3 s of confirmations, want 3", len(obs))
+		}
+
+		// A reload without tank stops its monitor; level is still polled.
+		m, err := manifest.Parse("pushed.yml", []byte(pushedManifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Reload(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		if started, stopped := push.calls("tank"); started != 1 || stopped != 1 {
+			t.Fatalf("tank monitors started %d, stopped %d after the reload that removed it", started, stopped)
+		}
+		drain(sub)
+		reads = push.count()
+		for range 3 {
+			tank.keepAlive()
+			time.Sleep(time.Second)
+		}
+		synctest.Wait()
+		if obs := observed(sub, "tank"); len(obs) != 0 {
+			t.Fatalf("%d observations of tank after the reload that removed it", len(obs))
+		}
+		if got := push.count() - reads; got != 3 {
+			t.Fatalf("%d device reads of level in 3 s after the reload, want 3", got)
+		}
+		if err := n.Alive(); err != nil {
+			t.Fatalf("Alive: %v", err)
+		}
+	})
+}

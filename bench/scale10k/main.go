@@ -20,9 +20,11 @@
 //     back, the do_ calls' own fsyncs would be the load), with the same
 //     load running.
 //
-// The harness is protocol-neutral past the manifest: a run of another
-// driver (an OPC UA server's monitored items) adds a site generator and a
-// device starter; the phases and the report stay.
+// With -site opcua the devices are one node-opcua server
+// (examples/opcua/server/server.js --points devices×points) instead of the
+// modbus-sim instances, and every point is a monitored item with a
+// deadband (bench/scalesite's OPC UA site); the phases and the report
+// stay.
 package main
 
 import (
@@ -54,6 +56,8 @@ import (
 )
 
 type config struct {
+	site                  string // modbus or opcua
+	node, opcuaServer     string // the Node binary and examples/opcua/server (-site opcua)
 	physd, sim, mosquitto string
 	devices, points       int
 	pollMS                int
@@ -69,9 +73,12 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.physd, "physd", "", "the physd binary")
-	flag.StringVar(&c.sim, "sim", "", "the modbus-sim binary")
+	flag.StringVar(&c.sim, "sim", "", "the modbus-sim binary (-site modbus)")
+	flag.StringVar(&c.site, "site", "modbus", `"modbus": modbus-sim devices; "opcua": one node-opcua server holding every point as a monitored item`)
+	flag.StringVar(&c.node, "node", "", "the Node binary (-site opcua)")
+	flag.StringVar(&c.opcuaServer, "opcua-server", "", "the directory of server.js and its node_modules (-site opcua)")
 	flag.StringVar(&c.mosquitto, "mosquitto", "mosquitto", "the mosquitto binary (with -mqtt auto)")
-	flag.IntVar(&c.devices, "devices", 20, "Modbus TCP devices (modbus-sim instances)")
+	flag.IntVar(&c.devices, "devices", 20, "Modbus TCP devices (modbus-sim instances), or the OPC UA site's zones")
 	flag.IntVar(&c.points, "points", 500, "points per device")
 	flag.IntVar(&c.pollMS, "poll-ms", 1000, "every point's poll_ms")
 	flag.DurationVar(&c.settle, "settle", 60*time.Second, "time after ready before measuring")
@@ -87,8 +94,12 @@ func main() {
 	flag.StringVar(&c.physdEnv, "physd-env", "", "extra environment for physd, space separated (e.g. GOGC=200)")
 	flag.StringVar(&c.physdArgs, "physd-args", "", "extra physd run flags, space separated (e.g. --history-max-mb 0)")
 	flag.Parse()
-	if c.physd == "" || c.sim == "" {
-		fmt.Fprintln(os.Stderr, "scale10k: -physd and -sim are required (bench/scale10k.sh builds them)")
+	switch {
+	case c.site != "modbus" && c.site != "opcua":
+		fmt.Fprintln(os.Stderr, "scale10k: -site is modbus or opcua")
+		os.Exit(2)
+	case c.physd == "" || (c.site == "modbus" && c.sim == "") || (c.site == "opcua" && (c.node == "" || c.opcuaServer == "")):
+		fmt.Fprintln(os.Stderr, "scale10k: -physd, and -sim (modbus) or -node and -opcua-server (opcua), are required (bench/scale10k.sh builds and finds them)")
 		os.Exit(2)
 	}
 	if err := run(c); err != nil {
@@ -146,25 +157,23 @@ func run(c config) error {
 	load0 := loadavg()
 	began := time.Now()
 
-	fmt.Fprintf(os.Stderr, "== %d devices × %d points (modbus-sim -points)\n", c.devices, c.points)
-	var addrs []string
-	for i := range c.devices {
-		addr, err := freeAddr()
+	var site, control scalesite.Site
+	devicePID := 0 // the OPC UA server, whose CPU is reported beside physd's
+	if c.site == "opcua" {
+		site = scalesite.Site{Groups: c.devices, Points: c.points, PollMS: c.pollMS}
+		if site.OPCUA, devicePID, err = startOPCUAServer(c, work, ps, site.ServerPoints()); err != nil {
+			return err
+		}
+		// The control: 20 of the same server's points (the server keeps
+		// moving all of them).
+		control = scalesite.Site{OPCUA: site.OPCUA, Groups: 1, Points: 20, PollMS: c.pollMS}
+	} else {
+		addrs, err := startSims(c, work, ps)
 		if err != nil {
 			return err
 		}
-		log := filepath.Join(work, fmt.Sprintf("sim%02d.log", i+1))
-		cmd := exec.Command(c.sim, "-addr", addr, "-points", strconv.Itoa(c.points), "-setpoints", "8")
-		if cmd.Stderr, err = os.Create(log); err != nil {
-			return err
-		}
-		if err := ps.start(cmd); err != nil {
-			return err
-		}
-		if err := waitLog(log, "moving points", 10*time.Second); err != nil {
-			return fmt.Errorf("modbus-sim %d: %w", i+1, err)
-		}
-		addrs = append(addrs, addr)
+		site = scalesite.Site{Addrs: addrs, Points: c.points, PollMS: c.pollMS}
+		control = scalesite.Site{Addrs: addrs[:1], Points: 20, PollMS: c.pollMS}
 	}
 
 	mqttURL := c.mqtt
@@ -174,7 +183,6 @@ func run(c config) error {
 		}
 	}
 
-	site := scalesite.Site{Addrs: addrs, Points: c.points, PollMS: c.pollMS}
 	var ppAddr string
 	if c.profile != "" {
 		if ppAddr, err = freeAddr(); err != nil {
@@ -190,17 +198,31 @@ func run(c config) error {
 	hc := rawmcp.NewHTTPClient(4)
 	rssAtReady := readStatus(pid)
 
-	fmt.Fprintf(os.Stderr, "== ready after %v; settling %v\n", startup.Round(time.Millisecond), c.settle)
+	fmt.Fprintf(os.Stderr, "== ready after %v\n", startup.Round(time.Millisecond))
+	var subscribed time.Duration
+	if c.site == "opcua" {
+		// Ready is before the server took the monitored items: the
+		// settle counts from when it holds them all (a starved server
+		// takes minutes), so the window measures the monitored load.
+		want := float64(site.Capabilities()) // every one is monitored
+		if subscribed, err = waitMetric(hc, "http://"+httpAddr+"/metrics", "physd_bus_monitored_items", want, 5*time.Minute); err != nil {
+			return err
+		}
+		subscribed += startup
+		fmt.Fprintf(os.Stderr, "== %v monitored items after %v\n", want, subscribed.Round(time.Millisecond))
+	}
+	fmt.Fprintf(os.Stderr, "== settling %v\n", c.settle)
 	time.Sleep(c.settle)
 
 	fmt.Fprintf(os.Stderr, "== steady window %v\n", c.measure)
-	r := &report{c: c, site: site, mqtt: mqttURL != "", startup: startup, rssAtReady: rssAtReady, load0: load0}
+	r := &report{c: c, site: site, mqtt: mqttURL != "", startup: startup, subscribed: subscribed, rssAtReady: rssAtReady, load0: load0}
 	r.metrics0, _ = scrape(hc, "http://"+httpAddr+"/metrics")
 	hist0, histAt0 := fileSize(filepath.Join(state, "history.db")), time.Now()
-	cpu0, wall0, io0 := procCPU(pid), time.Now(), writeBytes(pid)
+	cpu0, wall0, io0, dev0 := procCPU(pid), time.Now(), writeBytes(pid), procCPU(devicePID)
 	stopRSS := sampleRSS(pid, &r.rss)
 	ages := sampleAges(hc, endpoint, c, site, c.measure)
 	r.cpuShare = float64(procCPU(pid)-cpu0) / float64(time.Since(wall0).Microseconds())
+	r.deviceCPUShare = float64(procCPU(devicePID)-dev0) / float64(time.Since(wall0).Microseconds())
 	r.diskWrites = float64(writeBytes(pid)-io0) / time.Since(wall0).Seconds()
 	stopRSS()
 	r.final = readStatus(pid)
@@ -216,9 +238,10 @@ func run(c config) error {
 	}
 
 	fmt.Fprintf(os.Stderr, "== do_ window %v on %s\n", c.do, scalesite.SetpointTool(0))
-	cpu1, wall1 := procCPU(pid), time.Now()
+	cpu1, wall1, dev1 := procCPU(pid), time.Now(), procCPU(devicePID)
 	r.do = doCalls(hc, endpoint, scalesite.SetpointTool(0), c.do, c.doEvery)
 	r.doCPUShare = float64(procCPU(pid)-cpu1) / float64(time.Since(wall1).Microseconds())
+	r.doDeviceCPUShare = float64(procCPU(devicePID)-dev1) / float64(time.Since(wall1).Microseconds())
 	r.historyFile = fileSize(filepath.Join(state, "history.db"))
 	main.stop()
 
@@ -226,7 +249,7 @@ func run(c config) error {
 	// points, on the same machine right after, so the do_ latency under the
 	// load can be told from what this machine's disk and neighbours give.
 	fmt.Fprintf(os.Stderr, "== control: do_ window %v on a site of 20 points\n", c.do)
-	ctl, err := startPhysd(c, ps, filepath.Join(work, "control"), scalesite.Site{Addrs: addrs[:1], Points: 20, PollMS: c.pollMS}, "", "")
+	ctl, err := startPhysd(c, ps, filepath.Join(work, "control"), control, "", "")
 	if err != nil {
 		return err
 	}
@@ -252,6 +275,58 @@ func run(c config) error {
 		return fmt.Errorf("%d do_ errors (first: %s), %d sampler errors (first: %s)", r.do.errors, r.do.first, r.ages.errors, r.ages.first)
 	}
 	return nil
+}
+
+// startSims starts c.devices modbus-sim instances of c.points points on
+// free loopback ports and returns their addresses.
+func startSims(c config, work string, ps *procs) ([]string, error) {
+	fmt.Fprintf(os.Stderr, "== %d devices × %d points (modbus-sim -points)\n", c.devices, c.points)
+	var addrs []string
+	for i := range c.devices {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		log := filepath.Join(work, fmt.Sprintf("sim%02d.log", i+1))
+		cmd := exec.Command(c.sim, "-addr", addr, "-points", strconv.Itoa(c.points), "-setpoints", "8")
+		if cmd.Stderr, err = os.Create(log); err != nil {
+			return nil, err
+		}
+		if err := ps.start(cmd); err != nil {
+			return nil, err
+		}
+		if err := waitLog(log, "moving points", 10*time.Second); err != nil {
+			return nil, fmt.Errorf("modbus-sim %d: %w", i+1, err)
+		}
+		addrs = append(addrs, addr)
+	}
+	return addrs, nil
+}
+
+// startOPCUAServer starts examples/opcua/server's server.js with points
+// moving points on a free loopback port and returns its endpoint.
+func startOPCUAServer(c config, work string, ps *procs, points int) (endpoint string, pid int, err error) {
+	fmt.Fprintf(os.Stderr, "== one node-opcua server of %d points (server.js --points)\n", points)
+	addr, err := freeAddr()
+	if err != nil {
+		return "", 0, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	log := filepath.Join(work, "opcua-server.log")
+	cmd := exec.Command(c.node, "server.js", "--port", port, "--pki", filepath.Join(work, "pki"), "--points", strconv.Itoa(points))
+	cmd.Dir = c.opcuaServer
+	f, err := os.Create(log)
+	if err != nil {
+		return "", 0, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := ps.start(cmd); err != nil {
+		return "", 0, err
+	}
+	if err := waitLog(log, "ready opc.tcp://", 3*time.Minute); err != nil {
+		return "", 0, fmt.Errorf("OPC UA server: %w", err)
+	}
+	return "opc.tcp://127.0.0.1:" + port + "/physd", cmd.Process.Pid, nil
 }
 
 // daemon is a physd the run started.
@@ -310,6 +385,19 @@ func startPhysd(c config, ps *procs, dir string, site scalesite.Site, mqttURL, p
 func (d *daemon) stop() {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	_ = d.cmd.Wait()
+}
+
+// waitMetric waits until the /metrics sample name (summed over labels)
+// reaches want, and returns how long that took.
+func waitMetric(hc *http.Client, url, name string, want float64, limit time.Duration) (time.Duration, error) {
+	t0 := time.Now()
+	for time.Since(t0) < limit {
+		if m, err := scrape(hc, url); err == nil && m[name] >= want {
+			return time.Since(t0), nil
+		}
+		time.Sleep(time.Second)
+	}
+	return 0, fmt.Errorf("%s did not reach %v within %v", name, want, limit)
 }
 
 // freeAddr is a loopback address with a port free now.
@@ -675,19 +763,23 @@ type report struct {
 	site                 scalesite.Site
 	mqtt                 bool
 	startup              time.Duration
+	subscribed           time.Duration // start → the OPC UA server held every monitored item
 	rssAtReady, final    status
 	rollup               rollup
 	rss                  rssStats
 	cpuShare, doCPUShare float64
-	ages                 ageStats
-	do, control          doStats
-	metrics0, metrics1   map[string]float64
-	histBytes            int64
-	diskWrites           float64 // bytes/s the process had written to storage in the steady window
-	histWindow           time.Duration
-	historyFile          int64
-	load0, load1         string
-	elapsed              time.Duration
+	// The OPC UA server's own share of one core (-site opcua), in the
+	// steady and do_ windows.
+	deviceCPUShare, doDeviceCPUShare float64
+	ages                             ageStats
+	do, control                      doStats
+	metrics0, metrics1               map[string]float64
+	histBytes                        int64
+	diskWrites                       float64 // bytes/s the process had written to storage in the steady window
+	histWindow                       time.Duration
+	historyFile                      int64
+	load0, load1                     string
+	elapsed                          time.Duration
 }
 
 func (r *report) delta(name string) float64 { return r.metrics1[name] - r.metrics0[name] }
@@ -699,8 +791,12 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## %s\n\n", r.c.label)
 	fmt.Fprintf(&b, "- %s; %d CPUs (%s); %s; code %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpuModel(), runtime.Version(), gitHead())
-	fmt.Fprintf(&b, "- %d points (%d modbus-sim × %d, unit 1, int16 input registers 30101 … and 4 setpoints each), poll_ms %d, history %s, MQTT %s; settle %v, steady window %v, do_ window %v\n",
-		points, c.devices, c.points, c.pollMS, map[bool]string{true: "on", false: "off"}[!strings.Contains(c.physdArgs, "--history-max-mb 0")],
+	devices := fmt.Sprintf("%d modbus-sim × %d, unit 1, int16 input registers 30101 … and 4 setpoints each", c.devices, c.points)
+	if c.site == "opcua" {
+		devices = fmt.Sprintf("one node-opcua server, server.js --points %d: Double AnalogItems that all move every second, each a monitored item with a 0.5 %% deadband; 5 setpoints beside", points)
+	}
+	fmt.Fprintf(&b, "- %d points (%s), poll_ms %d, history %s, MQTT %s; settle %v, steady window %v, do_ window %v\n",
+		points, devices, c.pollMS, map[bool]string{true: "on", false: "off"}[!strings.Contains(c.physdArgs, "--history-max-mb 0")],
 		map[bool]string{true: "on (mosquitto on loopback)", false: "off"}[r.mqtt], c.settle, c.measure, c.do)
 	if c.physdArgs != "" || c.physdEnv != "" {
 		fmt.Fprintf(&b, "- physd run also with: %s %s\n", c.physdEnv, c.physdArgs)
@@ -709,6 +805,9 @@ func (r *report) markdown() string {
 	b.WriteString("| metric | value |\n| --- | --- |\n")
 	row := func(k, f string, a ...any) { fmt.Fprintf(&b, "| %s | %s |\n", k, fmt.Sprintf(f, a...)) }
 	row("start → ready", "%.1f s (RSS then %.1f MiB)", r.startup.Seconds(), mib(r.rssAtReady.rssKB))
+	if c.site == "opcua" {
+		row("start → every monitored item on the server", "%.1f s", r.subscribed.Seconds())
+	}
 	row("CPU, steady (share of one core)", "**%.1f %%**", 100*r.cpuShare)
 	r.rss.mu.Lock()
 	meanRSS := 0.0
@@ -724,8 +823,13 @@ func (r *report) markdown() string {
 		pct(r.ages.ages, .5), pct(r.ages.ages, .99), pct(r.ages.ages, 1), len(r.ages.ages), r.ages.readsPerSecond, len(r.ages.pointsSampled))
 	row("… answers not from a poll (cached: false) / not good", "%d / %d", r.ages.uncached, r.ages.bad)
 	row("resources/read round trip p50 / p99", "%.2f / %.2f ms", pct(r.ages.readLatencies, .5), pct(r.ages.readLatencies, .99))
-	polls := r.delta("physd_bus_requests")
-	row("Modbus requests / s; point reads coalesced into them", "%.1f; %.0f %% (%.0f coalesced reads/s)", polls/win, 100*r.delta("physd_bus_coalesced_reads")/(r.delta("physd_bus_coalesced_reads")+polls), r.delta("physd_bus_coalesced_reads")/win)
+	if c.site == "opcua" {
+		row("monitored items (subscriptions); notifications / s; keep-alives; subscriptions lost", "%.0f (%.0f); %.0f; %.0f; %.0f", r.metrics1["physd_bus_monitored_items"], r.metrics1["physd_bus_subscriptions"],
+			r.delta("physd_bus_notifications")/win, r.delta("physd_bus_keepalives"), r.delta("physd_bus_subscription_losses"))
+	} else {
+		polls := r.delta("physd_bus_requests")
+		row("Modbus requests / s; point reads coalesced into them", "%.1f; %.0f %% (%.0f coalesced reads/s)", polls/win, 100*r.delta("physd_bus_coalesced_reads")/(r.delta("physd_bus_coalesced_reads")+polls), r.delta("physd_bus_coalesced_reads")/win)
+	}
 	row("observations dropped by a subscriber (window)", "%.0f", r.delta("physd_observations_dropped"))
 	if r.mqtt {
 		row("MQTT messages / s (dropped in the window)", "%.0f (%.0f)", r.delta("physd_mqtt_published")/win, r.delta("physd_mqtt_dropped"))
@@ -739,6 +843,9 @@ func (r *report) markdown() string {
 	}
 	row("do_ "+scalesite.SetpointTool(0)+", "+pace+": p50 / p99 / max", "%.1f / **%.1f** / %.1f ms (%d calls, %.1f/s, %s)", pct(r.do.lat, .5), pct(r.do.lat, .99), pct(r.do.lat, 1), len(r.do.lat), r.do.callsPerSecon, statusText(r.do.statuses))
 	row("CPU during the do_ window", "%.1f %% of one core", 100*r.doCPUShare)
+	if c.site == "opcua" {
+		row("the OPC UA server's own CPU (node-opcua, one thread of JavaScript): steady / do_ window", "%.1f %% / %.1f %% of one core", 100*r.deviceCPUShare, 100*r.doDeviceCPUShare)
+	}
 	row("control: the same do_ calls on a site of 20 points, right after", "%.1f / %.1f / %.1f ms (%d calls, %s)", pct(r.control.lat, .5), pct(r.control.lat, .99), pct(r.control.lat, 1), len(r.control.lat), statusText(r.control.statuses))
 	if r.do.errors+r.ages.errors > 0 {
 		row("errors", "do_ %d (%s); sampler %d (%s)", r.do.errors, r.do.first, r.ages.errors, r.ages.first)

@@ -11,6 +11,8 @@ import (
 	"github.com/physd/physd/bench/scalesite"
 	_ "github.com/physd/physd/drivers/modbus" // modbus_tcp
 	"github.com/physd/physd/drivers/modbus/modbustest"
+	_ "github.com/physd/physd/drivers/opcua" // opcua
+	"github.com/physd/physd/drivers/opcua/opcuatest"
 	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/mcpserver"
@@ -41,15 +43,36 @@ func TestSiteFitsClientsAndIsObserved(t *testing.T) {
 		t.Cleanup(func() { srv.Stop() })
 		addrs = append(addrs, srv.Addr)
 	}
-	m, err := manifest.Parse("scale.yml", scalesite.Site{Addrs: addrs}.Manifest())
+	checkSite(t, scalesite.Site{Addrs: addrs}, devices*points)
+}
+
+// TestOPCUASiteFitsClientsAndIsObserved: the OPC UA site — 10 000 points
+// on one node-opcua server (server.js --points), each a monitored item
+// with a deadband — lists at most 40 tools, and every point's first value
+// comes through the subscription with quality good.
+func TestOPCUASiteFitsClientsAndIsObserved(t *testing.T) {
+	t.Parallel()
+	var site scalesite.Site
+	site.OPCUA = opcuatest.Start(t, opcuatest.Options{Points: site.ServerPoints()}).Endpoint
+	checkSite(t, site, site.Capabilities())
+}
+
+// checkSite runs the generated site (caps capabilities) on a node and
+// checks its default tools/list (with instances and with families), the
+// observation resources, and that every read point comes round on the
+// observation stream with a good value.
+func checkSite(t *testing.T, site scalesite.Site, caps int) {
+	t.Helper()
+	devices, reads := site.Devices(), site.Reads()
+	m, err := manifest.Parse("scale.yml", site.Manifest())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Capabilities) != devices*points {
-		t.Fatalf("%d capabilities, want %d", len(m.Capabilities), devices*points)
+	if len(m.Capabilities) != caps {
+		t.Fatalf("%d capabilities, want %d", len(m.Capabilities), caps)
 	}
 	rig := testrig.OpenManifest(t, m, "", nil)
-	sub := rig.Node.Subscribe(4 * devices * points)
+	sub := rig.Node.Subscribe(4 * caps)
 	defer sub.Close()
 
 	ctx := context.Background()
@@ -102,7 +125,7 @@ func TestSiteFitsClientsAndIsObserved(t *testing.T) {
 			if n > 40 {
 				t.Errorf("%d resources listed", n)
 			}
-			for _, name := range []string{scalesite.PointName(0, 0), scalesite.PointName(7, 321), scalesite.PointName(19, 495)} {
+			for _, name := range []string{scalesite.PointName(0, 0), scalesite.PointName(7, 321), scalesite.PointName(devices-1, reads-1)} {
 				if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.ObsURIPrefix + name}); err != nil {
 					t.Errorf("%s: %v", name, err)
 				}
@@ -115,14 +138,14 @@ func TestSiteFitsClientsAndIsObserved(t *testing.T) {
 	// Every point comes round on the observation stream with a good value.
 	seen := map[string]bool{}
 	deadline := time.After(2 * time.Minute)
-	for len(seen) < devices*points {
+	for len(seen) < caps {
 		select {
 		case o := <-sub.C:
 			if o.Cap != nil && o.Obs.Quality == promcp.QualityGood {
 				seen[o.Cap.Name] = true
 			}
 		case <-deadline:
-			t.Fatalf("%d of %d points observed with a good value (%d observations dropped)", len(seen), devices*points, sub.Dropped())
+			t.Fatalf("%d of %d points observed with a good value (%d observations dropped)", len(seen), caps, sub.Dropped())
 		}
 	}
 }

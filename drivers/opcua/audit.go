@@ -21,8 +21,9 @@ import (
 // reported, and drops status-only changes under a deadband filter) would
 // have physd serve a stale value, or a Bad one, as good for as long as
 // the subscription lives. So every auditKeepAlives keep-alive periods the
-// items a live subscription vouches for are read in one Read (at most the
-// server's MaxNodesPerRead; others at a later audit). An item
+// items a live subscription vouches for are read (at most the server's
+// MaxNodesPerRead; others at a later audit), in Reads of at most
+// maxItemsPerCall nodes so the server answers Publish between them. An item
 // whose server value differs from what the server last reported (another
 // status, or a value beyond the deadband), and still does, unreported,
 // once any change sampled before the first read must have been published,
@@ -52,17 +53,24 @@ func (ms *monitorSet) audit(ctx context.Context, c *opcua.Client) error {
 	if len(its) == 0 {
 		return nil
 	}
-	rctx, cancel := ms.b.call(ctx)
-	res, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: reads, TimestampsToReturn: ua.TimestampsToReturnNeither})
-	cancel()
-	if err != nil || len(res.Results) != len(its) {
-		if err != nil && sessionLost(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ua.StatusBadTimeout) {
-			return err
+	results := make([]*ua.DataValue, 0, len(reads))
+	for len(results) < len(reads) {
+		part := reads[len(results):min(len(results)+maxItemsPerCall, len(reads))]
+		rctx, cancel := ms.b.call(ctx)
+		res, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: part, TimestampsToReturn: ua.TimestampsToReturnNeither})
+		cancel()
+		if err != nil || len(res.Results) != len(part) {
+			if err != nil && sessionLost(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ua.StatusBadTimeout) {
+				return err
+			}
+			// Refused as a whole, or slow: the rest waits for the next
+			// audit (silence is the keep-alive deadline's to judge, as
+			// for Publish).
+			break
 		}
-		// Refused as a whole, or slow: no audit this time (silence is
-		// the keep-alive deadline's to judge, as for Publish).
-		return nil
+		results = append(results, res.Results...)
 	}
+	its = its[:len(results)]
 	now := time.Now()
 	ms.mu.Lock()
 	var ds []delivery
@@ -70,7 +78,7 @@ func (ms *monitorSet) audit(ctx context.Context, c *opcua.Client) error {
 		if it.stopped || it.gaveUp || !it.vouched || it.sub == nil || !it.sub.live {
 			continue
 		}
-		dv := res.Results[i]
+		dv := results[i]
 		if !it.unreported(dv) {
 			it.suspect = time.Time{}
 			continue

@@ -65,6 +65,8 @@ type monitorSet struct {
 	recheck    time.Time // when an audit's suspicion is due to be read again (audit.go)
 
 	notifications, keepAlives, losses atomic.Int64
+
+	notified []delivery // notify's buffer (run's own: reused for every message)
 }
 
 // item is one monitored node (drivers.Monitor).
@@ -120,6 +122,7 @@ type subscription struct {
 	live     bool          // held by the server for the current session
 	since    time.Time     // when it became live (created, or taken over)
 	last     time.Time     // when its last publish response (data or keep-alive) arrived
+	heard    bool          // a publish response for it arrived (else last is when its items were created)
 	nextSeq  uint32        // the sequence number its next notification message carries; 0: unknown
 }
 

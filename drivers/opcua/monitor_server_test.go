@@ -586,3 +586,63 @@ func TestOPCUAMonitorUnreportedChange(t *testing.T) {
 		t.Fatalf("Confirmed %d after the item was given up", seq)
 	}
 }
+
+// TestOPCUAMonitorCallSizes: 2 500 monitored items on a server that takes
+// 10 000 per call (node-opcua) are created in calls of at most
+// maxItemsPerCall, and the audit reads them all in Reads of at most as
+// many nodes: a server that works on one thread answers nothing else while
+// it works through one call.
+func TestOPCUAMonitorCallSizes(t *testing.T) {
+	t.Parallel()
+	const n = 2500
+	srv := opcuatest.Start(t, opcuatest.Options{Points: n, LogSizes: true})
+	var caps strings.Builder
+	for i := range n {
+		caps.WriteString(readCap(fmt.Sprintf("p%05d", i), "float", fmt.Sprintf("{type: opcua, bus: plc, node: 'ns=1;s=P%05d'}", i)))
+	}
+	_, p := openAll(t, mustParse(t, "{type: opcua, endpoint: '"+srv.Endpoint+"', connect_timeout_ms: 10000}", caps.String()))
+	var ws []*watcher
+	for i := range n {
+		_, w := monitor(t, p[fmt.Sprintf("p%05d", i)], time.Second, nil)
+		ws = append(ws, w)
+	}
+	for i, w := range ws {
+		if u := w.next(t, 60*time.Second, fmt.Sprintf("p%05d's first value", i)); u.Err != nil {
+			t.Fatalf("p%05d: %v", i, u.Err)
+		}
+	}
+	// An audit comes every 5 keep-alive periods (5 s here).
+	sizes := func(name string) []int {
+		var out []int
+		for _, l := range strings.Split(srv.Output(), "\n") {
+			if v, ok := strings.CutPrefix(l, "request "+name+" "); ok {
+				var k int
+				fmt.Sscan(v, &k)
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	created, audited := 0, 0
+	for deadline := time.Now().Add(30 * time.Second); audited < n && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		created, audited = 0, 0
+		for _, k := range sizes("ReadRequest") {
+			if k > 3 { // the session's own reads are of one to three nodes
+				audited += k
+			}
+		}
+		for _, k := range sizes("CreateMonitoredItemsRequest") {
+			created += k
+		}
+	}
+	if created != n || audited < n {
+		t.Fatalf("%d items created, %d nodes audited; want %d and at least %d", created, audited, n, n)
+	}
+	for _, name := range []string{"CreateMonitoredItemsRequest", "ReadRequest"} {
+		for _, k := range sizes(name) {
+			if k > maxItemsPerCall {
+				t.Errorf("a %s of %d items, more than %d", name, k, maxItemsPerCall)
+			}
+		}
+	}
+}

@@ -121,7 +121,7 @@ func (ms *monitorSet) handle(ctx context.Context, c *opcua.Client, pub *publishe
 		ms.keepAlives.Add(1)
 		ms.mu.Lock()
 		if s.live {
-			s.nextSeq, s.last = msg.SequenceNumber, r.at
+			s.nextSeq, s.last, s.heard = msg.SequenceNumber, r.at, true
 		}
 		ms.mu.Unlock()
 		return nil
@@ -166,7 +166,10 @@ func (ms *monitorSet) notify(s *subscription, msg *ua.NotificationMessage, at ti
 		ms.mu.Unlock()
 		return
 	}
-	var ds []delivery
+	// One message may carry a change of every item (10 000 at a plant's
+	// scale): the deliveries go in run's buffer, kept from message to
+	// message rather than grown afresh for each.
+	ds := ms.notified[:0]
 	ended := ""
 	for _, eo := range msg.NotificationData {
 		if eo == nil {
@@ -189,9 +192,11 @@ func (ms *monitorSet) notify(s *subscription, msg *ua.NotificationMessage, at ti
 			ended = "the server ended subscription " + fmt.Sprint(s.id) + ": " + statusName(v.Status)
 		}
 	}
-	s.nextSeq, s.last = msg.SequenceNumber+1, at
+	s.nextSeq, s.last, s.heard = msg.SequenceNumber+1, at, true
 	ms.mu.Unlock()
 	deliverAll(ds)
+	clear(ds) // the buffer holds no update past its delivery
+	ms.notified = ds[:0]
 	if ended != "" {
 		ms.dropSubscriptions(s, ended)
 	}

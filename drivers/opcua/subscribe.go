@@ -51,6 +51,13 @@ const (
 	// defaultItemsPerCall is the CreateMonitoredItems batch when the
 	// server publishes no MaxMonitoredItemsPerCall.
 	defaultItemsPerCall = 500
+	// maxItemsPerCall bounds a CreateMonitoredItems batch and an audit's
+	// Read however many the server allows (node-opcua allows 10 000): a
+	// server that works on one thread (node-opcua) answers nothing else,
+	// Publish included, until it is through one call, which for 10 000
+	// items on a loaded machine can outlast timeout_ms; and a call
+	// without a reply drops the session and every item with it.
+	maxItemsPerCall = 1000
 	// watchdogTick is how often the keep-alive deadlines are checked.
 	watchdogTick = 100 * time.Millisecond
 )
@@ -373,7 +380,7 @@ func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
 		limit(rr.Results[2], &readBatch)
 	}
 	ms.mu.Lock()
-	ms.batch, ms.readBatch = batch, readBatch
+	ms.batch, ms.readBatch = min(batch, maxItemsPerCall), readBatch
 	sameRun := !start.IsZero() && start.Equal(ms.startTime)
 	ms.startTime = start
 	var ids []uint32
@@ -584,6 +591,17 @@ func (ms *monitorSet) createItems(ctx context.Context, c *opcua.Client, interval
 		}
 		items = items[n:]
 	}
+	// No Publish is asked for while the items are created, so until the
+	// subscription's first reply its silence counts from now, not from
+	// CreateSubscription: 10 000 items created on a busy server took
+	// longer than the keep-alive deadline, and the subscription was
+	// given up before physd had asked it for anything. No item is vouched
+	// for before that first reply.
+	ms.mu.Lock()
+	if !s.heard && s.live {
+		s.last = time.Now()
+	}
+	ms.mu.Unlock()
 	return nil
 }
 

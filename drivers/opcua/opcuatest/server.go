@@ -54,6 +54,14 @@ type Options struct {
 	// WriteFault answers every Write request with a ServiceFault of this
 	// status name (BadUserAccessDenied): the server writes nothing.
 	WriteFault string
+	// Points adds the folder Scale: Points Double AnalogItems
+	// ns=1;s=P00000 … that all move every second, and writable setpoints
+	// ns=1;s=SP0 … (the 10 000-point benchmark's server), with limits that
+	// take them all as one session's monitored items.
+	Points int
+	// LogSizes has the server print "request CreateMonitoredItemsRequest
+	// N" and "request ReadRequest N" (Output) for each such request.
+	LogSizes bool
 }
 
 // Server is a running test server.
@@ -193,6 +201,12 @@ func (s *Server) start() (portTaken bool) {
 	}
 	if s.opts.PublishDelay > 0 {
 		args = append(args, "--publish-delay", fmt.Sprint(s.opts.PublishDelay))
+	}
+	if s.opts.LogSizes {
+		args = append(args, "--log-sizes")
+	}
+	if s.opts.Points > 0 {
+		args = append(args, "--points", fmt.Sprint(s.opts.Points))
 	}
 	if s.opts.Process != nil {
 		args = append(args, "--process", fmt.Sprint(*s.opts.Process))

@@ -4,6 +4,7 @@
 //
 //   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE] [--shift-namespace]
 //                  [--operation-limits N] [--process VALUE] [--session-timeout MS]
+//                  [--points N [--setpoints M]]
 //
 // Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
 //   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
@@ -54,6 +55,13 @@
 //   Line1/Odd              ns=1;s=Odd;Id (a ';' in the string id)
 //   Line1/Reset            a Method
 //   Deep/L3/L4/L5/L6/L7/Bottom  Double, 9 levels below Objects (beyond the scan's default depth)
+// Folder Scale, with --points N only (the 10 000-point benchmark, bench/scale10k.sh with SITE=opcua):
+//   ns=1;s=P00000 … P<N-1>   Double AnalogItems, EURange 0..100, read-only: each a sine of 40 around
+//                        50 with its own phase and a period of 60 to 120 s, all updated once a second
+//                        by one timer, so most move beyond a 0.5 % deadband every second
+//   ns=1;s=SP0 … SP<M-1>  Double AnalogItems, EURange 0..100, writable, start at 50 (--setpoints M, default 8)
+// With --points the server's limits take one session of N monitored items in one subscription and
+// one Publish response of up to N notifications (node-opcua's default is 1 000 per response).
 // --shift-namespace registers urn:physd:shifted before the test namespace, which is then ns=2:
 // a reordered namespace table. --operation-limits N publishes and enforces MaxNodesPerRead and
 // MaxNodesPerBrowse N (a larger request is answered BadTooManyOperations).
@@ -68,12 +76,14 @@
 // answers every Publish request after the first N with a ServiceFault NAME
 // (BadTooManyPublishRequests, BadSubscriptionIdInvalid, ...).
 // --write-fault NAME answers every Write request with a ServiceFault NAME (nothing written).
+// --log-sizes prints "request CreateMonitoredItemsRequest N" and "request ReadRequest N" on stdout
+// for every such request (N: its items or nodes), so a test can see how a client splits its calls.
 "use strict";
 const fs = require("fs");
 const path = require("path");
 const {
   OPCUAServer, OPCUACertificateManager, Variant, DataType, StatusCodes,
-  SecurityPolicy, MessageSecurityMode, standardUnits, AccessLevelFlag, VariantArrayType, makeEUInformation,
+  SecurityPolicy, MessageSecurityMode, standardUnits, AccessLevelFlag, VariantArrayType, makeEUInformation, Subscription,
 } = require("node-opcua");
 
 function arg(name, def) {
@@ -113,6 +123,8 @@ async function main() {
   if (limits > 0) {
     options.serverCapabilities = { operationLimits: { maxNodesPerRead: limits, maxNodesPerBrowse: limits } };
   }
+  const points = parseInt(arg("--points", "0"), 10);
+  if (points > 0) scaleLimits(options, points);
   if (userCert !== "") {
     const userCertificateManager = new OPCUACertificateManager({
       rootFolder: path.join(pki, "users"),
@@ -181,6 +193,7 @@ async function main() {
   readOnly("Locked", "s=Locked", 5);
   readOnly("Numeric", "i=1001", 7.25);
   addCommissioningNodes(addressSpace, ns);
+  if (points > 0) addScaleNodes(addressSpace, ns, points, parseInt(arg("--setpoints", "8"), 10));
 
   const proc = ns.addAnalogDataItem({
     componentOf: plant, browseName: "Process", nodeId: "s=Process", dataType: "Double",
@@ -244,8 +257,11 @@ function hostile(server) {
   const foreignHandles = process.argv.includes("--foreign-handles");
   const dropChanges = process.argv.includes("--drop-changes");
   const [faultName, faultAfter] = arg("--publish-fault", "").split(":");
+  const logSizes = process.argv.includes("--log-sizes");
   server.on("request", (request, channel) => {
     const name = request.schema.name;
+    if (logSizes && name === "CreateMonitoredItemsRequest") process.stdout.write("request " + name + " " + (request.itemsToCreate || []).length + "\n");
+    if (logSizes && name === "ReadRequest") process.stdout.write("request " + name + " " + (request.nodesToRead || []).length + "\n");
     if (sessionTimeout > 0 && name === "CreateSessionRequest") {
       request.requestedSessionTimeout = Math.min(request.requestedSessionTimeout || sessionTimeout, sessionTimeout);
     }
@@ -290,6 +306,56 @@ function hostile(server) {
       channel.send_response("MSG", OPCUAServer.makeServiceFault(status, ["physd test server: --publish-fault"]), message, () => {});
     };
   }
+}
+
+// scaleLimits raises node-opcua's limits so that one session holds points
+// monitored items in one subscription and a Publish response carries them
+// all (see the header).
+function scaleLimits(options, points) {
+  const caps = options.serverCapabilities || {};
+  caps.operationLimits = { maxMonitoredItemsPerCall: Math.max(points, 10000), ...(caps.operationLimits || {}) };
+  Object.assign(caps, {
+    maxMonitoredItems: Math.max(points * 2, 1000000),
+    maxMonitoredItemsPerSubscription: Math.max(points * 2, 100000),
+    maxMonitoredItemsQueueSize: Math.max(points * 2, 60000),
+  });
+  options.serverCapabilities = caps;
+  Subscription.maxNotificationPerPublishHighLimit = Math.max(Subscription.maxNotificationPerPublishHighLimit, points + 100);
+}
+
+// addScaleNodes adds the folder Scale (see the header): n points moved by
+// one timer and m writable setpoints.
+function addScaleNodes(addressSpace, ns, n, m) {
+  const scale = ns.addFolder(addressSpace.rootFolder.objects, { browseName: "Scale", nodeId: "s=Scale" });
+  const ro = AccessLevelFlag.CurrentRead;
+  const rw = "CurrentRead | CurrentWrite";
+  const nodes = [];
+  const phase = [];
+  const period = [];
+  for (let i = 0; i < n; i++) {
+    const name = "P" + String(i).padStart(5, "0");
+    nodes.push(ns.addAnalogDataItem({
+      componentOf: scale, browseName: name, nodeId: "s=" + name, dataType: "Double",
+      engineeringUnitsRange: { low: 0, high: 100 }, accessLevel: ro, userAccessLevel: ro,
+    }));
+    phase.push((i * 0.618034) % 1);
+    period.push(60 + (i % 7) * 10);
+  }
+  for (let k = 0; k < m; k++) {
+    ns.addAnalogDataItem({
+      componentOf: scale, browseName: "SP" + k, nodeId: "s=SP" + k, dataType: "Double",
+      engineeringUnitsRange: { low: 0, high: 100 }, accessLevel: rw, userAccessLevel: rw,
+    }).setValueFromSource(new Variant({ dataType: DataType.Double, value: 50 }));
+  }
+  const update = () => {
+    const t = Date.now() / 1000;
+    for (let i = 0; i < n; i++) {
+      const v = 50 + 40 * Math.sin(2 * Math.PI * (t / period[i] + phase[i]));
+      nodes[i].setValueFromSource(new Variant({ dataType: DataType.Double, value: Math.round(v * 100) / 100 }));
+    }
+  };
+  update();
+  setInterval(update, 1000).unref();
 }
 
 // addCommissioningNodes adds the folder Commissioning (see the header).
