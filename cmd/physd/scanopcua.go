@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"flag"
@@ -166,6 +167,21 @@ func scanFlag(key string) string {
 // spelt with '_'; certificate, username and endpoint are also words).
 var keyRE = regexp.MustCompile(`\b(security_policy|security_mode|server_certificate|server_trust|server_sha256|private_key|application_uri|password_env|user_certificate|user_private_key|connect_timeout_ms|timeout_ms|max_nodes)\b(: )?`)
 
+// describes reports whether the text after "key: " describes the value
+// ("the server's certificate file", an error's text) rather than being
+// it: a word in lowercase describes, except a hex string such as a
+// SHA-256 ("ee08…"), which is the value.
+func describes(after string) bool {
+	word, _, _ := strings.Cut(after, " ")
+	if word == "" || word[0] < 'a' || word[0] > 'z' {
+		return false
+	}
+	if _, err := hex.DecodeString(word); err == nil && len(word) >= 8 {
+		return false
+	}
+	return true
+}
+
 // flagText rewrites the bus keys a driver message names as the flags that
 // set them: "add security_policy: Basic256Sha256" → "add
 // --security-policy Basic256Sha256" (a key before a description keeps
@@ -177,7 +193,7 @@ func flagText(s string) string {
 		b.WriteString(s[last:m[0]])
 		b.WriteString(scanFlag(s[m[2]:m[3]]))
 		if m[4] >= 0 { // "key: "
-			if next := m[5]; next < len(s) && s[next] >= 'a' && s[next] <= 'z' {
+			if describes(s[m[5]:]) {
 				b.WriteString(": ")
 			} else {
 				b.WriteString(" ")

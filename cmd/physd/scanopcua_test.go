@@ -132,3 +132,20 @@ func TestScanOPCUASecure(t *testing.T) {
 		t.Errorf("a saved certificate in the way: exit %d\n%s", code, stderr)
 	}
 }
+
+// TestFlagTextKeepsValues: a key's value becomes the flag's argument,
+// whatever its first letter (a SHA-256 may start with a–f); a description
+// after the key keeps its colon.
+func TestFlagTextKeepsValues(t *testing.T) {
+	for in, want := range map[string]string{
+		"pin it: server_sha256: ee08db9f (the scan saves it)":  "pin it: --server-sha256 ee08db9f (the scan saves it)",
+		"pin it: server_sha256: 0e08db9f (the scan saves it)":  "pin it: --server-sha256 0e08db9f (the scan saves it)",
+		"or server_certificate: the server's certificate file": "or --server-certificate: the server's certificate file",
+		"add security_policy: Basic256Sha256":                  "add --security-policy Basic256Sha256",
+		"private_key: open k.pem: no such file":                "--private-key: open k.pem: no such file",
+	} {
+		if got := flagText(in); got != want {
+			t.Errorf("flagText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
