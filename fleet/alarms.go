@@ -97,7 +97,7 @@ func (u *Uplink) alarmLoop(e *alarms.Engine, nudge chan struct{}) {
 			continue
 		}
 		if c == nil {
-			c = &chain{js: u.js, nc: nc, subject: u.AlarmStateSubject(), timeout: u.cfg.PublishTimeout, window: 1}
+			c = &chain{life: u.life, js: u.js, nc: nc, subject: u.AlarmStateSubject(), timeout: u.cfg.PublishTimeout, window: 1}
 		}
 		err := func() error {
 			if now := u.conns.Load(); !synced || conn != now {

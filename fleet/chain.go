@@ -59,6 +59,7 @@ const maxBatchBytes = 1 << 20
 // A stream that does not take atomic batches (allow_atomic: false, or a
 // server before 2.12) gets one conditional publish per round trip.
 type chain struct {
+	life    context.Context // the uplink's: ends at Close (nil: never)
 	js      jetstream.JetStream
 	nc      *nats.Conn
 	subject string
@@ -68,6 +69,16 @@ type chain struct {
 	last   uint64    // the stream sequence of the subject's last message, as of the last sync or ack
 	atomic bool      // the stream takes atomic batches (its config, read at sync)
 	single time.Time // until then one message at a time (the hub had too many batches in flight)
+}
+
+// request is the context of one request to the hub: its timeout, and no
+// longer than the uplink lives.
+func (c *chain) request() (context.Context, context.CancelFunc) {
+	life := c.life
+	if life == nil {
+		life = context.Background()
+	}
+	return context.WithTimeout(life, c.timeout)
 }
 
 // errResync means the stream holds messages the chain did not see
@@ -109,7 +120,7 @@ func (r *resyncs) check(cursor int64, subject, ids string) error {
 // (nil when it has none). create, if not nil, is the configuration of
 // the stream to create when it is missing.
 func (c *chain) sync(stream string, create *jetstream.StreamConfig) (*jetstream.RawStreamMsg, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := c.request()
 	defer cancel()
 	st, err := c.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) && create != nil {
@@ -184,7 +195,7 @@ func retryInFlight(send func() error) error {
 
 // sendOne is one conditional publish, acknowledged.
 func (c *chain) sendOne(m *nats.Msg) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := c.request()
 	defer cancel()
 	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(c.last), jetstream.WithRetryAttempts(0))
 	if err != nil {
@@ -203,7 +214,7 @@ func (c *chain) sendOne(m *nats.Msg) error {
 // without waiting, the first carrying the condition, the last the commit
 // that the stream acknowledges for all.
 func (c *chain) sendBatch(msgs []*nats.Msg) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := c.request()
 	defer cancel()
 	id := nuid.Next()
 	for i, m := range msgs {

@@ -24,6 +24,7 @@
 package fleet
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -217,8 +218,14 @@ type Uplink struct {
 
 	nudge chan struct{}
 	stop  chan struct{}
-	done  sync.WaitGroup
-	once  sync.Once
+	// life ends at Close: every request to the hub is bounded by it as
+	// well as by its timeout, so a hub that does not answer (a cut WAN, a
+	// refused inbox) holds up no shutdown: the outputs' safe states on
+	// shutdown come after the uplink stops.
+	life    context.Context
+	endLife context.CancelFunc
+	done    sync.WaitGroup
+	once    sync.Once
 
 	connected atomic.Bool
 	synced    atomic.Bool
@@ -275,8 +282,9 @@ func New(cfg Config) (*Uplink, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	base := cfg.Prefix + "." + cfg.Site + "." + cfg.DeviceID
+	life, endLife := context.WithCancel(context.Background())
 	return &Uplink{cfg: cfg, log: cfg.Logger.With("component", "fleet"), base: base, subject: base + ".audit",
-		nudge: make(chan struct{}, 1), stop: make(chan struct{})}, nil
+		nudge: make(chan struct{}, 1), stop: make(chan struct{}), life: life, endLife: endLife}, nil
 }
 
 // AuditSubject is the subject of this device's audit records.
@@ -381,7 +389,7 @@ func (u *Uplink) connect(opts []nats.Option) bool {
 			var js jetstream.JetStream
 			if js, err = u.jetStream(nc); err == nil {
 				u.js = js
-				u.audit = chain{js: js, nc: nc, subject: u.subject, timeout: u.cfg.PublishTimeout, window: u.cfg.Window}
+				u.audit = chain{life: u.life, js: js, nc: nc, subject: u.subject, timeout: u.cfg.PublishTimeout, window: u.cfg.Window}
 				u.nc.Store(nc)
 				if nc.IsConnected() {
 					u.onConnected(nc)
@@ -730,6 +738,7 @@ func (u *Uplink) Stats() Stats {
 func (u *Uplink) Close() {
 	u.once.Do(func() {
 		close(u.stop)
+		u.endLife()
 		u.done.Wait()
 		if nc := u.nc.Load(); nc != nil {
 			_ = nc.FlushTimeout(time.Second)

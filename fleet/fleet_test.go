@@ -360,3 +360,37 @@ func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	}
 	return js
 }
+
+// TestUplinkCloseDoesNotWaitForASilentHub: a hub that never answers (here
+// the replies to a gateway that names another site are not delivered to
+// it) holds up no shutdown: Close ends the requests under way at once,
+// not after their timeout, so the outputs' safe states on shutdown (which
+// come after the uplink stops) are not delayed by a cut WAN.
+func TestUplinkCloseDoesNotWaitForASilentHub(t *testing.T) {
+	h := natstest.Start(t, t.TempDir(), natstest.SiteUser("north", "pw", "physd", "north", stream))
+	_, js := admin(t, h)
+	createStream(t, js)
+	al, err := audit.OpenWith(t.TempDir(), audit.Options{MaxBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	appendN(t, al, 3)
+	u, err := New(Config{URLs: []string{h.URL()}, Site: "south", DeviceID: "gw_1", Stream: stream, Prefix: "physd",
+		Options: []nats.Option{nats.UserInfo("north", "pw")}, ConnectTimeout: time.Second, PublishTimeout: 30 * time.Second,
+		ReconnectWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Start(al)
+	waitFor(t, "connected", 5*time.Second, func() bool { return u.Stats().Connected })
+	time.Sleep(500 * time.Millisecond) // its first request to the stream is under way, unanswered
+	start := time.Now()
+	u.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %v with a request under way to a hub that does not answer (its timeout is 30 s)", took)
+	}
+	if s := u.Stats(); s.Published != 0 {
+		t.Errorf("published %d records through a hub that answers nothing", s.Published)
+	}
+}

@@ -111,7 +111,7 @@ func (c *histCopier) copy(nc *nats.Conn) error {
 		s := c.series[capab.Name]
 		if s == nil {
 			tool := capab.ToolName()
-			s = &histSeries{tool: tool, chain: chain{js: u.js, nc: nc, subject: u.HistSubject(tool), timeout: u.cfg.PublishTimeout, window: u.cfg.Window}}
+			s = &histSeries{tool: tool, chain: chain{life: u.life, js: u.js, nc: nc, subject: u.HistSubject(tool), timeout: u.cfg.PublishTimeout, window: u.cfg.Window}}
 			c.series[capab.Name] = s
 		}
 		for {
