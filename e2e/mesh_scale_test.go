@@ -88,7 +88,10 @@ func startSite(t *testing.T, size, maxPeers int, ratePolicy bool) ([]*daemon, *m
 	}
 	t.Logf("%d gateways up after %v", size, time.Since(began).Round(time.Millisecond))
 	cs := connectHTTP(t, ds[0], "2026-07-28")
-	deadline := time.Now().Add(60 * time.Second)
+	// Usually seconds; one run in three here took 63 s (why is not yet
+	// known): the tests below are of the silent owner, this only waits
+	// for the site.
+	deadline := time.Now().Add(120 * time.Second)
 	for len(listRemote(t, cs)) < 2*(size-1) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gw_01 lists %d remote tools of %d", len(listRemote(t, cs)), 2*(size-1))
