@@ -143,13 +143,11 @@ func CatalogOf(m *manifest.Manifest, site string, serves []string, instance, sta
 	c := Catalog{Site: site, DeviceID: m.Device.ID, Zone: mc.Zone, Area: mc.Area, Serves: append([]string{}, serves...),
 		State: state, Instance: instance, HeartbeatMS: heartbeat.Milliseconds(), Capabilities: []Entry{}}
 	// mc lists the exposed capabilities only (a point that is no tool is
-	// not served to the fleet either), so its entries are matched by tool.
-	staleAfter := make(map[string]int64, len(mc.Capabilities))
-	for _, mcap := range m.ExposedCapabilities() {
-		staleAfter[mcap.ToolName()] = mcap.StaleAfter().Milliseconds()
-	}
+	// not served to the fleet either): each entry finds its capability by
+	// name, not by position.
 	for _, e := range mc.Capabilities {
-		c.Capabilities = append(c.Capabilities, Entry{CatalogEntry: e, StaleAfterMS: staleAfter[e.Tool]})
+		stale := m.Capability(manifest.CapabilityName(e.Tool)).StaleAfter()
+		c.Capabilities = append(c.Capabilities, Entry{CatalogEntry: e, StaleAfterMS: stale.Milliseconds()})
 	}
 	c.Hash = c.hash()
 	return c
