@@ -39,8 +39,8 @@ func (q MQTTSettings) Config() (*mqtt.Config, error) {
 			return nil, fmt.Errorf("--mqtt-discovery-prefix: %w", err)
 		}
 	}
-	if q.Queue <= 0 {
-		return nil, fmt.Errorf("--mqtt-queue %d; fix: give a positive number of messages", q.Queue)
+	if q.Queue < 0 {
+		return nil, fmt.Errorf("--mqtt-queue %d; fix: give a positive number of messages, or 0 for 1024 plus one per capability", q.Queue)
 	}
 	c := &mqtt.Config{URL: q.URL, Prefix: q.Prefix, DiscoveryPrefix: q.Discovery, Username: q.Username, Queue: q.Queue}
 	c.Password = os.Getenv("PHYSD_MQTT_PASSWORD")

@@ -24,6 +24,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -685,11 +686,12 @@ func (u *Uplink) Observe(o node.Observed) {
 	if !o.Changed || o.Cap == nil {
 		return
 	}
-	b, err := json.Marshal(o.Obs)
+	var scratch [320]byte // the payload is kept: a copy of its own size
+	b, err := o.Obs.AppendJSON(scratch[:0])
 	if err != nil {
 		return
 	}
-	u.core1(u.ObsSubject(o.Cap.ToolName()), b)
+	u.core1(u.ObsSubject(o.Cap.ToolName()), bytes.Clone(b))
 }
 
 // Alarm publishes an alarm event (alarms.Engine.OnEvent).

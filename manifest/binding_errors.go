@@ -13,15 +13,16 @@ import (
 // each positioned at the binding key at fault (or the binding, or the
 // capability), so every driver reports file:line:col the same way.
 type BindingErrors struct {
-	c    *Capability
-	file string
-	root string // capabilities[i].binding
-	Errs Errors
+	c      *Capability
+	params *yaml.Node // c's structured keys, unpacked once
+	file   string
+	root   string // capabilities[i].binding
+	Errs   Errors
 }
 
 // NewBindingErrors starts collecting for c.
 func NewBindingErrors(c *Capability) *BindingErrors {
-	b := &BindingErrors{c: c, file: c.Binding.Pos.File, root: c.Binding.Field}
+	b := &BindingErrors{c: c, params: c.Binding.ParamsNode(), file: c.Binding.Pos.File, root: c.Binding.Field}
 	if b.file == "" {
 		b.file = c.Pos.File
 	}
@@ -41,7 +42,7 @@ func (b *BindingErrors) Add(key, msg, fix string) {
 	}
 	if key != "" {
 		e.Field += "." + key
-		if v := ParamNode(b.c.Binding.Params, strings.Split(key, ".")...); v != nil {
+		if v := ParamNode(b.params, strings.Split(key, ".")...); v != nil {
 			e.Pos.Line, e.Pos.Col = v.Line, v.Column
 		}
 	}
@@ -123,7 +124,7 @@ func WithoutKey(n *yaml.Node, key string) *yaml.Node { return strictyaml.Without
 // the problems found so far plus any decoding errors.
 func (b *BindingErrors) DecodeBinding(addrKeys *yaml.Node, out any) Errors {
 	for i := 0; addrKeys != nil && i+1 < len(addrKeys.Content); i += 2 {
-		if k := addrKeys.Content[i].Value; ParamNode(b.c.Binding.Params, k) != nil {
+		if k := addrKeys.Content[i].Value; ParamNode(b.params, k) != nil {
 			b.Add(k, fmt.Sprintf("%s is set both in the address string %q and as a binding key", k, b.c.Binding.Address), "keep one of them")
 		}
 	}
@@ -133,5 +134,5 @@ func (b *BindingErrors) DecodeBinding(addrKeys *yaml.Node, out any) Errors {
 	if errs := DecodeNode(b.file, addrKeys, b.root+".address", out); len(errs) > 0 {
 		return errs
 	}
-	return DecodeNode(b.file, b.c.Binding.Params, b.root, out)
+	return DecodeNode(b.file, b.params, b.root, out)
 }

@@ -38,7 +38,7 @@ func TestCompactKeepsEverything(t *testing.T) {
 	}
 	var check func(name string, got, file *yaml.Node)
 	check = func(name string, got, file *yaml.Node) {
-		if got == nil || got.Value != file.Value || got.Line != file.Line || got.Column != file.Column || got.Kind != file.Kind {
+		if got == nil || got.Value != file.Value || got.Line != file.Line || got.Column != file.Column || got.Kind != file.Kind || got.Style != file.Style || got.ShortTag() != file.ShortTag() {
 			t.Fatalf("%s: node %+v, the file has %+v", name, got, file)
 		}
 	}
@@ -49,17 +49,17 @@ func TestCompactKeepsEverything(t *testing.T) {
 		}
 		// Params holds the binding's keys other than type, address and bus,
 		// in the file's order.
-		j := 0
+		j, params := 0, c.Binding.ParamsNode()
 		for i := 0; i+1 < len(file.Content); i += 2 {
 			switch file.Content[i].Value {
 			case "type", "address", "bus":
 				continue
 			}
-			if c.Binding.Params == nil || j+1 >= len(c.Binding.Params.Content) {
+			if params == nil || j+1 >= len(params.Content) {
 				t.Fatalf("%s: Params lacks %s", c.Name, file.Content[i].Value)
 			}
-			check(c.Name, c.Binding.Params.Content[j], file.Content[i])
-			check(c.Name, c.Binding.Params.Content[j+1], file.Content[i+1])
+			check(c.Name, params.Content[j], file.Content[i])
+			check(c.Name, params.Content[j+1], file.Content[i+1])
 			j += 2
 		}
 		if c.Name == "" || c.Description == "" || len(c.SemanticTags) == 0 || c.Expose == nil || !*c.Expose || m.Capability(c.Name) != c {

@@ -41,7 +41,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("incomplete manifest %+v", m)
 		}
 		for _, c := range m.Capabilities {
-			if c.Name == "" || c.Binding.Params == nil || c.TimeoutMS <= 0 || len(c.SemanticTags) == 0 {
+			if c.Name == "" || c.Binding.ParamsNode() == nil || c.TimeoutMS <= 0 || len(c.SemanticTags) == 0 {
 				t.Fatalf("incomplete capability %+v", c)
 			}
 			// Drivers decode Params; that must not panic either.

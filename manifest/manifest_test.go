@@ -262,7 +262,7 @@ func TestMinimalDefaults(t *testing.T) {
 		r.Tolerance != 1e-9 || r.RequiresPermission != "none" || r.QuorumSize != 0 || r.CacheTTL() != time.Second {
 		t.Errorf("read defaults = %+v", r)
 	}
-	if r.Binding.Params == nil || len(r.Binding.Params.Content) != 0 || r.Binding.Address != "0x48:reg=0x00" {
+	if r.Binding.ParamsNode() == nil || len(r.Binding.ParamsNode().Content) != 0 || r.Binding.Address != "0x48:reg=0x00" {
 		t.Errorf("binding = %+v", r.Binding)
 	}
 	d := m.Capabilities[1]

@@ -204,22 +204,35 @@ func (b *Bus) FieldPath() string {
 }
 
 // Binding is capabilities[].binding: the PhysMCP address string and/or the
-// structured keys (physd extension). Params holds the structured keys other
-// than type, address and bus, for the driver to decode strictly.
+// structured keys (physd extension), the keys other than type, address and
+// bus, for the driver to decode strictly (ParamsNode).
 type Binding struct {
-	Type    string     `json:"type"`
-	Address string     `json:"address,omitempty"`
-	Bus     string     `json:"bus,omitempty"`
-	Params  *yaml.Node `json:"-"`
-	Pos     Pos        `json:"-"`
+	Type    string `json:"type"`
+	Address string `json:"address,omitempty"`
+	Bus     string `json:"bus,omitempty"`
+	// Params is the structured keys of a binding built by hand; Parse
+	// keeps them packed instead (nil here): read them with ParamsNode.
+	Params *yaml.Node `json:"-"`
+	packed packedParams
+	Pos    Pos `json:"-"`
 	// Field is the path used in error messages, "capabilities[i].binding".
 	Field string `json:"-"`
 }
 
-// DecodeParams strictly decodes the binding's structured keys (Params) into
-// out, a pointer to a struct with yaml tags; see DecodeNode.
+// ParamsNode is the binding's structured keys, a mapping node (nil when
+// there are none). For a parsed manifest each call unpacks a fresh tree;
+// the caller must not change the tree of a binding built by hand.
+func (b *Binding) ParamsNode() *yaml.Node {
+	if b.Params != nil {
+		return b.Params
+	}
+	return b.packed.node()
+}
+
+// DecodeParams strictly decodes the binding's structured keys into out, a
+// pointer to a struct with yaml tags; see DecodeNode.
 func (b *Binding) DecodeParams(out any) Errors {
-	return DecodeNode(b.Pos.File, b.Params, b.Field, out)
+	return DecodeNode(b.Pos.File, b.ParamsNode(), b.Field, out)
 }
 
 // Range is capabilities[].range.

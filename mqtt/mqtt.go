@@ -32,6 +32,7 @@ package mqtt
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -67,7 +68,11 @@ type Config struct {
 	// TLS for ssl://, tls://, mqtts:// and wss:// (nil: the system roots).
 	TLS *tls.Config
 	// Queue bounds the messages waiting for the broker, to be sent or
-	// sent and not yet acknowledged (default 1024).
+	// sent and not yet acknowledged (default DefaultQueue plus one per
+	// capability of the manifest New is given: a poll round of a plant's
+	// points changes thousands of them within milliseconds, and a queue
+	// smaller than that burst dropped a third of the changes of a
+	// 10 000-point site).
 	Queue int
 	// MaxReconnect bounds the reconnect backoff (default 10 s).
 	MaxReconnect time.Duration
@@ -177,7 +182,7 @@ func New(cfg Config, m *manifest.Manifest) (*Publisher, error) {
 		}
 	}
 	if cfg.Queue <= 0 {
-		cfg.Queue = 1024
+		cfg.Queue = DefaultQueue + len(m.Capabilities)
 	}
 	if cfg.MaxReconnect <= 0 {
 		cfg.MaxReconnect = 10 * time.Second
@@ -262,25 +267,113 @@ func (p *Publisher) connect() {
 }
 
 // dialBuffered opens a plain TCP connection as paho does (its dialer, the
-// proxy the environment names), with reads buffered: paho reads each
-// packet's fixed header a byte at a time, so every acknowledgement of a
-// QoS 1 publish cost three system calls (thousands a second at a plant's
-// rate of changes). A TLS connection buffers its records already.
+// proxy the environment names), with reads and writes buffered: paho reads
+// each packet's fixed header a byte at a time, so every acknowledgement of
+// a QoS 1 publish cost three system calls, and writes each packet with
+// one; at a plant's thousands of changes a second that was most of the
+// publisher's CPU. A TLS connection buffers its records already.
 func dialBuffered(u *url.URL, o paho.ClientOptions) (net.Conn, error) {
 	c, err := proxy.FromEnvironmentUsing(o.Dialer).Dial("tcp", u.Host)
 	if err != nil {
 		return nil, err
 	}
-	return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 4096)}, nil
+	return newBufferedConn(c, o.WriteTimeout), nil
 }
 
-// bufferedConn is a connection whose reads go through a buffer.
+// flushDelay is how long a written packet may wait in bufferedConn's
+// buffer for others to join it: what it adds to a message's delay, next
+// to the seconds a poll interval gives an observation.
+const flushDelay = 2 * time.Millisecond
+
+// bufferedConn is a connection whose reads go through a buffer and whose
+// writes are gathered: a write lands in a buffer that is sent flushDelay
+// after the first write into it (or when it fills), in one system call.
+// A failed send closes the connection, so paho sees it lost (its reader
+// fails) and reconnects; a send is bounded by the write timeout, which the
+// flush sets itself (paho's deadlines are for a write, and a write here
+// only copies).
 type bufferedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r       *bufio.Reader
+	timeout time.Duration
+
+	mu    sync.Mutex
+	w     *bufio.Writer
+	armed bool  // a flush is scheduled
+	err   error // the first failed send: every later write fails with it
+}
+
+func newBufferedConn(c net.Conn, timeout time.Duration) *bufferedConn {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	bc := &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 4096), timeout: timeout}
+	bc.w = bufio.NewWriterSize(deadlineWriter{bc}, 32<<10)
+	return bc
 }
 
 func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+func (c *bufferedConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(b) // a full buffer is sent here
+	if err != nil {
+		c.fail(err)
+		return n, err
+	}
+	if !c.armed && c.w.Buffered() > 0 {
+		c.armed = true
+		time.AfterFunc(flushDelay, c.flush)
+	}
+	return n, nil
+}
+
+// flush sends what the buffer holds.
+func (c *bufferedConn) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = false
+	if c.err == nil {
+		if err := c.w.Flush(); err != nil {
+			c.fail(err)
+		}
+	}
+}
+
+// fail records a failed send and closes the connection (c.mu held).
+func (c *bufferedConn) fail(err error) {
+	c.err = err
+	_ = c.Conn.Close()
+}
+
+// Close sends what is buffered (paho's DISCONNECT), then closes.
+func (c *bufferedConn) Close() error {
+	c.mu.Lock()
+	if c.err == nil {
+		_ = c.w.Flush()
+		c.err = net.ErrClosed
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// SetWriteDeadline and SetDeadline leave the write deadline to the flush.
+func (c *bufferedConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *bufferedConn) SetDeadline(t time.Time) error    { return c.Conn.SetReadDeadline(t) }
+
+// deadlineWriter sends on the connection within its write timeout.
+type deadlineWriter struct{ c *bufferedConn }
+
+func (d deadlineWriter) Write(b []byte) (int, error) {
+	if err := d.c.Conn.SetWriteDeadline(time.Now().Add(d.c.timeout)); err != nil {
+		return 0, err
+	}
+	return d.c.Conn.Write(b)
+}
 
 // redact drops credentials from a URL for the log.
 func redact(raw string) string {
@@ -333,11 +426,12 @@ func (p *Publisher) Observe(o node.Observed) {
 	if !o.Changed {
 		return
 	}
-	b, err := json.Marshal(o.Obs)
+	var scratch [320]byte // the payload is kept: a copy of its own size
+	b, err := o.Obs.AppendJSON(scratch[:0])
 	if err != nil {
 		return
 	}
-	p.send(p.StateTopic(o.Cap.ToolName()), b, true)
+	p.send(p.StateTopic(o.Cap.ToolName()), bytes.Clone(b), true)
 }
 
 // Alarm publishes an alarm event (alarms.Engine.OnEvent).
@@ -405,6 +499,10 @@ func (p *Publisher) resync() {
 	}
 }
 
+// DefaultQueue is the queue of a site without capabilities; each
+// capability adds one (Config.Queue).
+const DefaultQueue = 1024
+
 // MaxInFlight is how many messages may wait for the broker's
 // acknowledgement at once (and never more than Config.Queue: a message
 // sent and not acknowledged is waiting for the broker too, so a hung
@@ -440,6 +538,11 @@ func (p *Publisher) publish(m message) {
 // removal the broker acknowledged is done.
 func (p *Publisher) acks() {
 	defer p.done.Done()
+	// One timer for all: most messages are acknowledged by the time their
+	// turn comes, and a timer each (paho's WaitTimeout) was a tenth of
+	// what the publisher allocated.
+	timer := time.NewTimer(p.cfg.PublishTimeout)
+	timer.Stop()
 	for {
 		var f inFlight
 		select {
@@ -447,7 +550,22 @@ func (p *Publisher) acks() {
 			return
 		case f = <-p.inflight:
 		}
-		if !f.t.WaitTimeout(p.cfg.PublishTimeout) || f.t.Error() != nil {
+		acked := true
+		select {
+		case <-f.t.Done():
+		default:
+			timer.Reset(p.cfg.PublishTimeout)
+			select {
+			case <-f.t.Done():
+			case <-timer.C:
+				acked = false
+			case <-p.stop:
+				timer.Stop()
+				return
+			}
+			timer.Stop()
+		}
+		if !acked || f.t.Error() != nil {
 			p.droppedOffline.Add(1)
 			continue
 		}

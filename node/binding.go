@@ -140,7 +140,7 @@ func capSum(c *manifest.Capability) string {
 	sum := sha256.Sum256([]byte(canonical(struct {
 		Cap    *manifest.Capability `json:"cap"`
 		Params any                  `json:"params"`
-	}{c, nodeValue(c.Binding.Params)})))
+	}{c, nodeValue(c.Binding.ParamsNode())})))
 	return hex.EncodeToString(sum[:])
 }
 

@@ -239,7 +239,16 @@ func run(c config) error {
 
 	fmt.Fprintf(os.Stderr, "== do_ window %v on %s\n", c.do, scalesite.SetpointTool(0))
 	cpu1, wall1, dev1 := procCPU(pid), time.Now(), procCPU(devicePID)
+	traced := make(chan struct{})
+	if c.profile != "" {
+		// An execution trace of the do_ window's first 20 s: where a slow
+		// do_ waited (go tool trace -pprof=syscall|sync|sched trace.out).
+		go func() { defer close(traced); saveTrace(c.profile, ppAddr, min(20*time.Second, c.do)) }()
+	} else {
+		close(traced)
+	}
 	r.do = doCalls(hc, endpoint, scalesite.SetpointTool(0), c.do, c.doEvery)
+	<-traced
 	r.doCPUShare = float64(procCPU(pid)-cpu1) / float64(time.Since(wall1).Microseconds())
 	r.doDeviceCPUShare = float64(procCPU(devicePID)-dev1) / float64(time.Since(wall1).Microseconds())
 	r.historyFile = fileSize(filepath.Join(state, "history.db"))
@@ -746,6 +755,24 @@ func saveProfiles(dir, addr string) error {
 	}
 	fmt.Fprintln(os.Stderr, "profiles in", dir)
 	return nil
+}
+
+// saveTrace saves a runtime execution trace of the running daemon.
+func saveTrace(dir, addr string, d time.Duration) {
+	hc := &http.Client{Timeout: d + time.Minute}
+	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", addr, int(d.Seconds())))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trace:", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "trace.out"), b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trace:", err)
+	}
 }
 
 func pct(v []float64, p float64) float64 {

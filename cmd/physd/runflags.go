@@ -56,5 +56,5 @@ func registerMQTT(fs *flag.FlagSet, q *daemon.MQTTSettings) {
 	fs.StringVar(&q.CA, "mqtt-ca", "", "PEM CA certificate(s) that verify the broker (TLS URLs; default the system roots)")
 	fs.StringVar(&q.Cert, "mqtt-client-cert", "", "PEM client certificate for the broker (mutual TLS)")
 	fs.StringVar(&q.Key, "mqtt-client-key", "", "the private key of --mqtt-client-cert (PEM)")
-	fs.IntVar(&q.Queue, "mqtt-queue", 1024, "messages that may wait for the broker; beyond it they are dropped and counted")
+	fs.IntVar(&q.Queue, "mqtt-queue", 0, "messages that may wait for the broker (0: 1024 plus one per capability); beyond it they are dropped and counted")
 }

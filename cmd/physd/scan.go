@@ -22,8 +22,8 @@ import (
 
 const scanUsage = `usage: physd scan modbus (--tcp HOST:PORT | --rtu DEVICE [--baud N --parity E --stop-bits 1])
                          [--units 1-247] [--timeout-ms 500] [--silence-ms 100] [--registers 0-255]
-                         [--chunk 16] [--max-time 10m] [--out FILE] [--bus NAME] [--device-id ID]
-       physd scan i2c [--bus 1] [--out FILE]
+                         [--chunk 16] [--max-time 10m] [--out FILE [--force]] [--bus NAME] [--device-id ID]
+       physd scan i2c [--bus 1] [--out FILE [--force]]
        physd scan opcua ENDPOINT [--security-policy P] [--root NODE] [--depth 6] [--out FILE]   (physd scan opcua -h: every flag)`
 
 // cmdScan is `physd scan modbus`: find the units on a Modbus endpoint and
@@ -58,6 +58,7 @@ func cmdScan(args []string, stdout, stderr io.Writer) int {
 	chunk := fs.Int("chunk", 16, "registers per probe read (bits: 4x); 1 finds every address, slowly")
 	maxTime := fs.Duration("max-time", 10*time.Minute, "bound on the whole scan; units not reached are listed in the skeleton")
 	out := fs.String("out", "", "write the skeleton to this file instead of stdout")
+	force := fs.Bool("force", false, "overwrite --out if it exists")
 	busName := fs.String("bus", "modbus1", "bus name in the skeleton")
 	deviceID := fs.String("device-id", "gw_modbus_001", "device.id in the skeleton")
 	if code, ok := parseFlags(fs, args[1:], stdout, stderr); !ok {
@@ -72,6 +73,9 @@ func cmdScan(args []string, stdout, stderr io.Writer) int {
 	}
 	if (*tcp == "") == (*rtu == "") {
 		return bad("give exactly one of --tcp HOST:PORT or --rtu DEVICE")
+	}
+	if refuseExistingOut("physd scan modbus", *out, *force, stderr) {
+		return 1
 	}
 	ids, err := parseUnits(*units, *rtu != "")
 	if err != nil {
@@ -290,12 +294,16 @@ func cmdScanI2C(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("physd scan i2c", flag.ContinueOnError)
 	bus := fs.String("bus", "1", `the I²C bus: "1", "/dev/i2c-1" or a periph bus name`)
 	out := fs.String("out", "", "write the skeleton to this file instead of stdout")
+	force := fs.Bool("force", false, "overwrite --out if it exists")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "physd scan i2c: unexpected argument %q\n%s\n", fs.Arg(0), scanUsage)
 		return 2
+	}
+	if refuseExistingOut("physd scan i2c", *out, *force, stderr) {
+		return 1
 	}
 	bc, resolved, err := i2c.OpenForScan(*bus)
 	if err != nil {
@@ -316,4 +324,16 @@ func cmdScanI2C(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "physd scan: %d address(es) answered, %d recognised\n", len(found), known)
 	return writeSkeleton("physd scan i2c", skel, *out, known > 0,
 		"no part physd knows was found: check wiring and pull-ups; bind other addresses by hand", stdout, stderr)
+}
+
+// refuseExistingOut reports (and says so) when --out names a file that
+// exists and --force was not given: a skeleton the integrator has edited
+// is not replaced by a new scan. It is checked before the scan, which may
+// take minutes.
+func refuseExistingOut(cmd, out string, force bool, stderr io.Writer) bool {
+	if out == "" || force || !fileExists(out) {
+		return false
+	}
+	fmt.Fprintf(stderr, "%s: --out %s exists; fix: give another file, or --force to replace it (edits made to it are lost)\n", cmd, out)
+	return true
 }

@@ -181,3 +181,32 @@ func TestScanSkeletonSchemaResolves(t *testing.T) {
 		}
 	})
 }
+
+// TestScanKeepsAnExistingOut: scan modbus and scan i2c refuse an --out
+// that exists before they scan anything (a Modbus sweep takes minutes, and
+// the file may be a skeleton already edited), naming --force; with --force
+// they go on to the scan.
+func TestScanKeepsAnExistingOut(t *testing.T) {
+	for _, args := range [][]string{
+		{"scan", "modbus", "--tcp", "127.0.0.1:1", "--units", "1", "--timeout-ms", "50"},
+		{"scan", "i2c", "--bus", "no-such-bus"},
+	} {
+		out := filepath.Join(t.TempDir(), "site.yml")
+		if err := os.WriteFile(out, []byte("# edited by hand\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := run(append(args, "--out", out), &stdout, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), "--out "+out+" exists") || !strings.Contains(stderr.String(), "--force") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 naming --force", args[:2], code, stderr.String())
+		}
+		if b, _ := os.ReadFile(out); string(b) != "# edited by hand\n" {
+			t.Errorf("%v: --out was changed: %q", args[:2], b)
+		}
+		stderr.Reset()
+		_ = run(append(args, "--out", out, "--force"), &stdout, &stderr)
+		if strings.Contains(stderr.String(), "exists") {
+			t.Errorf("%v --force: still refused: %s", args[:2], stderr.String())
+		}
+	}
+}

@@ -109,8 +109,7 @@ func cmdScanOPCUA(args []string, stdout, stderr io.Writer) int {
 	dir := "."
 	if *out != "" {
 		dir = filepath.Dir(*out)
-		if fileExists(*out) && !*force {
-			fmt.Fprintf(stderr, "%s: --out %s exists; fix: give another file, or --force to replace it (edits made to it are lost)\n", cmd, *out)
+		if refuseExistingOut(cmd, *out, *force, stderr) {
 			return 1
 		}
 	}

@@ -62,7 +62,7 @@ func parseBinding(c *manifest.Capability, busKind string) (*pointSpec, error) {
 		b.p.Add(fmt.Sprintf("a %s bus takes bindings of type modbus, not %q", busKind, c.Binding.Type), "write binding: {type: modbus, bus: ..., ...}")
 		return nil, b.p.Err()
 	}
-	if errs := strictyaml.Decode(b.p.File, c.Binding.Params, b.p.Root, &b.k); len(errs) > 0 {
+	if errs := strictyaml.Decode(b.p.File, b.p.Top, b.p.Root, &b.k); len(errs) > 0 {
 		return nil, errs
 	}
 	if !b.address() {
@@ -116,7 +116,7 @@ func newBinder(c *manifest.Capability, busKind string) *binder {
 	if at.Line == 0 {
 		at = c.Pos
 	}
-	return &binder{p: &strictyaml.Problems{File: file, Root: root, Top: c.Binding.Params, At: at}, c: c, busKind: busKind}
+	return &binder{p: &strictyaml.Problems{File: file, Root: root, Top: c.Binding.ParamsNode(), At: at}, c: c, busKind: busKind}
 }
 
 // capErr reports a problem with a key of the capability itself.

@@ -261,12 +261,13 @@ func (p *Plant) Point(c *manifest.Capability) (drivers.Point, error) {
 	}
 
 	var params bindingParams
-	if errs := strictyaml.Decode(file, c.Binding.Params, root, &params); len(errs) > 0 {
+	keys := c.Binding.ParamsNode()
+	if errs := strictyaml.Decode(file, keys, root, &params); len(errs) > 0 {
 		return nil, errs
 	}
 	name, key, at := c.Binding.Address, "address", (*yaml.Node)(nil)
 	if params.Point != nil {
-		_, at = strictyaml.Lookup(c.Binding.Params, "point")
+		_, at = strictyaml.Lookup(keys, "point")
 		if name != "" && name != *params.Point {
 			return nil, bad(at, "point", fmt.Sprintf("point %q and address %q disagree", *params.Point, name),
 				"keep one of them, or make them the same")
