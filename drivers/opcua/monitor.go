@@ -92,6 +92,7 @@ type item struct {
 	reported   *ua.DataValue
 	suspect    time.Time // when an audit read first found it unreported; zero: nothing pending
 	suspectSeq uint64    // the item's seq then: a delivery since clears the suspicion
+	audited    time.Time // when an audit last read it: the longest unread go first
 }
 
 // retryFailed is how long an item the server refused to create waits
