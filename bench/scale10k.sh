@@ -14,6 +14,8 @@
 #   SITE=opcua bench/scale10k.sh              # the same on one node-opcua server of 10 000
 #                                             # points, every one a monitored item (needs
 #                                             # cd examples/opcua/server && npm ci)
+#   SITE=opcua OPCUA_SLICES=10 bench/scale10k.sh  # the server sets a tenth of its points
+#                                             # every 100 ms, not all at once each second
 #
 # Knobs (environment): SITE=modbus (or opcua) DEVICES=20 POINTS=500 POLL_MS=1000 SETTLE=60s
 # MEASURE=120s DO=60s DO_EVERY=200ms MQTT=auto (auto: mosquitto if installed; off: none)
@@ -47,7 +49,7 @@ if [[ "$site" == opcua ]]; then
 		echo "SITE=opcua: node-opcua is not installed (run: cd examples/opcua/server && npm ci)" >&2
 		exit 1
 	fi
-	devices=(-site opcua -node "$server/node_modules/.bin/node" -opcua-server "$server")
+	devices=(-site opcua -node "$server/node_modules/.bin/node" -opcua-server "$server" -opcua-slices "${OPCUA_SLICES:-1}")
 else
 	go build -trimpath -o "$BIN/modbus-sim" ./examples/modbus/modbus-sim
 	devices=(-sim "$BIN/modbus-sim")

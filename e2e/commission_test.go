@@ -233,8 +233,19 @@ func TestModbusProfileEnergyMeter(t *testing.T) {
     binding: {type: modbus, bus: plc, unit: 2, profile: eastron_sdm120, point: %s}
 `, name, name, unit, point)
 	}
-	_, cs := startModbus(t, srv.Addr, "", meterCap("mains_voltage", "voltage", "volt"), meterCap("mains_power", "active_power", "watt"),
-		meterCap("mains_energy", "total_active_energy", "kWh"))
+	// The bus's 200 ms timeout is for the tests of timeouts; this one is of
+	// the profile's decoding, and a loaded CI machine (-race, parallel
+	// daemons) once kept the in-process server's reply past 200 ms.
+	src := strings.NewReplacer("ADDR", srv.Addr, "timeout_ms: 200BUSEXTRA", "timeout_ms: 2000", "CAPS",
+		meterCap("mains_voltage", "voltage", "volt")+meterCap("mains_power", "active_power", "watt")+meterCap("mains_energy", "total_active_energy", "kWh")).Replace(modbusManifest)
+	if !strings.Contains(src, "timeout_ms: 2000") {
+		t.Fatal("the Modbus manifest template no longer sets timeout_ms: 200BUSEXTRA")
+	}
+	mp := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	if err := os.WriteFile(mp, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs := connectHTTP(t, startHTTP(t, daemonOpts{manifest: mp}), "2026-07-28")
 	for tool, want := range map[string]float64{"read_mains_voltage": 229.8, "read_mains_power": 836.5, "read_mains_energy": 4711.25} {
 		o := structured(t, call(t, cs, tool, map[string]any{}))
 		if o["quality"] != "good" || math.Abs(o["value"].(float64)-want) > 1e-3 {

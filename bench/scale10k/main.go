@@ -58,6 +58,7 @@ import (
 type config struct {
 	site                  string // modbus or opcua
 	node, opcuaServer     string // the Node binary and examples/opcua/server (-site opcua)
+	opcuaSlices           int    // server.js --update-slices
 	physd, sim, mosquitto string
 	devices, points       int
 	pollMS                int
@@ -77,6 +78,7 @@ func main() {
 	flag.StringVar(&c.site, "site", "modbus", `"modbus": modbus-sim devices; "opcua": one node-opcua server holding every point as a monitored item`)
 	flag.StringVar(&c.node, "node", "", "the Node binary (-site opcua)")
 	flag.StringVar(&c.opcuaServer, "opcua-server", "", "the directory of server.js and its node_modules (-site opcua)")
+	flag.IntVar(&c.opcuaSlices, "opcua-slices", 1, "the OPC UA server sets its points in this many slices a second (1: all in one turn of its event loop)")
 	flag.StringVar(&c.mosquitto, "mosquitto", "mosquitto", "the mosquitto binary (with -mqtt auto)")
 	flag.IntVar(&c.devices, "devices", 20, "Modbus TCP devices (modbus-sim instances), or the OPC UA site's zones")
 	flag.IntVar(&c.points, "points", 500, "points per device")
@@ -322,7 +324,8 @@ func startOPCUAServer(c config, work string, ps *procs, points int) (endpoint st
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	log := filepath.Join(work, "opcua-server.log")
-	cmd := exec.Command(c.node, "server.js", "--port", port, "--pki", filepath.Join(work, "pki"), "--points", strconv.Itoa(points))
+	cmd := exec.Command(c.node, "server.js", "--port", port, "--pki", filepath.Join(work, "pki"), "--points", strconv.Itoa(points),
+		"--update-slices", strconv.Itoa(c.opcuaSlices))
 	cmd.Dir = c.opcuaServer
 	f, err := os.Create(log)
 	if err != nil {
@@ -820,7 +823,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- %s; %d CPUs (%s); %s; code %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpuModel(), runtime.Version(), gitHead())
 	devices := fmt.Sprintf("%d modbus-sim × %d, unit 1, int16 input registers 30101 … and 4 setpoints each", c.devices, c.points)
 	if c.site == "opcua" {
-		devices = fmt.Sprintf("one node-opcua server, server.js --points %d: Double AnalogItems that all move every second, each a monitored item with a 0.5 %% deadband; 5 setpoints beside", points)
+		devices = fmt.Sprintf("one node-opcua server, server.js --points %d --update-slices %d: Double AnalogItems that all move every second, each a monitored item with a 0.5 %% deadband; 5 setpoints beside", points, c.opcuaSlices)
 	}
 	fmt.Fprintf(&b, "- %d points (%s), poll_ms %d, history %s, MQTT %s; settle %v, steady window %v, do_ window %v\n",
 		points, devices, c.pollMS, map[bool]string{true: "on", false: "off"}[!strings.Contains(c.physdArgs, "--history-max-mb 0")],

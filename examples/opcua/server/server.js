@@ -4,7 +4,7 @@
 //
 //   node server.js [--port 4840] [--pki DIR] [--secure] [--user NAME:PASSWORD] [--user-cert FILE] [--shift-namespace]
 //                  [--operation-limits N] [--process VALUE] [--session-timeout MS]
-//                  [--points N [--setpoints M]]
+//                  [--points N [--setpoints M] [--update-slices K]]
 //
 // Namespace urn:physd:opcua-test-server (ns=1 on this server), folder Plant:
 //   ns=1;s=Temperature   Double, read-only, Good, 21.5 °C (moves ±0.1 each second)
@@ -347,15 +347,26 @@ function addScaleNodes(addressSpace, ns, n, m) {
       engineeringUnitsRange: { low: 0, high: 100 }, accessLevel: rw, userAccessLevel: rw,
     }).setValueFromSource(new Variant({ dataType: DataType.Double, value: 50 }));
   }
-  const update = () => {
+  // Every point is set once a second: all in one turn of the event loop
+  // (--update-slices 1, the default), or a slice of them every
+  // 1000/K ms (--update-slices K), as a PLC's scan spreads its work; one
+  // turn of 10 000 keeps the server's one thread from answering anything
+  // else (a Write included) for a good part of that second.
+  const slices = Math.max(1, parseInt(arg("--update-slices", "1"), 10));
+  let slice = 0;
+  const update = (from, to) => {
     const t = Date.now() / 1000;
-    for (let i = 0; i < n; i++) {
+    for (let i = from; i < to; i++) {
       const v = 50 + 40 * Math.sin(2 * Math.PI * (t / period[i] + phase[i]));
       nodes[i].setValueFromSource(new Variant({ dataType: DataType.Double, value: Math.round(v * 100) / 100 }));
     }
   };
-  update();
-  setInterval(update, 1000).unref();
+  update(0, n);
+  setInterval(() => {
+    const size = Math.ceil(n / slices);
+    update(slice * size, Math.min(n, (slice + 1) * size));
+    slice = (slice + 1) % slices;
+  }, 1000 / slices).unref();
 }
 
 // addCommissioningNodes adds the folder Commissioning (see the header).
