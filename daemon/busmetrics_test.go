@@ -2,19 +2,17 @@ package daemon
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/physd/physd/audit"
 	"github.com/physd/physd/drivers/modbus"
 	"github.com/physd/physd/drivers/modbus/modbustest"
+	"github.com/physd/physd/internal/testrig"
 	"github.com/physd/physd/manifest"
 	"github.com/physd/physd/metrics"
 	"github.com/physd/physd/node"
-	"github.com/physd/physd/store"
 )
 
 const busManifest = `physmcp_version: "0.1"
@@ -36,23 +34,7 @@ EXTRACAP`
 // when the test ends.
 func openTestNode(t *testing.T, m *manifest.Manifest) *node.Node {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	al, err := audit.Open(filepath.Join(dir, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
-	n, err := node.Open(context.Background(), node.Config{Manifest: m, Store: st, Audit: al})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(context.Background()) })
-	return n
+	return testrig.OpenManifest(t, m, "", nil).Node
 }
 
 // gauges are the values of a gauge family by its label's value.

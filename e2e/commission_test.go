@@ -241,11 +241,7 @@ func TestModbusProfileEnergyMeter(t *testing.T) {
 	if !strings.Contains(src, "timeout_ms: 2000") {
 		t.Fatal("the Modbus manifest template no longer sets timeout_ms: 200BUSEXTRA")
 	}
-	mp := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
-	if err := os.WriteFile(mp, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cs := connectHTTP(t, startHTTP(t, daemonOpts{manifest: mp}), "2026-07-28")
+	_, cs := startModbusManifest(t, src)
 	for tool, want := range map[string]float64{"read_mains_voltage": 229.8, "read_mains_power": 836.5, "read_mains_energy": 4711.25} {
 		o := structured(t, call(t, cs, tool, map[string]any{}))
 		if o["quality"] != "good" || math.Abs(o["value"].(float64)-want) > 1e-3 {

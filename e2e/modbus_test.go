@@ -43,7 +43,12 @@ func doCap(name, dataType, binding, extra string) string {
 
 func startModbus(t *testing.T, addr, busExtra string, caps ...string) (*daemon, *mcp.ClientSession) {
 	t.Helper()
-	src := strings.NewReplacer("ADDR", addr, "BUSEXTRA", busExtra, "CAPS", strings.Join(caps, "")).Replace(modbusManifest)
+	return startModbusManifest(t, strings.NewReplacer("ADDR", addr, "BUSEXTRA", busExtra, "CAPS", strings.Join(caps, "")).Replace(modbusManifest))
+}
+
+// startModbusManifest starts physd on the manifest src and connects to it.
+func startModbusManifest(t *testing.T, src string) (*daemon, *mcp.ClientSession) {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
 	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
 		t.Fatal(err)

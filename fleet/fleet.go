@@ -24,7 +24,6 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -355,21 +354,23 @@ func (u *Uplink) Start(al *audit.Log) {
 			u.fail("nats", err)
 			// The audit subject itself, or the direct get of its last
 			// record (the subject ends the request's).
+			var refusal string
 			switch {
 			case !errors.Is(err, nats.ErrPermissionViolation):
+				return
 			case strings.Contains(err.Error(), u.subject+`"`):
-				u.mu.Lock()
-				u.refused = err.Error()
-				u.mu.Unlock()
-				u.log.Error("fleet: the hub refuses this gateway's audit subject; fix: credentials for this site, or the site they are for in network.fleet.site", "err", err.Error())
+				refusal = "fleet: the hub refuses this gateway's audit subject; fix: credentials for this site, or the site they are for in network.fleet.site"
 			case strings.Contains(err.Error(), `Subscription to "`+hub.SiteInbox(u.cfg.Site)+"."):
 				// Its inbox: no reply of the hub can reach it.
-				u.mu.Lock()
-				u.refused = err.Error()
-				u.mu.Unlock()
-				u.log.Error("fleet: the hub refuses this gateway's inbox, "+hub.SiteInbox(u.cfg.Site)+".>; fix: credentials for this site (or the site they are for in network.fleet.site), "+
-					"or give the site's user the subscribe permission "+hub.SiteInbox(u.cfg.Site)+".> in place of _INBOX.> (hub.SitePermissions)", "err", err.Error())
+				refusal = "fleet: the hub refuses this gateway's inbox, " + hub.SiteInbox(u.cfg.Site) + ".>; fix: credentials for this site (or the site they are for in network.fleet.site), " +
+					"or give the site's user the subscribe permission " + hub.SiteInbox(u.cfg.Site) + ".> in place of _INBOX.> (hub.SitePermissions)"
+			default:
+				return
 			}
+			u.mu.Lock()
+			u.refused = err.Error()
+			u.mu.Unlock()
+			u.log.Error(refusal, "err", err.Error())
 		}),
 	}, u.cfg.Options...)
 	u.done.Add(1)
@@ -686,12 +687,11 @@ func (u *Uplink) Observe(o node.Observed) {
 	if !o.Changed || o.Cap == nil {
 		return
 	}
-	var scratch [320]byte // the payload is kept: a copy of its own size
-	b, err := o.Obs.AppendJSON(scratch[:0])
+	b, err := o.Obs.JSON()
 	if err != nil {
 		return
 	}
-	u.core1(u.ObsSubject(o.Cap.ToolName()), bytes.Clone(b))
+	u.core1(u.ObsSubject(o.Cap.ToolName()), b)
 }
 
 // Alarm publishes an alarm event (alarms.Engine.OnEvent).

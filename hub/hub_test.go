@@ -44,15 +44,7 @@ func startHub(t *testing.T) *testHub {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Shutdown)
-	nc, err := nats.Connect("", append(h.ClientOptions(), nats.CustomInboxPrefix(hub.FleetInboxPrefix))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Open(t, "", append(h.ClientOptions(), nats.CustomInboxPrefix(hub.FleetInboxPrefix))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, sc := range []jetstream.StreamConfig{fleet.AuditStreamConfig(streams.Audit, "physd", 1), fleet.CatalogStreamConfig(streams.Catalog, "physd", 1),

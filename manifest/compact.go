@@ -38,8 +38,7 @@ func (m *Manifest) compact() {
 			alarms = append(alarms, Alarms{})
 		}
 	}
-	nodes, params := newNodeBlock(m), newParamBlock(m)
-	params.text = in.all
+	nodes, params := newNodeBlock(m), newParamBlock(m, in.all)
 	exposed, hidden := true, false
 	for i, c := range m.Capabilities {
 		nc := &caps[i]
@@ -170,21 +169,24 @@ type nodeBlock struct {
 
 func newNodeBlock(m *Manifest) *nodeBlock {
 	nodes, ptrs := 0, 0
-	var count func(n *yaml.Node)
-	count = func(n *yaml.Node) {
-		if n == nil {
-			return
-		}
-		nodes++
-		ptrs += len(n.Content)
-		for _, e := range n.Content {
-			count(e)
-		}
-	}
 	for _, b := range m.Buses {
-		count(b.Config)
+		n, p := treeSize(b.Config)
+		nodes, ptrs = nodes+n, ptrs+p
 	}
 	return &nodeBlock{nodes: make([]yaml.Node, 0, nodes), ptrs: make([]*yaml.Node, 0, ptrs)}
+}
+
+// treeSize counts the nodes of the tree n and their content entries.
+func treeSize(n *yaml.Node) (nodes, ptrs int) {
+	if n == nil {
+		return 0, 0
+	}
+	nodes, ptrs = 1, len(n.Content)
+	for _, e := range n.Content {
+		k, p := treeSize(e)
+		nodes, ptrs = nodes+k, ptrs+p
+	}
+	return nodes, ptrs
 }
 
 // copy copies a tree of YAML nodes into the block (strictyaml expanded its
@@ -238,22 +240,13 @@ type packedParams struct {
 	at    int32
 }
 
-func newParamBlock(m *Manifest) *paramBlock {
+func newParamBlock(m *Manifest, text string) *paramBlock {
 	nodes := 0
-	var count func(n *yaml.Node)
-	count = func(n *yaml.Node) {
-		if n == nil {
-			return
-		}
-		nodes++
-		for _, e := range n.Content {
-			count(e)
-		}
-	}
 	for _, c := range m.Capabilities {
-		count(c.Binding.Params)
+		n, _ := treeSize(c.Binding.Params)
+		nodes += n
 	}
-	return &paramBlock{nodes: make([]packedNode, 0, nodes)}
+	return &paramBlock{text: text, nodes: make([]packedNode, 0, nodes)}
 }
 
 // pack copies the tree n into the block.

@@ -32,7 +32,6 @@ package mqtt
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -426,12 +425,11 @@ func (p *Publisher) Observe(o node.Observed) {
 	if !o.Changed {
 		return
 	}
-	var scratch [320]byte // the payload is kept: a copy of its own size
-	b, err := o.Obs.AppendJSON(scratch[:0])
+	b, err := o.Obs.JSON()
 	if err != nil {
 		return
 	}
-	p.send(p.StateTopic(o.Cap.ToolName()), bytes.Clone(b), true)
+	p.send(p.StateTopic(o.Cap.ToolName()), b, true)
 }
 
 // Alarm publishes an alarm event (alarms.Engine.OnEvent).

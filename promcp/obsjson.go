@@ -1,6 +1,7 @@
 package promcp
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -48,6 +49,18 @@ func (o Observation) AppendJSON(b []byte) ([]byte, error) {
 		b = appendString(append(b, `,"reason":`...), o.Reason)
 	}
 	return append(b, '}'), nil
+}
+
+// JSON is o encoded as json.Marshal does, in a slice of its own size (a
+// publisher keeps it as the topic's retained value), built in a buffer on
+// the stack.
+func (o Observation) JSON() ([]byte, error) {
+	var scratch [320]byte
+	b, err := o.AppendJSON(scratch[:0])
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(b), nil
 }
 
 // plain reports whether AppendJSON may write o directly: its value of a

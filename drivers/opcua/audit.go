@@ -47,7 +47,7 @@ func (ms *monitorSet) audit(ctx context.Context, c *opcua.Client) error {
 		}
 		its = append(its, it)
 	}
-	its = auditTurn(its, min(ms.readBatch, maxItemsPerCall))
+	its = auditTurn(its, ms.readBatch)
 	reads := make([]*ua.ReadValueID, 0, len(its))
 	kept := its[:0]
 	for _, it := range its {
@@ -63,24 +63,18 @@ func (ms *monitorSet) audit(ctx context.Context, c *opcua.Client) error {
 	if len(its) == 0 {
 		return nil
 	}
-	results := make([]*ua.DataValue, 0, len(reads))
-	for len(results) < len(reads) {
-		part := reads[len(results):min(len(results)+maxItemsPerCall, len(reads))]
-		rctx, cancel := ms.b.call(ctx)
-		res, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: part, TimestampsToReturn: ua.TimestampsToReturnNeither})
-		cancel()
-		if err != nil || len(res.Results) != len(part) {
-			if err != nil && sessionLost(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ua.StatusBadTimeout) {
-				return err
-			}
-			// Refused as a whole, or slow: the rest waits for the next
-			// audit (silence is the keep-alive deadline's to judge, as
-			// for Publish).
-			break
+	rctx, cancel := ms.b.call(ctx)
+	res, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: reads, TimestampsToReturn: ua.TimestampsToReturnNeither})
+	cancel()
+	if err != nil || len(res.Results) != len(its) {
+		if err != nil && sessionLost(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ua.StatusBadTimeout) {
+			return err
 		}
-		results = append(results, res.Results...)
+		// Refused as a whole, or slow: no audit this time (silence is
+		// the keep-alive deadline's to judge, as for Publish).
+		return nil
 	}
-	its = its[:len(results)]
+	results := res.Results
 	now := time.Now()
 	ms.mu.Lock()
 	var ds []delivery

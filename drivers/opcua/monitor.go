@@ -60,7 +60,7 @@ type monitorSet struct {
 	orphans    []uint32  // dropped subscriptions to delete from the server
 	startTime  time.Time // the server's StartTime at the last session: another one means it restarted
 	batch      int       // monitored items per CreateMonitoredItems call (the server's limit)
-	readBatch  int       // nodes per audit Read (the server's MaxNodesPerRead)
+	readBatch  int       // nodes per audit Read (the server's MaxNodesPerRead, at most maxItemsPerCall)
 	nextRetry  time.Time // when the first refused item is due to be asked for again
 	recheck    time.Time // when an audit's suspicion is due to be read again (audit.go)
 

@@ -380,7 +380,7 @@ func (ms *monitorSet) resume(ctx context.Context, c *opcua.Client) error {
 		limit(rr.Results[2], &readBatch)
 	}
 	ms.mu.Lock()
-	ms.batch, ms.readBatch = min(batch, maxItemsPerCall), readBatch
+	ms.batch, ms.readBatch = min(batch, maxItemsPerCall), min(readBatch, maxItemsPerCall)
 	sameRun := !start.IsZero() && start.Equal(ms.startTime)
 	ms.startTime = start
 	var ids []uint32

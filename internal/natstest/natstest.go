@@ -120,7 +120,14 @@ func (h *Hub) Stop() {
 // ends.
 func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url, append(opts, nats.UserInfo(Admin, Admin))...)
+	return Open(t, url, append(opts, nats.UserInfo(Admin, Admin))...)
+}
+
+// Open is a connection to url with opts alone (the user they name) and its
+// JetStream, closed when the test ends.
+func Open(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
